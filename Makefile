@@ -1,0 +1,70 @@
+# dlock's build entry points. `make test` (the default) is what the README and
+# CI (.ci/run) run: it installs what the tests need, then vets and tests every
+# Go module in the repository with the race detector.
+#
+# Tests start real redis-server processes (internal/redistest), so the machine
+# needs redis-server and redis-cli; -race needs cgo, so it needs a C compiler.
+# Both are installed with apt-get when missing (as root, or through sudo).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+
+GO ?= go
+TEST_TIMEOUT ?= 15m
+TESTFLAGS ?=
+
+# The root module (".") and every nested one (a directory with its own
+# go.mod, such as bench/ or adapters/*), skipping hidden directories,
+# testdata and vendor. `go test ./...` in the root does not enter them.
+MODULES = $(shell find . -mindepth 1 \( -path './.*' -o -name testdata -o -name vendor \) -prune \
+	-o -name go.mod -print | sed 's|/go.mod$$||' | sort)
+
+# apt-get as root, or through sudo otherwise.
+define apt_install
+	if [ "$$(id -u)" -eq 0 ]; then sudo=; \
+	elif command -v sudo >/dev/null; then sudo=sudo; \
+	else echo "error: need root or sudo to install $(1)" >&2; exit 1; fi; \
+	echo "==> apt-get update"; \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q; \
+	echo "==> apt-get install -y $(1)"; \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(1)
+endef
+
+.DEFAULT_GOAL := test
+.PHONY: test vet redis cc
+
+## test: install redis-server and a C compiler if missing, then go vet and go test -race in every module
+test: redis cc vet
+	@for m in $(MODULES); do \
+		echo "==> go test $(strip -race -timeout $(TEST_TIMEOUT) $(TESTFLAGS)) ./...   (module $$m)"; \
+		(cd "$$m" && $(GO) test -race -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...); \
+	done
+	@echo "==> all tests passed"
+
+## vet: go vet in every module
+vet:
+	@for m in $(MODULES); do \
+		echo "==> go vet ./...   (module $$m)"; \
+		(cd "$$m" && $(GO) vet ./...); \
+	done
+
+## redis: install redis-server (which brings redis-cli) with apt-get if it is missing
+redis:
+	@if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then \
+		echo "==> using $$(command -v redis-server): $$(redis-server --version)"; \
+	else \
+		echo "==> redis-server not found: installing it"; \
+		$(call apt_install,redis-server); \
+		command -v redis-server >/dev/null || { echo "error: redis-server still not on PATH" >&2; exit 1; }; \
+		echo "==> installed $$(redis-server --version)"; \
+	fi
+
+## cc: install gcc with apt-get if cgo has no C compiler (go test -race needs one)
+cc:
+	@cc="$$($(GO) env CC)"; cc="$${cc%% *}"; \
+	if command -v "$${cc:-gcc}" >/dev/null; then \
+		echo "==> using C compiler $$(command -v "$${cc:-gcc}") for -race"; \
+	else \
+		echo "==> no C compiler for cgo (go test -race needs one): installing gcc"; \
+		$(call apt_install,gcc libc6-dev); \
+	fi

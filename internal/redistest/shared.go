@@ -1,0 +1,137 @@
+package redistest
+
+import (
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+var (
+	// mainActive is set while the test binary's tests run under Wrap.
+	mainActive atomic.Bool
+
+	sharedMu  sync.Mutex
+	sharedSrv *Server
+	sharedErr error
+	sharedDir string
+)
+
+// Shared returns a server started once per test binary and shared by all its
+// tests, which saves a start per test for tests that inject no faults. Tests
+// must use keys of their own and must not Kill, Pause, Restart or Stop it
+// (those panic); the harness stops it after the last test. Shared fails tb
+// unless the package's TestMain runs through Main or Wrap, since only they
+// stop the server before goleak looks for leaked goroutines.
+func Shared(tb testing.TB) *Server {
+	tb.Helper()
+	if !mainActive.Load() {
+		tb.Fatalf("redistest: Shared needs TestMain to call redistest.Main(m) or goleak.VerifyTestMain(redistest.Wrap(m))")
+	}
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if sharedSrv == nil && sharedErr == nil {
+		sharedSrv, sharedErr = startShared()
+	}
+	if sharedErr != nil {
+		tb.Fatalf("redistest: shared server: %v", sharedErr)
+	}
+	return sharedSrv
+}
+
+func startShared() (*Server, error) {
+	if _, err := redisServer(); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "redistest-shared-")
+	if err != nil {
+		return nil, err
+	}
+	cfg := newConfig(nil)
+	s, err := newServer(cfg.spec(dir))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	s.shared = true
+	sharedDir = dir
+	return s, nil
+}
+
+// stopShared stops the shared server, if one was started, and removes its
+// directory.
+func stopShared() {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if sharedSrv != nil {
+		sharedSrv.stop()
+		os.RemoveAll(sharedDir)
+	}
+	sharedSrv, sharedErr, sharedDir = nil, nil, ""
+}
+
+// Wrap returns m with a Run that, after the tests, stops the Shared server
+// and gives go-redis's background goroutines that outlive Close (a redial
+// loop after a killed server, a cluster slot reload) up to 2 s to end, for
+// composing with goleak or other TestMain code:
+//
+//	func TestMain(m *testing.M) {
+//		goleak.VerifyTestMain(redistest.Wrap(m))
+//	}
+func Wrap(m goleak.TestingM) goleak.TestingM { return wrapped{m} }
+
+type wrapped struct{ m goleak.TestingM }
+
+func (w wrapped) Run() int {
+	mainActive.Store(true)
+	defer mainActive.Store(false)
+	code := w.m.Run()
+	stopShared()
+	waitTransient(2 * time.Second)
+	return code
+}
+
+// transient are go-redis goroutines that outlive a client's Close by up to a
+// second: after dial failures (a killed server) the pool redials in the
+// background and sleeps 1 s between tries, and a cluster client's slot
+// reload sleeps 200 ms. They end on their own; goleak retries for only
+// about half a second.
+var transient = []string{
+	"github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial",
+	"github.com/redis/go-redis/v9.(*clusterStateHolder).LazyReload",
+}
+
+// waitTransient waits up to timeout for the transient goroutines to end, so
+// that goleak still reports them if they do not (a client never closed).
+func waitTransient(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	buf := make([]byte, 1<<20)
+	for time.Now().Before(deadline) {
+		n := runtime.Stack(buf, true)
+		stacks := string(buf[:n])
+		found := false
+		for _, fn := range transient {
+			if strings.Contains(stacks, fn) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Main runs the tests, stops the Shared server, checks for leaked goroutines
+// with goleak (taking opts), and exits. A package's whole TestMain can be:
+//
+//	func TestMain(m *testing.M) { redistest.Main(m) }
+func Main(m *testing.M, opts ...goleak.Option) {
+	goleak.VerifyTestMain(Wrap(m), opts...)
+}

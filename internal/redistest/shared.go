@@ -44,6 +44,25 @@ func Shared(tb testing.TB) *Server {
 	return sharedSrv
 }
 
+// SharedAddr is Shared for code that has no testing.TB, such as runnable
+// examples: it returns the shared server's address, starting it if needed.
+// It panics when the server cannot start or TestMain does not run through
+// Main or Wrap.
+func SharedAddr() string {
+	if !mainActive.Load() {
+		panic("redistest: SharedAddr needs TestMain to call redistest.Main(m) or goleak.VerifyTestMain(redistest.Wrap(m))")
+	}
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if sharedSrv == nil && sharedErr == nil {
+		sharedSrv, sharedErr = startShared()
+	}
+	if sharedErr != nil {
+		panic("redistest: shared server: " + sharedErr.Error())
+	}
+	return sharedSrv.Addr()
+}
+
 func startShared() (*Server, error) {
 	if _, err := redisServer(); err != nil {
 		return nil, err

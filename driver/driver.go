@@ -1,0 +1,117 @@
+// Package driver is the seam between dlock and a Redis client library.
+//
+// dlock talks to Redis through a Driver: it runs Lua scripts (pipelined when
+// it has several to send) and keeps one shared pub/sub subscription. The
+// dlock package ships a Driver for github.com/redis/go-redis/v9 and uses it
+// in dlock.New; adapters for other client libraries implement Driver and
+// pass it to dlock.NewWithDriver. Most users never import this package.
+package driver
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"time"
+)
+
+// Script is a Lua script identified by the SHA1 of its source, which is how
+// Redis names it in EVALSHA. A Script is immutable and safe for concurrent use.
+type Script struct {
+	src  string
+	hash string
+}
+
+// NewScript returns the Script for src.
+func NewScript(src string) *Script {
+	sum := sha1.Sum([]byte(src))
+	return &Script{src: src, hash: hex.EncodeToString(sum[:])}
+}
+
+// Source returns the script's Lua source, for EVAL.
+func (s *Script) Source() string { return s.src }
+
+// Hash returns the lowercase hex SHA1 of the source, for EVALSHA.
+func (s *Script) Hash() string { return s.hash }
+
+// Call is one script invocation and, after Driver.Run, its outcome.
+//
+// The caller fills Script, Keys, Args and optionally Replicas; the driver
+// fills Reply, Acked and Err. Every key the script touches is in Keys, and
+// all of them share one hash tag, so a Call always targets one Cluster slot.
+type Call struct {
+	Script *Script
+	Keys   []string
+	// Args are strings or integers (int, int64).
+	Args []any
+
+	// Replicas, when positive, asks the driver to send WAIT Replicas
+	// ReplicaTimeout on the same connection right after the script, so the
+	// reply tells how many replicas acknowledged the script's writes.
+	Replicas       int
+	ReplicaTimeout time.Duration
+
+	// Reply is the script's reply: nil, int64, string or []any of those.
+	Reply any
+	// Acked is WAIT's reply when Replicas was positive.
+	Acked int
+	// Err is the transport error or the error reply, if any. A server error
+	// reply is a *ReplyError.
+	Err error
+}
+
+// ReplyError is an error reply from the Redis server (as opposed to a
+// transport failure), such as "WRONGTYPE ..." or "LOADING ...".
+type ReplyError struct {
+	Msg string
+	// Err is the client library's original error value, kept for errors.As.
+	Err error
+}
+
+// Error returns the server's message.
+func (e *ReplyError) Error() string { return e.Msg }
+
+// Unwrap returns the client library's original error.
+func (e *ReplyError) Unwrap() error { return e.Err }
+
+// Driver runs dlock's commands on one Redis deployment (a standalone server,
+// a Sentinel-managed master or a Cluster). Implementations must be safe for
+// concurrent use.
+type Driver interface {
+	// Run executes the calls and stores each outcome in its Call. It sends
+	// EVALSHA and, when the server answers NOSCRIPT (after SCRIPT FLUSH, a
+	// restart or a failover), falls back to EVAL transparently. Several calls
+	// should be pipelined into as few round trips as the deployment allows.
+	// Run returns when every call has an outcome or ctx ends.
+	Run(ctx context.Context, calls ...*Call)
+
+	// PublishCommand names the command scripts use to notify waiters:
+	// "PUBLISH", or "SPUBLISH" where sharded pub/sub is in use (Cluster).
+	// Subscriptions made through Subscribe must receive what it sends.
+	PublishCommand() string
+
+	// Subscribe opens a subscription whose messages and resets go to h. It
+	// connects lazily, on the first channel subscribed.
+	Subscribe(h Handler) Subscription
+}
+
+// Handler receives what a Subscription hears. Its methods are called from the
+// subscription's own goroutine, one at a time, and must not block.
+type Handler interface {
+	// Message is called for each message published on a subscribed channel.
+	Message(channel, payload string)
+	// Reset is called after the subscription reconnected: messages published
+	// while it was down are lost, so waiters should check the server again.
+	Reset()
+}
+
+// Subscription is a shared pub/sub subscription over a set of channels that
+// grows and shrinks at run time.
+type Subscription interface {
+	// Subscribe adds channels and returns once the server has confirmed all
+	// of them, so a message published afterwards is delivered.
+	Subscribe(ctx context.Context, channels ...string) error
+	// Unsubscribe removes channels.
+	Unsubscribe(ctx context.Context, channels ...string) error
+	// Close ends the subscription and waits for its goroutines to stop.
+	Close() error
+}

@@ -1,0 +1,122 @@
+// Package goredis implements dlock's driver.Driver on github.com/redis/go-redis/v9.
+package goredis
+
+import (
+	"context"
+	"errors"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// Client is the part of a go-redis v9 client the driver uses. *redis.Client,
+// *redis.ClusterClient and the failover client implement it.
+type Client interface {
+	redis.Scripter
+	Pipeline() redis.Pipeliner
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+// Driver runs dlock's scripts and subscription on a go-redis client.
+type Driver struct {
+	rdb Client
+}
+
+var _ driver.Driver = (*Driver)(nil)
+
+// New returns a Driver over rdb.
+func New(rdb Client) *Driver {
+	return &Driver{rdb: rdb}
+}
+
+// PublishCommand implements driver.Driver.
+//
+// Plain PUBLISH reaches a subscriber connected to any node, Cluster included
+// (where the message is broadcast over the cluster bus).
+func (d *Driver) PublishCommand() string { return "PUBLISH" }
+
+// Run implements driver.Driver.
+func (d *Driver) Run(ctx context.Context, calls ...*driver.Call) {
+	switch {
+	case len(calls) == 0:
+	case len(calls) == 1 && calls[0].Replicas <= 0:
+		d.runOne(ctx, calls[0])
+	default:
+		d.runPipelined(ctx, calls)
+	}
+}
+
+// runOne sends one call without a pipeline, the fast path for a lone lock
+// operation: EVALSHA, and EVAL only when the server lost the script.
+func (d *Driver) runOne(ctx context.Context, c *driver.Call) {
+	res, err := d.rdb.EvalSha(ctx, c.Script.Hash(), c.Keys, c.Args...).Result()
+	if isNoScript(err) {
+		res, err = d.rdb.Eval(ctx, c.Script.Source(), c.Keys, c.Args...).Result()
+	}
+	c.Reply, c.Err = normalize(res, err)
+}
+
+// runPipelined sends all calls in one pipeline (go-redis splits it per node
+// on Cluster), each followed by its WAIT when asked; calls that met NOSCRIPT
+// are sent again with EVAL in a second pipeline.
+func (d *Driver) runPipelined(ctx context.Context, calls []*driver.Call) {
+	pending := calls
+	for attempt := 0; len(pending) > 0 && attempt < 2; attempt++ {
+		pipe := d.rdb.Pipeline()
+		cmds := make([]*redis.Cmd, len(pending))
+		waits := make([]*redis.Cmd, len(pending))
+		for i, c := range pending {
+			if attempt == 0 {
+				cmds[i] = pipe.EvalSha(ctx, c.Script.Hash(), c.Keys, c.Args...)
+			} else {
+				cmds[i] = pipe.Eval(ctx, c.Script.Source(), c.Keys, c.Args...)
+			}
+			if c.Replicas > 0 {
+				waits[i] = pipe.Do(ctx, "wait", c.Replicas, c.ReplicaTimeout.Milliseconds())
+			}
+		}
+		_, _ = pipe.Exec(ctx) // each command carries its own error
+		var retry []*driver.Call
+		for i, c := range pending {
+			res, err := cmds[i].Result()
+			if attempt == 0 && isNoScript(err) {
+				retry = append(retry, c)
+				continue
+			}
+			c.Reply, c.Err = normalize(res, err)
+			if waits[i] != nil && c.Err == nil {
+				n, werr := waits[i].Int()
+				c.Acked, c.Err = n, werr
+			}
+		}
+		pending = retry
+	}
+}
+
+func isNoScript(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// normalize turns go-redis results into the driver's conventions: a nil
+// reply is not an error, and server error replies are *driver.ReplyError.
+func normalize(res any, err error) (any, error) {
+	if err == nil {
+		return res, nil
+	}
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) && !isNetworkError(err) {
+		return nil, &driver.ReplyError{Msg: err.Error(), Err: err}
+	}
+	return nil, err
+}
+
+// isNetworkError reports whether err comes from the connection rather than
+// from the server: go-redis marks a few of its own errors with RedisError too.
+func isNetworkError(err error) bool {
+	var nerr interface{ Timeout() bool }
+	return errors.As(err, &nerr)
+}

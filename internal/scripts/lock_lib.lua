@@ -1,0 +1,91 @@
+-- lock_lib.lua: helpers shared by the queued-lock scripts. It is prepended
+-- to each script that needs it (see scripts.go), so every script stays one
+-- self-contained EVAL body.
+--
+-- A lock N keeps these keys, all under one hash tag:
+--   lock    string   the holder's owner value, always with a PX expiry
+--   fence   string   the last fencing token issued for N, with a long expiry
+--   queue   zset     waiting owners, scored by arrival time (server µs)
+--   waiters hash     owner -> "<lease expiry, server ms> <grant px>"
+-- Numbers that can exceed 14 digits are formatted with %.0f: Lua's default
+-- number formatting would print them in exponent notation.
+
+-- dlock_now_us returns the server's clock in microseconds.
+local function dlock_now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- dlock_issue_fence returns the next fencing token: one more than the last,
+-- and never below the server clock in µs, so the sequence stays increasing
+-- even after the counter key has expired.
+local function dlock_issue_fence(fence_key, now_us, retention_ms)
+  local last = tonumber(redis.call('GET', fence_key) or '0')
+  if last == nil then
+    error({err = 'DLOCK_CONFLICT the fencing key ' .. fence_key .. ' does not hold a number'})
+  end
+  local token = math.max(last + 1, now_us)
+  redis.call('SET', fence_key, string.format('%.0f', token), 'PX', retention_ms)
+  return token
+end
+
+-- dlock_last_fence returns the last fencing token issued, or 0.
+local function dlock_last_fence(fence_key)
+  return tonumber(redis.call('GET', fence_key) or '0') or 0
+end
+
+-- dlock_dequeue removes owner from the wait queue, if it is there.
+local function dlock_dequeue(queue_key, waiters_key, owner)
+  if redis.call('ZREM', queue_key, owner) == 1 then
+    redis.call('HDEL', waiters_key, owner)
+  end
+end
+
+-- dlock_live_head returns the first waiter whose lease has not expired and
+-- the px it asked to be granted with, dropping expired waiters on the way;
+-- nil when nobody waits.
+local function dlock_live_head(queue_key, waiters_key, now_ms)
+  while true do
+    local head = redis.call('ZRANGE', queue_key, 0, 0)
+    if #head == 0 then
+      return nil
+    end
+    local entry = redis.call('HGET', waiters_key, head[1])
+    if entry then
+      local expiry, px = string.match(entry, '^(%d+) (%d+)$')
+      if expiry and tonumber(expiry) > now_ms then
+        return head[1], px
+      end
+    end
+    redis.call('ZREM', queue_key, head[1])
+    redis.call('HDEL', waiters_key, head[1])
+  end
+end
+
+-- dlock_grant hands the lock to a waiter: the waiter leaves the queue, owns
+-- the key for px ms (its claim window, extended by the waiter once it hears
+-- of the grant) and is told on the lock's channel as "<fence> <px> <owner>".
+local function dlock_grant(lock_key, fence_key, queue_key, waiters_key, owner, px, now_us, retention_ms, publish, channel)
+  redis.call('ZREM', queue_key, owner)
+  redis.call('HDEL', waiters_key, owner)
+  redis.call('SET', lock_key, owner, 'PX', px)
+  local token = dlock_issue_fence(fence_key, now_us, retention_ms)
+  redis.call(publish, channel, string.format('%.0f', token) .. ' ' .. px .. ' ' .. owner)
+  return token
+end
+
+-- dlock_enqueue adds owner to the wait queue, or renews its lease there, and
+-- returns its 1-based position.
+local function dlock_enqueue(queue_key, waiters_key, owner, now_us, lease_ms, grant_px)
+  if not redis.call('ZSCORE', queue_key, owner) then
+    redis.call('ZADD', queue_key, string.format('%.0f', now_us), owner)
+  end
+  local expiry = math.floor(now_us / 1000) + tonumber(lease_ms)
+  redis.call('HSET', waiters_key, owner, string.format('%.0f', expiry) .. ' ' .. grant_px)
+  -- The queue keys live as long as the longest lease in them may.
+  if redis.call('PTTL', queue_key) < tonumber(lease_ms) then
+    redis.call('PEXPIRE', queue_key, lease_ms)
+    redis.call('PEXPIRE', waiters_key, lease_ms)
+  end
+  return redis.call('ZRANK', queue_key, owner) + 1
+end

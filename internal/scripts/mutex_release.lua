@@ -1,0 +1,23 @@
+-- mutex_release.lua: release the lock, handing it to the next live waiter;
+-- also how a waiter that gives up leaves the queue.
+-- KEYS: 1 lock, 2 fence, 3 queue, 4 waiters (see lock_lib.lua)
+-- ARGV: 1 owner value, 2 fence retention ms, 3 publish command, 4 channel
+-- Returns: {0}: owner does not hold the lock (its queue entry, if any, is gone);
+--          {1}: released, nobody waiting;
+--          {2, fence, px, next}: handed over to the waiter `next`, with its
+--          fencing token and claim window.
+local owner = ARGV[1]
+dlock_dequeue(KEYS[3], KEYS[4], owner)
+if redis.call('GET', KEYS[1]) ~= owner then
+  return {0}
+end
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  local now_us = dlock_now_us()
+  local head, px = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000))
+  if head then
+    local token = dlock_grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head, px, now_us, ARGV[2], ARGV[3], ARGV[4])
+    return {2, token, tonumber(px), head}
+  end
+end
+redis.call('DEL', KEYS[1])
+return {1}

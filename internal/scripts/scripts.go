@@ -1,0 +1,41 @@
+// Package scripts holds dlock's Lua scripts, one operation per .lua file,
+// each opening with its KEYS, ARGV and Returns contract.
+//
+// Scripts that share helpers get lock_lib.lua prepended at package init, so
+// each remains one self-contained body for EVALSHA/EVAL.
+package scripts
+
+import (
+	_ "embed"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+var (
+	//go:embed lock_lib.lua
+	lockLib string
+	//go:embed mutex_acquire.lua
+	mutexAcquire string
+	//go:embed mutex_release.lua
+	mutexRelease string
+	//go:embed owned_extend.lua
+	ownedExtend string
+	//go:embed owned_pttl.lua
+	ownedPTTL string
+)
+
+var (
+	// MutexAcquire takes a queued lock or joins its queue (mutex_acquire.lua).
+	MutexAcquire = withLib(lockLib, mutexAcquire)
+	// MutexRelease releases a queued lock with hand-off, or leaves its queue
+	// (mutex_release.lua).
+	MutexRelease = withLib(lockLib, mutexRelease)
+	// OwnedExtend re-arms an owned key's expiry (owned_extend.lua).
+	OwnedExtend = driver.NewScript(ownedExtend)
+	// OwnedPTTL reads an owned key's remaining time (owned_pttl.lua).
+	OwnedPTTL = driver.NewScript(ownedPTTL)
+)
+
+func withLib(lib, body string) *driver.Script {
+	return driver.NewScript(lib + "\n" + body)
+}

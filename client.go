@@ -1,0 +1,192 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/goredis"
+)
+
+// RedisClient is the part of a go-redis v9 client that dlock uses.
+// *redis.Client (standalone, or over Sentinel from redis.NewFailoverClient)
+// and *redis.ClusterClient implement it, and so do wrappers that add hooks
+// for tracing or metrics.
+type RedisClient interface {
+	redis.Scripter
+	Pipeline() redis.Pipeliner
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+var (
+	_ RedisClient = (*redis.Client)(nil)
+	_ RedisClient = (*redis.ClusterClient)(nil)
+)
+
+// Client creates locks on one Redis deployment and owns the machinery they
+// share: one pub/sub subscription that wakes every waiter, and one watchdog
+// that renews every held lease. Create one Client per process and deployment
+// and share it; it is safe for concurrent use. Close it when done.
+type Client struct {
+	drv    driver.Driver
+	cfg    config
+	notify *notifier
+	wd     *watchdog
+
+	cleanups  sync.WaitGroup // abandoned acquires being cleaned up
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+// New returns a Client over rdb, a go-redis v9 client. opts set the defaults
+// of every lock made by the Client. It returns ErrInvalidArgument for a nil
+// client or an invalid option; it sends nothing to Redis.
+//
+// The Client does not own rdb: Close does not close it.
+func New(rdb RedisClient, opts ...Option) (*Client, error) {
+	if isNilClient(rdb) {
+		return nil, invalidArgf("New: nil Redis client")
+	}
+	return NewWithDriver(goredis.New(rdb), opts...)
+}
+
+// NewWithDriver returns a Client that reaches Redis through d. It is how
+// adapters for other Redis client libraries plug in; see package driver.
+func NewWithDriver(d driver.Driver, opts ...Option) (*Client, error) {
+	if d == nil {
+		return nil, invalidArgf("NewWithDriver: nil driver")
+	}
+	cfg := defaultConfig()
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, invalidArgf("New: nil Option")
+		}
+		opt(&cfg)
+	}
+	if err := cfg.err(); err != nil {
+		return nil, fmt.Errorf("dlock: New: %w", err)
+	}
+	c := &Client{drv: d, cfg: cfg, closed: make(chan struct{})}
+	c.notify = newNotifier(c)
+	c.wd = newWatchdog(c)
+	return c, nil
+}
+
+func isNilClient(rdb RedisClient) bool {
+	switch c := rdb.(type) {
+	case nil:
+		return true
+	case *redis.Client:
+		return c == nil
+	case *redis.ClusterClient:
+		return c == nil
+	}
+	return false
+}
+
+// Close stops the Client's goroutines: the watchdog and the subscription.
+// Waits in progress end with ErrClosed, and Close waits (at most the release
+// timeout) for them to leave their queues. Leases still held stop being renewed:
+// their Done channels close with ErrLockLost, and their keys expire one TTL
+// after the last renewal (Close does not release them, because their holders
+// may still be working; Unlock them first). Close is idempotent and always
+// returns nil.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		close(c.closed)
+		c.cleanups.Wait()
+		c.wd.close()
+		c.notify.close()
+	})
+	return nil
+}
+
+func (c *Client) checkOpen() error {
+	select {
+	case <-c.closed:
+		return ErrClosed
+	default:
+		return nil
+	}
+}
+
+// Mutex returns the mutual-exclusion lock called name. opts override the
+// Client's defaults for this lock. It sends nothing and never fails: an
+// invalid name or option is reported by the first TryLock or Lock. A Mutex is
+// a cheap, immutable descriptor, safe for concurrent use; any number of them
+// may name the same lock.
+func (c *Client) Mutex(name string, opts ...Option) *Mutex {
+	cfg := c.cfg
+	cfg.errs = nil
+	for _, opt := range opts {
+		if opt == nil {
+			cfg.fail(invalidArgf("Mutex(%q): nil Option", name))
+			continue
+		}
+		opt(&cfg)
+	}
+	m := &Mutex{c: c, name: name, cfg: cfg}
+	if err := checkName(name); err != nil {
+		m.err = fmt.Errorf("dlock: Mutex: %w", err)
+	} else if err := cfg.err(); err != nil {
+		m.err = fmt.Errorf("dlock: Mutex(%q): %w", name, err)
+	}
+	m.keys = newLockKeys(cfg.keyPrefix, name)
+	return m
+}
+
+// Do runs fn while holding the lock called name: it waits for the lock (like
+// Mutex.Lock), runs fn with a context that is cancelled, with cause
+// ErrLockLost, if the lock is lost, and always releases the lock, even when
+// ctx is cancelled or fn panics. It returns fn's error; when the lock was lost
+// the error also matches ErrLockLost, and when the release failed it carries
+// that failure too. When the lock is not obtained, fn does not run and the
+// error matches ErrNotObtained.
+func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) (err error) {
+	if fn == nil {
+		return invalidArgf("Do(%q): nil function", name)
+	}
+	lease, err := c.Mutex(name, opts...).Lock(ctx)
+	if err != nil {
+		return err
+	}
+	fnCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	lease.onLoss(cancel)
+
+	defer func() {
+		unlockErr := lease.Unlock(ctx)
+		lost := lease.lossErr()
+		if lost != nil && errors.Is(unlockErr, ErrNotHeld) {
+			unlockErr = nil // the loss says it already
+		}
+		if lost != nil && errors.Is(err, ErrLockLost) {
+			lost = nil // fn returned the loss itself
+		}
+		err = joinErrors(err, lost, unlockErr)
+	}()
+	return fn(fnCtx)
+}
+
+// joinErrors is errors.Join that returns a lone error unchanged, keeping its
+// message free of Join's line breaks.
+func joinErrors(errs ...error) error {
+	var kept []error
+	for _, err := range errs {
+		if err != nil {
+			kept = append(kept, err)
+		}
+	}
+	switch len(kept) {
+	case 0:
+		return nil
+	case 1:
+		return kept[0]
+	}
+	return errors.Join(kept...)
+}

@@ -1,0 +1,89 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+func TestDoRunsUnderTheLockAndReleases(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := newClient(t, srv)
+	name := t.Name()
+	ctx := testCtx(t)
+	errFn := errors.New("fn failed")
+	err := c.Do(ctx, name, func(ctx context.Context) error {
+		if _, err := c.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("inside Do the lock is not held: %v", err)
+		}
+		return errFn
+	})
+	if !errors.Is(err, errFn) {
+		t.Fatalf("Do returned %v, want fn's error", err)
+	}
+	if n := srv.Client(t).Exists(ctx, lockKey(name)).Val(); n != 0 {
+		t.Error("Do did not release the lock")
+	}
+}
+
+func TestDoCancelsFnWhenTheLockIsLost(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := newClient(t, srv)
+	name := t.Name()
+	ctx := testCtx(t)
+	err := c.Do(ctx, name, func(ctx context.Context) error {
+		srv.Client(t).Del(ctx, lockKey(name))
+		select {
+		case <-ctx.Done():
+			if !errors.Is(context.Cause(ctx), dlock.ErrLockLost) {
+				t.Errorf("fn's context cause = %v, want ErrLockLost", context.Cause(ctx))
+			}
+			return nil
+		case <-time.After(30 * time.Second):
+			t.Error("fn's context was not cancelled after the lock was lost")
+			return nil
+		}
+	}, dlock.WithTTL(300*time.Millisecond))
+	if !errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("Do returned %v, want ErrLockLost", err)
+	}
+}
+
+func TestDoReleasesWhenFnPanics(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := newClient(t, srv)
+	name := t.Name()
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the panic did not propagate")
+			}
+		}()
+		_ = c.Do(testCtx(t), name, func(context.Context) error { panic("boom") })
+	}()
+	if n := srv.Client(t).Exists(context.Background(), lockKey(name)).Val(); n != 0 {
+		t.Error("the lock stayed held after fn panicked")
+	}
+}
+
+func TestDoWhenNotObtained(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := newClient(t, srv)
+	name := t.Name()
+	hold := mustLock(t, c, name)
+	defer hold.Unlock(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	ran := false
+	err := c.Do(ctx, name, func(context.Context) error { ran = true; return nil })
+	if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("got %v, want ErrNotObtained and DeadlineExceeded", err)
+	}
+	if ran {
+		t.Error("fn ran without the lock")
+	}
+}

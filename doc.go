@@ -1,0 +1,92 @@
+// Package dlock provides distributed locks on Redis for services that run as
+// many replicas and need "exactly one of us does this now".
+//
+// # Quick start
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+//	c, err := dlock.New(rdb)
+//	if err != nil { ... }
+//	defer c.Close()
+//
+//	err = c.Do(ctx, "orders:1001", func(ctx context.Context) error {
+//		// Only one process runs this at a time. ctx is cancelled if the
+//		// lock is lost.
+//		return process(ctx, 1001)
+//	})
+//
+// Or hold a lease explicitly:
+//
+//	lease, err := c.Mutex("orders:1001").Lock(ctx) // waits; TryLock does not
+//	if err != nil { ... }
+//	defer lease.Unlock(ctx)
+//	store.Write(ctx, data, lease.Token()) // fenced write, see below
+//
+// # What a lock guarantees, and what it cannot
+//
+// A lock is a key holding the owner's random 128-bit token with an expiry
+// (the TTL). At any moment at most one owner's token is in the key, so on one
+// Redis server two holders are never granted the same lock at once; release
+// and renewal compare the token atomically, so a lease never releases or
+// extends a lock that passed to someone else, and a lost lock is never
+// re-created by its old holder. Nothing stays locked forever: every key has
+// an expiry, and a crashed holder's lock frees itself within one TTL.
+//
+// A TTL lock cannot promise that its holder still holds it while it works.
+// A process can pause (GC, swapping, a stopped VM) or lose the network for
+// longer than the TTL; the lock expires, another process takes it, and the
+// paused one wakes up believing it still holds it. The watchdog (on by
+// default) renews the lock every TTL/3 and closes Lease.Done as soon as a
+// renewal fails or the local validity deadline passes (acquire time + TTL −
+// drift, on the monotonic clock), but no signal can reach a process that is
+// not running. Replication adds a second gap: Redis replicates
+// asynchronously, so after a failover the new master may not know a lock
+// the old one granted (the README compares the deployments).
+//
+// Fencing tokens close the gap for resources that can check them. Every
+// grant of a lock carries a token (Lease.Token) that is strictly larger than
+// every earlier token of the same name. Pass it with every read and write to
+// the protected resource, and have the resource reject any token lower than
+// the highest it has seen, e.g. in SQL:
+//
+//	UPDATE stock SET qty = $1, fence = $2 WHERE id = $3 AND fence < $2
+//
+// A paused holder that wakes up with an old token is then refused instead of
+// overwriting its successor's work.
+//
+// # Key layout
+//
+// With the default prefix "dlock:", the lock named N uses these keys, all
+// sharing the Cluster hash tag {N} so that one script can touch them
+// together on Redis Cluster:
+//
+//	dlock:{N}          the holder's owner value ("<128-bit hex>;<owner info>") with PX expiry
+//	dlock:{N}:fence    the last fencing token issued (expires an hour after the last grant)
+//	dlock:{N}:q        waiters in arrival order (sorted set, scored by server time)
+//	dlock:{N}:w        each waiter's lease in the queue (hash)
+//
+// Release notifications are published on the channel dlock:{N}. Change the
+// prefix with WithKeyPrefix. Names may not be empty, longer than MaxNameLen,
+// or contain '}'.
+//
+// # Waiting
+//
+// Waiters queue in Redis in arrival order. Unlock hands the lock straight to
+// the first live waiter and tells it through the Client's one shared pub/sub
+// subscription, so a waiter holds the lock within a round trip of the
+// release, and no newcomer can barge in between. Waiters also refresh their
+// place in the queue every WithWaiterLease/3 and look again when the
+// holder's key expires, so a lost message or a crashed holder costs latency,
+// never a hang. SpinWait replaces pub/sub with polling for deployments that
+// have none.
+//
+// # Errors
+//
+// Errors match the sentinels with errors.Is and carry the lock name and the
+// details: ErrNotObtained (held by someone else; joined with the context's
+// error when a wait ends by ctx), ErrNotHeld (the lease no longer owns the
+// key), ErrLockLost (lost while held, with the reason), ErrInvalidArgument
+// (rejected before anything was sent), ErrKeyConflict (the key holds
+// something dlock did not write; it is never modified), ErrClosed. Failures
+// to reach Redis are returned wrapped, and never match ErrNotObtained, so
+// contention, timeouts and outages can be told apart.
+package dlock

@@ -1,0 +1,147 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// Errors returned by dlock. Test for them with errors.Is: the returned errors
+// wrap them with the lock's name and the details of what happened.
+var (
+	// ErrNotObtained means the lock is held by someone else: TryLock found it
+	// taken, or Lock's wait ended first. When the wait ended because of its
+	// context, the error also matches the context's error
+	// (context.DeadlineExceeded or context.Canceled).
+	ErrNotObtained = errors.New("dlock: not obtained")
+
+	// ErrNotHeld means the lease no longer owns its key: the key expired,
+	// was released or force-released, or belongs to another owner now.
+	ErrNotHeld = errors.New("dlock: not held")
+
+	// ErrLockLost means a lease was lost while held: a renewal found the key
+	// gone or taken over, or the local validity deadline passed without a
+	// successful renewal (Redis unreachable). Lease.Err and Client.Do wrap it
+	// with the reason.
+	ErrLockLost = errors.New("dlock: lock lost")
+
+	// ErrInvalidArgument means a name, option or argument was rejected before
+	// anything was sent to Redis.
+	ErrInvalidArgument = errors.New("dlock: invalid argument")
+
+	// ErrKeyConflict means a lock's key holds something dlock did not write:
+	// a value of another type (a list, a hash, ...) or a string without an
+	// expiry. dlock never modifies such a key; choose another name or key
+	// prefix, or delete the key if it is stale.
+	ErrKeyConflict = errors.New("dlock: key conflict")
+
+	// ErrClosed means the Client was closed.
+	ErrClosed = errors.New("dlock: client closed")
+)
+
+// invalidArgf returns an ErrInvalidArgument with a message saying what was
+// wrong and what is accepted.
+func invalidArgf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
+}
+
+// notObtainedError is returned when an acquire ends without the lock. It
+// matches ErrNotObtained and, through Unwrap, the context's error and the
+// last error Redis returned while waiting.
+type notObtainedError struct {
+	name      string
+	holderTTL time.Duration // the holder's remaining time when last seen; 0 unknown
+	waited    time.Duration // 0 for TryLock
+	ctxErr    error         // why the wait ended, if it was the context
+	cause     error         // context.Cause, when it differs from ctxErr
+	last      error         // the last transient failure seen while waiting
+}
+
+func (e *notObtainedError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "dlock: %q not obtained", e.name)
+	if e.waited > 0 {
+		fmt.Fprintf(&b, " after waiting %v", e.waited.Round(time.Millisecond))
+	}
+	if e.ctxErr != nil {
+		fmt.Fprintf(&b, ": %v", e.ctxErr)
+		if e.cause != nil {
+			fmt.Fprintf(&b, " (%v)", e.cause)
+		}
+	}
+	if e.holderTTL > 0 {
+		fmt.Fprintf(&b, ": held by another owner for %v more", e.holderTTL.Round(time.Millisecond))
+	}
+	if e.last != nil {
+		fmt.Fprintf(&b, "; last error: %v", e.last)
+	}
+	return b.String()
+}
+
+func (e *notObtainedError) Is(target error) bool { return target == ErrNotObtained }
+
+func (e *notObtainedError) Unwrap() []error {
+	var errs []error
+	for _, err := range []error{e.ctxErr, e.cause, e.last} {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// waitEnded builds the error for a wait that ctx (or Close) ended.
+func waitEnded(ctx context.Context, name string, began time.Time, holderTTL time.Duration, last error) error {
+	e := &notObtainedError{name: name, waited: time.Since(began), holderTTL: holderTTL, last: last, ctxErr: ctx.Err()}
+	if cause := context.Cause(ctx); cause != nil && cause != e.ctxErr {
+		e.cause = cause
+	}
+	return e
+}
+
+// redisError wraps a failed call to Redis for operation op on name, turning
+// replies that show a foreign key into ErrKeyConflict.
+func redisError(op, name string, err error) error {
+	var rerr *driver.ReplyError
+	if errors.As(err, &rerr) && isConflictReply(rerr.Msg) {
+		return fmt.Errorf("dlock: %s %q: %w: %s (dlock did not write this key and leaves it untouched: use another name or key prefix, or delete the key if it is stale)",
+			op, name, ErrKeyConflict, conflictDetail(rerr.Msg))
+	}
+	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
+}
+
+func isConflictReply(msg string) bool {
+	return strings.HasPrefix(msg, "WRONGTYPE") || strings.HasPrefix(msg, "DLOCK_CONFLICT")
+}
+
+// conflictDetail trims Redis's script location suffix and our marker.
+func conflictDetail(msg string) string {
+	msg = strings.TrimPrefix(msg, "DLOCK_CONFLICT ")
+	if i := strings.Index(msg, " script: "); i >= 0 {
+		msg = msg[:i]
+	}
+	return msg
+}
+
+// isTransient reports whether err is worth retrying while a Lock waits:
+// connection failures and the replies a server gives while it loads data,
+// fails over or reshards. Other error replies are permanent.
+func isTransient(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var rerr *driver.ReplyError
+	if errors.As(err, &rerr) {
+		for _, prefix := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "MOVED", "ASK", "NOREPLICAS"} {
+			if strings.HasPrefix(rerr.Msg, prefix) {
+				return true
+			}
+		}
+		return false
+	}
+	return true
+}

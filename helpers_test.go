@@ -1,0 +1,94 @@
+package dlock_test
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// newClient returns a dlock Client with its own connection pool, as a
+// separate process would have, closed when the test ends.
+func newClient(t testing.TB, srv *redistest.Server, opts ...dlock.Option) *dlock.Client {
+	t.Helper()
+	c, err := dlock.New(srv.Client(t), opts...)
+	if err != nil {
+		t.Fatalf("dlock.New: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// lockKey is the key of lock name under the default prefix.
+func lockKey(name string) string { return "dlock:{" + name + "}" }
+
+// testCtx returns a context that ends well after anything a test should need.
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// commandCounter is a go-redis hook that counts what a client sends,
+// including dials, to prove that rejected input sends nothing.
+type commandCounter struct{ n atomic.Int64 }
+
+func (h *commandCounter) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		h.n.Add(1)
+		return next(ctx, network, addr)
+	}
+}
+
+func (h *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// countingClient returns a go-redis client for srv that counts its commands.
+func countingClient(t testing.TB, srv *redistest.Server) (*redis.Client, *commandCounter) {
+	rdb := srv.Client(t)
+	h := &commandCounter{}
+	rdb.AddHook(h)
+	return rdb, h
+}
+
+// mustLock takes name on c or fails the test.
+func mustLock(t testing.TB, c *dlock.Client, name string, opts ...dlock.Option) *dlock.Lease {
+	t.Helper()
+	l, err := c.Mutex(name, opts...).Lock(testCtx(t))
+	if err != nil {
+		t.Fatalf("Lock(%q): %v", name, err)
+	}
+	return l
+}
+
+// waitDone waits for a lease's Done channel, failing after limit.
+func waitDone(t testing.TB, l *dlock.Lease, limit time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	select {
+	case <-l.Done():
+		return time.Since(start)
+	case <-time.After(limit):
+		t.Fatalf("lease of %q still not done after %v", l.Name(), limit)
+		return 0
+	}
+}

@@ -1,0 +1,172 @@
+package dlock
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+func TestParseGrant(t *testing.T) {
+	cases := []struct {
+		payload string
+		ok      bool
+		fence   int64
+		px      time.Duration
+		owner   string
+	}{
+		{"1795286337723686 3000 abc;host=h pid=1", true, 1795286337723686, 3 * time.Second, "abc;host=h pid=1"},
+		{"7 1 o", true, 7, time.Millisecond, "o"},
+		{"7 0 o", false, 0, 0, ""},      // a grant without a claim window is invalid
+		{"7 1 ", false, 0, 0, ""},       // no owner
+		{"x 1 o", false, 0, 0, ""},      // not a number
+		{"wake", false, 0, 0, ""},       // a plain wake-up
+		{"", false, 0, 0, ""},           // empty
+		{"1 -5 owner", false, 0, 0, ""}, // negative px
+	}
+	for _, c := range cases {
+		fence, px, owner, ok := parseGrant(c.payload)
+		if ok != c.ok || fence != c.fence || px != c.px || owner != c.owner {
+			t.Errorf("parseGrant(%q) = %d, %v, %q, %v; want %d, %v, %q, %v",
+				c.payload, fence, px, owner, ok, c.fence, c.px, c.owner, c.ok)
+		}
+	}
+}
+
+func TestSpinDelayGrowsWithJitterWithinBounds(t *testing.T) {
+	s := newSpinDelay(SpinWait(2*time.Millisecond, 50*time.Millisecond))
+	step := 2 * time.Millisecond
+	for i := 0; i < 20; i++ {
+		d := s.next()
+		if d < step/2 || d > step {
+			t.Fatalf("delay %d = %v, want within [%v, %v]", i, d, step/2, step)
+		}
+		if step *= 2; step > 50*time.Millisecond {
+			step = 50 * time.Millisecond
+		}
+	}
+	if newSpinDelay(NotifyWait()) != nil {
+		t.Error("NotifyWait has no spin delay")
+	}
+}
+
+func TestPollDelay(t *testing.T) {
+	c := &Client{}
+	cfg := defaultConfig() // waiter lease 3s: refresh every 1s
+	cases := []struct {
+		holderTTL time.Duration
+		min, max  time.Duration
+	}{
+		{30 * time.Second, time.Second, 1100 * time.Millisecond},                 // refresh before the lease ends
+		{200 * time.Millisecond, 201 * time.Millisecond, 222 * time.Millisecond}, // look when the holder's key expires
+		{0, time.Second, 1100 * time.Millisecond},
+	}
+	for _, tc := range cases {
+		for i := 0; i < 100; i++ {
+			if d := c.pollDelay(&cfg, tc.holderTTL, nil); d < tc.min || d > tc.max {
+				t.Fatalf("pollDelay(holder %v) = %v, want within [%v, %v]", tc.holderTTL, d, tc.min, tc.max)
+			}
+		}
+	}
+	spin := newSpinDelay(SpinWait(time.Minute, time.Minute))
+	if d := c.pollDelay(&cfg, 0, spin); d != time.Second {
+		t.Errorf("a spin delay longer than the lease refresh: got %v, want the refresh (1s)", d)
+	}
+}
+
+func TestValidityAndRenewalSchedule(t *testing.T) {
+	base := time.Now()
+	cases := []struct {
+		name       string
+		ttl, px    time.Duration
+		autoRenew  bool
+		maxHold    time.Duration
+		wantValid  time.Duration // validUntil - from
+		wantRenew  time.Duration // nextRenew - from; -1 for none
+		wantCapped bool
+	}{
+		{"full grant renews at a third", 30 * time.Second, 30 * time.Second, true, 0, 30*time.Second - 302*time.Millisecond, 10 * time.Second, false},
+		{"claim window renews at once", 30 * time.Second, 3 * time.Second, true, 0, 3*time.Second - 32*time.Millisecond, 0, false},
+		{"no auto-renew", 30 * time.Second, 30 * time.Second, false, 0, 30*time.Second - 302*time.Millisecond, -1, false},
+		{"grant reaching the hold cap", 30 * time.Second, 5 * time.Second, true, 5 * time.Second, 5*time.Second - 52*time.Millisecond, -1, true},
+	}
+	for _, c := range cases {
+		l := &Lease{ttl: c.ttl, autoRenew: c.autoRenew}
+		if c.maxHold > 0 {
+			l.holdUntil = base.Add(c.maxHold)
+		}
+		l.applyValidityLocked(base, c.px)
+		if got := l.validUntil.Sub(base); got != c.wantValid {
+			t.Errorf("%s: validity %v, want %v", c.name, got, c.wantValid)
+		}
+		gotRenew := time.Duration(-1)
+		if !l.nextRenew.IsZero() {
+			gotRenew = l.nextRenew.Sub(base)
+		}
+		if gotRenew != c.wantRenew {
+			t.Errorf("%s: next renewal at %v, want %v", c.name, gotRenew, c.wantRenew)
+		}
+		if l.capped != c.wantCapped {
+			t.Errorf("%s: capped %v, want %v", c.name, l.capped, c.wantCapped)
+		}
+	}
+	// An older result never overwrites a newer one.
+	l := &Lease{ttl: time.Second, autoRenew: true}
+	l.applyValidityLocked(base.Add(time.Second), time.Second)
+	l.applyValidityLocked(base, 10*time.Second)
+	if l.validFrom != base.Add(time.Second) {
+		t.Error("a stale renewal overwrote a newer validity")
+	}
+}
+
+func TestCheckName(t *testing.T) {
+	for name, ok := range map[string]bool{
+		"orders:1001": true,
+		"a{b":         true, // a '{' inside the tag is harmless
+		"with space":  true,
+		"":            false,
+		"a}b":         false,
+		"}":           false,
+	} {
+		if err := checkName(name); (err == nil) != ok || (err != nil && !errors.Is(err, ErrInvalidArgument)) {
+			t.Errorf("checkName(%q) = %v, want ok=%v", name, err, ok)
+		}
+	}
+}
+
+func TestIsTransient(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"LOADING Redis is loading the dataset in memory":                    true,
+		"READONLY You can't write against a read only replica.":             true,
+		"TRYAGAIN Multiple keys request during rehashing of slot":           true,
+		"WRONGTYPE Operation against a key holding the wrong kind of value": false,
+		"NOAUTH Authentication required.":                                   false,
+	} {
+		if got := isTransient(&driver.ReplyError{Msg: msg}); got != want {
+			t.Errorf("isTransient(%q) = %v, want %v", msg, got, want)
+		}
+	}
+	if !isTransient(errors.New("dial tcp: connection refused")) {
+		t.Error("a connection failure is transient")
+	}
+}
+
+func TestOwnerValues(t *testing.T) {
+	a, err := newOwner("host=h pid=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := newOwner("host=h pid=1")
+	if a == b {
+		t.Fatal("two owner values are equal")
+	}
+	id, info := splitOwner(a)
+	if len(id) != ownerIDLen || info != "host=h pid=1" {
+		t.Errorf("splitOwner(%q) = %q, %q", a, id, info)
+	}
+	bare, _ := newOwner("")
+	if len(bare) != ownerIDLen {
+		t.Errorf("owner without info %q has length %d", bare, len(bare))
+	}
+}

@@ -1,0 +1,46 @@
+package dlock
+
+import (
+	"strings"
+)
+
+// lockKeys names the keys of one queued lock. Every key of name N is
+// "<prefix>{N}<suffix>": the braces make N the Cluster hash tag, so all of
+// them live in one slot and one script can touch them together. The
+// notification channel is the lock key itself (channels and keys are
+// separate namespaces in Redis), so it hashes to the same slot for SPUBLISH.
+type lockKeys struct {
+	lock    string // the holder's owner value, with PX
+	fence   string // last fencing token issued
+	queue   string // waiting owners by arrival
+	waiters string // waiting owners' leases
+	all     []string
+}
+
+func newLockKeys(prefix, name string) lockKeys {
+	base := prefix + "{" + name + "}"
+	k := lockKeys{
+		lock:    base,
+		fence:   base + ":fence",
+		queue:   base + ":q",
+		waiters: base + ":w",
+	}
+	k.all = []string{k.lock, k.fence, k.queue, k.waiters}
+	return k
+}
+
+func (k *lockKeys) channel() string { return k.lock }
+
+// checkName validates a lock name before anything is sent.
+func checkName(name string) error {
+	switch {
+	case name == "":
+		return invalidArgf("empty lock name")
+	case len(name) > MaxNameLen:
+		return invalidArgf("lock name of %d bytes is longer than %d", len(name), MaxNameLen)
+	case strings.Contains(name, "}"):
+		// "a}b" would make the hash tag "a" for some keys of the lock only.
+		return invalidArgf("lock name %q contains '}', which would break the Cluster hash tag", name)
+	}
+	return nil
+}

@@ -1,0 +1,330 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// holder is the lock side of a lease: how to renew, release and read what
+// the lease holds. Each primitive implements it once.
+type holder interface {
+	lockName() string
+	// renewCalls returns the calls that re-arm the hold for px: one for a
+	// lock on one slot, one per slot for a lock spanning several.
+	renewCalls(owner string, px time.Duration) []*driver.Call
+	// renewResult interprets finished renewCalls: nil when renewed,
+	// ErrNotHeld when the hold is no longer owner's, or the failure.
+	renewResult(calls []*driver.Call) error
+	// release gives the hold up: nil when released, ErrNotHeld when it was
+	// not owner's any more, or the failure.
+	release(ctx context.Context, owner string) error
+	// remaining returns the hold's remaining time on the server, or
+	// ErrNotHeld.
+	remaining(ctx context.Context, owner string) (time.Duration, error)
+}
+
+type leaseState uint8
+
+const (
+	leaseHeld leaseState = iota
+	leaseUnlocking
+	leaseReleased
+)
+
+var errReleased = fmt.Errorf("%w: released by Unlock", ErrNotHeld)
+
+// Lease is a held lock, returned by a successful TryLock or Lock. It stays
+// valid until Unlock, or until it is lost: then Done closes and Err says why.
+// While auto-renew is on (the default) the Client's watchdog renews it every
+// TTL/3. A Lease is safe for concurrent use. The holder must call Unlock
+// (Client.Do does it for you); a lease that is never unlocked expires one TTL
+// after its last renewal.
+type Lease struct {
+	c     *Client
+	h     holder
+	cfg   *config
+	owner string
+	token int64
+	done  chan struct{}
+
+	// Guarded by c.wd.mu.
+	ttl        time.Duration
+	autoRenew  bool
+	holdUntil  time.Time // zero: no cap on the total hold
+	validFrom  time.Time // start of the request that set validUntil
+	validUntil time.Time // local validity deadline, on the monotonic clock
+	nextRenew  time.Time // zero: no renewal planned
+	renewing   chan struct{}
+	capped     bool  // the current grant reaches holdUntil: no more renewals
+	lastErr    error // the last renewal failure
+	state      leaseState
+	err        error // non-nil once lost
+	doneClosed bool
+	lossFuncs  []func(error)
+	heapIndex  int
+	eventAt    time.Time
+}
+
+// Name returns the name of the lock the lease holds.
+func (l *Lease) Name() string { return l.h.lockName() }
+
+// Token returns the lease's fencing token. Tokens of one lock name strictly
+// increase with every grant, so a resource that remembers the highest token
+// it has seen can refuse a holder whose lease has already passed to someone
+// else (see the package documentation).
+func (l *Lease) Token() int64 { return l.token }
+
+// Done returns a channel that is closed when the lease ends: when the lock is
+// lost, or after Unlock.
+func (l *Lease) Done() <-chan struct{} { return l.done }
+
+// Err returns nil while the lease is held. Once the lock is lost it returns
+// an error matching ErrLockLost that says why; after Unlock, one matching
+// ErrNotHeld.
+func (l *Lease) Err() error {
+	l.c.wd.mu.Lock()
+	defer l.c.wd.mu.Unlock()
+	switch {
+	case l.err != nil:
+		return l.err
+	case l.state == leaseReleased:
+		return errReleased
+	}
+	return nil
+}
+
+// lossErr returns the loss, or nil if the lease was not lost.
+func (l *Lease) lossErr() error {
+	l.c.wd.mu.Lock()
+	defer l.c.wd.mu.Unlock()
+	return l.err
+}
+
+// onLoss arranges for f to be called with the loss error if the lease is
+// lost; at once if it already was.
+func (l *Lease) onLoss(f func(error)) {
+	l.c.wd.mu.Lock()
+	if err := l.err; err != nil {
+		l.c.wd.mu.Unlock()
+		f(err)
+		return
+	}
+	l.lossFuncs = append(l.lossFuncs, f)
+	l.c.wd.mu.Unlock()
+}
+
+// Unlock releases the lock and ends the lease. It first stops renewal and
+// waits for a renewal in flight, so no renewal can follow the release. It
+// runs detached from ctx's cancellation (bounded by WithReleaseTimeout), so
+// a request whose context is already cancelled still releases its lock. It
+// returns ErrNotHeld if the lock had expired or was taken over (another
+// owner's key is never touched), or if the lease was already unlocked. When
+// waiters are queued the lock passes straight to the first of them.
+func (l *Lease) Unlock(ctx context.Context) error {
+	name := l.Name()
+	if err := l.c.wd.beginUnlock(l); err != nil {
+		return fmt.Errorf("dlock: Unlock %q: %w", name, err)
+	}
+	rctx, cancel := detach(ctx, l.cfg.releaseTimeout)
+	defer cancel()
+	err := l.h.release(rctx, l.owner)
+	l.c.wd.endUnlock(l, err)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrNotHeld):
+		return fmt.Errorf("dlock: Unlock %q: %w: it expired or was taken over before Unlock", name, ErrNotHeld)
+	}
+	return redisError("Unlock", name, err)
+}
+
+// Extend sets the lock's remaining time to ttl (between MinTTL and MaxTTL)
+// and makes ttl the lease's TTL for later renewals. It returns ErrNotHeld if
+// the lock is no longer the lease's (the lease is then lost); it never
+// re-creates an expired key.
+func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
+	name := l.Name()
+	if err := checkTTL(ttl); err != nil {
+		return fmt.Errorf("dlock: Extend %q: %w", name, err)
+	}
+	wd := l.c.wd
+	start := time.Now()
+	wd.mu.Lock()
+	if err := l.usableLocked(); err != nil {
+		wd.mu.Unlock()
+		return fmt.Errorf("dlock: Extend %q: %w", name, err)
+	}
+	px := l.cappedLocked(ttl, start)
+	wd.mu.Unlock()
+	if px < MinTTL {
+		return fmt.Errorf("dlock: Extend %q: %w: the maximum hold time (WithMaxHold) is reached", name, ErrNotHeld)
+	}
+
+	calls := l.h.renewCalls(l.owner, px)
+	l.c.drv.Run(ctx, calls...)
+	err := l.h.renewResult(calls)
+
+	wd.mu.Lock()
+	var lost []func(error)
+	switch {
+	case err == nil:
+		l.ttl = ttl
+		l.applyValidityLocked(start, px)
+		wd.rescheduleLocked(l)
+	case errors.Is(err, ErrNotHeld):
+		lost = wd.loseLocked(l, "Extend found the key gone or held by another owner")
+	}
+	wd.mu.Unlock()
+	runLossFuncs(lost, l)
+	switch {
+	case err == nil:
+		wd.poke()
+		return nil
+	case errors.Is(err, ErrNotHeld):
+		return fmt.Errorf("dlock: Extend %q: %w: it expired or was taken over", name, ErrNotHeld)
+	}
+	return redisError("Extend", name, err)
+}
+
+// TTL returns the lock's remaining time as the Redis server sees it. It
+// returns ErrNotHeld if the lock is no longer the lease's (the lease is then
+// lost).
+func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
+	name := l.Name()
+	wd := l.c.wd
+	wd.mu.Lock()
+	err := l.usableLocked()
+	wd.mu.Unlock()
+	if err != nil {
+		return 0, fmt.Errorf("dlock: TTL %q: %w", name, err)
+	}
+	d, err := l.h.remaining(ctx, l.owner)
+	switch {
+	case err == nil:
+		return d, nil
+	case errors.Is(err, ErrNotHeld):
+		wd.mu.Lock()
+		lost := wd.loseLocked(l, "TTL found the key gone or held by another owner")
+		wd.mu.Unlock()
+		runLossFuncs(lost, l)
+		return 0, fmt.Errorf("dlock: TTL %q: %w: it expired or was taken over", name, ErrNotHeld)
+	}
+	return 0, redisError("TTL", name, err)
+}
+
+// usableLocked says why the lease cannot be extended or read, if it can't.
+func (l *Lease) usableLocked() error {
+	switch {
+	case l.state != leaseHeld:
+		return errReleased
+	case l.err != nil:
+		return fmt.Errorf("%w: the lease was lost: %v", ErrNotHeld, l.err)
+	}
+	return nil
+}
+
+// cappedLocked returns px limited so the hold ends by holdUntil.
+func (l *Lease) cappedLocked(px time.Duration, now time.Time) time.Duration {
+	if !l.holdUntil.IsZero() {
+		if rest := l.holdUntil.Sub(now); rest < px {
+			px = rest
+		}
+	}
+	return px.Truncate(time.Millisecond)
+}
+
+// drift is the safety margin subtracted from every validity: clocks of the
+// client and the server may run at slightly different rates, and expiry has
+// millisecond resolution (the Redlock paper's TTL/100 + 2ms).
+func drift(px time.Duration) time.Duration { return px/100 + 2*time.Millisecond }
+
+// applyValidityLocked records that the server granted or renewed the key for
+// px, by a request sent at from. A result older than the one in force is
+// ignored, so a slow renewal cannot overwrite a newer Extend.
+func (l *Lease) applyValidityLocked(from time.Time, px time.Duration) {
+	if from.Before(l.validFrom) {
+		return
+	}
+	l.validFrom = from
+	l.validUntil = from.Add(px - drift(px))
+	l.nextRenew = time.Time{}
+	l.capped = !l.holdUntil.IsZero() && !from.Add(px).Before(l.holdUntil.Add(-time.Millisecond))
+	if !l.autoRenew || l.capped {
+		return
+	}
+	// Renew once a third of the TTL has passed, i.e. while two thirds are
+	// left: a key granted with less (a hand-off's claim window) is renewed
+	// at once.
+	next := from.Add(px - 2*l.ttl/3)
+	if next.Before(from) {
+		next = from
+	}
+	l.nextRenew = next
+}
+
+// claim re-arms a key that was handed over with a short claim window to the
+// full TTL before the lease is returned, for leases the watchdog won't renew.
+func (l *Lease) claim(ctx context.Context) error {
+	start := time.Now()
+	px := l.cappedLocked(l.ttl, start) // not shared yet: no lock needed
+	calls := l.h.renewCalls(l.owner, px)
+	l.c.drv.Run(ctx, calls...)
+	if err := l.h.renewResult(calls); err != nil {
+		return err
+	}
+	l.applyValidityLocked(start, px)
+	return nil
+}
+
+func runLossFuncs(funcs []func(error), l *Lease) {
+	if len(funcs) == 0 {
+		return
+	}
+	err := l.lossErr()
+	for _, f := range funcs {
+		f(err)
+	}
+}
+
+// newLease turns a grant into a Lease and hands it to the watchdog. from is
+// a time no later than the grant (the start of the request that returned it,
+// or of the last one that found it not granted yet), and px the key's
+// remaining time as of then.
+func (c *Client) newLease(ctx context.Context, h holder, cfg *config, owner string, fence int64, from time.Time, px time.Duration) (*Lease, error) {
+	l := &Lease{
+		c:         c,
+		h:         h,
+		cfg:       cfg,
+		owner:     owner,
+		token:     fence,
+		done:      make(chan struct{}),
+		ttl:       cfg.ttl,
+		autoRenew: cfg.autoRenew,
+		heapIndex: -1,
+	}
+	if cfg.maxHold > 0 {
+		l.holdUntil = from.Add(cfg.maxHold)
+	}
+	l.applyValidityLocked(from, px)
+	var err error
+	if !l.autoRenew && px < l.cappedLocked(l.ttl, from) {
+		err = l.claim(ctx)
+	}
+	if err == nil {
+		err = c.wd.track(l)
+	}
+	if err != nil {
+		rctx, cancel := detach(ctx, cfg.releaseTimeout)
+		defer cancel()
+		_ = h.release(rctx, owner)
+		if errors.Is(err, ErrClosed) {
+			return nil, err
+		}
+		return nil, redisError("claim", h.lockName(), err)
+	}
+	return l, nil
+}

@@ -1,0 +1,220 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/scripts"
+)
+
+// Mutex is a distributed mutual-exclusion lock: at most one Lease holds it
+// at a time, across every process that uses the same name on the same Redis.
+// Get one from Client.Mutex; it is an immutable descriptor, safe for
+// concurrent use, and cheap to create per call.
+//
+// Waiters queue in Redis in arrival order. Unlock hands the lock straight to
+// the first live waiter (no race among waiters, no free moment for others to
+// barge in) and tells it through the Client's shared subscription. A waiter
+// that gives up leaves the queue at once; one that dies leaves it when its
+// waiter lease (WithWaiterLease) runs out.
+type Mutex struct {
+	c    *Client
+	name string
+	cfg  config
+	keys lockKeys
+	err  error // invalid name or option, reported by TryLock and Lock
+}
+
+var _ queuedLock = (*Mutex)(nil)
+
+// Name returns the lock's name.
+func (m *Mutex) Name() string { return m.name }
+
+// TryLock makes one attempt to take the lock, in one round trip. It returns
+// an error matching ErrNotObtained when another owner holds it (or owners
+// queued for it first), ErrInvalidArgument for an invalid name or option,
+// ErrKeyConflict when the key holds something dlock did not write, and
+// ErrClosed after Client.Close. The caller must Unlock the returned Lease.
+func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
+	if m.err != nil {
+		return nil, m.err
+	}
+	return m.c.acquire(ctx, m, &m.cfg, false)
+}
+
+// Lock takes the lock, waiting as long as ctx allows. When ctx ends first,
+// the error matches both ErrNotObtained and ctx's error, and the waiter has
+// left the queue. Failures to reach Redis are retried while ctx allows (the
+// last one is part of the final error); other errors are returned at once:
+// ErrInvalidArgument, ErrKeyConflict, ErrClosed. The caller must Unlock the
+// returned Lease.
+func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
+	if m.err != nil {
+		return nil, m.err
+	}
+	return m.c.acquire(ctx, m, &m.cfg, true)
+}
+
+func (m *Mutex) lockName() string { return m.name }
+
+func (m *Mutex) channel() string { return m.keys.channel() }
+
+// fenceRetention is how long a lock's fencing counter outlives its last
+// grant. Tokens also never fall below the server clock in µs, so they keep
+// increasing after the counter expires; the retention only guards against
+// the server clock stepping back by less than it.
+func fenceRetention(ttl time.Duration) time.Duration {
+	if r := 2 * ttl; r > time.Hour {
+		return r
+	}
+	return time.Hour
+}
+
+func (m *Mutex) attempt(ctx context.Context, owner string, queue bool) (attemptResult, error) {
+	ttl := m.cfg.ttl
+	if m.cfg.maxHold > 0 && m.cfg.maxHold < ttl {
+		ttl = m.cfg.maxHold
+	}
+	grantPX := ttl
+	if m.cfg.waiterLease < grantPX {
+		grantPX = m.cfg.waiterLease
+	}
+	queueFlag := "0"
+	if queue {
+		queueFlag = "1"
+	}
+	call := &driver.Call{
+		Script: scripts.MutexAcquire,
+		Keys:   m.keys.all,
+		Args: []any{
+			owner, ttl.Milliseconds(), queueFlag, m.cfg.waiterLease.Milliseconds(), grantPX.Milliseconds(),
+			fenceRetention(m.cfg.ttl).Milliseconds(), m.c.drv.PublishCommand(), m.keys.channel(),
+		},
+	}
+	m.c.drv.Run(ctx, call)
+	if call.Err != nil {
+		return attemptResult{}, call.Err
+	}
+	v, err := replyInts(call.Reply, 3)
+	if err != nil {
+		return attemptResult{}, err
+	}
+	if v[0] == 1 {
+		return attemptResult{granted: true, fence: v[1], pttl: ms(v[2])}, nil
+	}
+	return attemptResult{pttl: ms(v[1])}, nil
+}
+
+// release is Unlock's script, and how an abandoned waiter leaves the queue.
+// When the lock passes to a waiter of this same Client, the waiter is told
+// directly, ahead of the pub/sub message.
+func (m *Mutex) release(ctx context.Context, owner string) error {
+	call := &driver.Call{
+		Script: scripts.MutexRelease,
+		Keys:   m.keys.all,
+		Args:   []any{owner, fenceRetention(m.cfg.ttl).Milliseconds(), m.c.drv.PublishCommand(), m.keys.channel()},
+	}
+	m.c.drv.Run(ctx, call)
+	if call.Err != nil {
+		return call.Err
+	}
+	items, ok := call.Reply.([]any)
+	if !ok || len(items) == 0 {
+		return unexpectedReply(call.Reply)
+	}
+	code, _ := items[0].(int64)
+	switch code {
+	case 0:
+		return ErrNotHeld
+	case 1:
+		return nil
+	case 2:
+		v, err := replyInts(items[:3], 3)
+		next, ok := items[3].(string)
+		if err != nil || !ok {
+			return unexpectedReply(call.Reply)
+		}
+		m.c.notify.deliver(m.keys.channel(), next, v[1], ms(v[2]))
+		return nil
+	}
+	return unexpectedReply(call.Reply)
+}
+
+func (m *Mutex) renewCalls(owner string, px time.Duration) []*driver.Call {
+	return []*driver.Call{ownedExtendCall(m.keys.lock, owner, px)}
+}
+
+func (m *Mutex) renewResult(calls []*driver.Call) error { return ownedExtendResult(calls) }
+
+func (m *Mutex) remaining(ctx context.Context, owner string) (time.Duration, error) {
+	return ownedRemaining(ctx, m.c.drv, m.keys.lock, owner)
+}
+
+// ownedExtendCall re-arms key for px if owner holds it.
+func ownedExtendCall(key, owner string, px time.Duration) *driver.Call {
+	return &driver.Call{Script: scripts.OwnedExtend, Keys: []string{key}, Args: []any{owner, px.Milliseconds()}}
+}
+
+// ownedExtendResult reads owned_extend replies: renewed only if every key
+// was; ErrNotHeld wins over a transport failure, since it is final.
+func ownedExtendResult(calls []*driver.Call) error {
+	var failed error
+	for _, c := range calls {
+		if c.Err != nil {
+			failed = c.Err
+			continue
+		}
+		switch n, _ := c.Reply.(int64); n {
+		case 1:
+		case 0:
+			return ErrNotHeld
+		default:
+			failed = unexpectedReply(c.Reply)
+		}
+	}
+	return failed
+}
+
+// ownedRemaining reads key's remaining time if owner holds it.
+func ownedRemaining(ctx context.Context, d driver.Driver, key, owner string) (time.Duration, error) {
+	call := &driver.Call{Script: scripts.OwnedPTTL, Keys: []string{key}, Args: []any{owner}}
+	d.Run(ctx, call)
+	if call.Err != nil {
+		return 0, call.Err
+	}
+	n, ok := call.Reply.(int64)
+	switch {
+	case !ok:
+		return 0, unexpectedReply(call.Reply)
+	case n == -3:
+		return 0, ErrNotHeld
+	case n < 0:
+		return 0, fmt.Errorf("%w: the key has no expiry", ErrKeyConflict)
+	}
+	return ms(n), nil
+}
+
+func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+
+// replyInts reads the first n elements of an array reply as integers.
+func replyInts(reply any, n int) ([]int64, error) {
+	items, ok := reply.([]any)
+	if !ok || len(items) < n {
+		return nil, unexpectedReply(reply)
+	}
+	out := make([]int64, n)
+	for i := range out {
+		v, ok := items[i].(int64)
+		if !ok {
+			return nil, unexpectedReply(reply)
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+func unexpectedReply(reply any) error {
+	return fmt.Errorf("dlock: unexpected reply from a script: %#v (is another version of dlock using the same keys?)", reply)
+}

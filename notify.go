@@ -1,0 +1,263 @@
+package dlock
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// subscriptionLinger is how long a channel stays subscribed after its last
+// local waiter left. A contended lock keeps getting waiters, and re-subscribing
+// for each would add a round trip to every wait.
+const subscriptionLinger = 30 * time.Second
+
+// notifier is the Client's one pub/sub subscription, multiplexed across every
+// lock name: a channel is subscribed while some local waiter waits on it (and
+// for subscriptionLinger after), and each message is routed to the waiter it
+// names. It implements driver.Handler.
+type notifier struct {
+	c *Client
+
+	mu       sync.Mutex
+	sub      driver.Subscription
+	channels map[string]*channelState
+	closed   bool
+	lingers  sync.WaitGroup
+}
+
+type channelState struct {
+	waiters   map[string]*waiter // by owner value
+	confirmed bool               // the server confirmed the subscription
+	pending   chan struct{}      // closed when a subscribe in flight ends
+	idle      *time.Timer        // unsubscribes after the linger, when no waiter is left
+}
+
+// waiter is one Lock call waiting for a lock. The notifier sets its grant and
+// signals it; the waiting goroutine takes the grant.
+type waiter struct {
+	owner  string
+	signal chan struct{} // capacity 1: a grant arrived, or the server must be asked again
+	mu     sync.Mutex
+	grant  *handoff
+}
+
+// handoff is a grant received for a waiter: the release script made it the
+// lock's owner with this fencing token, for a claim window of px.
+type handoff struct {
+	fence int64
+	px    time.Duration
+}
+
+func newNotifier(c *Client) *notifier {
+	return &notifier{c: c, channels: make(map[string]*channelState)}
+}
+
+// register adds a waiter for owner on channel. Register before the first
+// acquire attempt, so that a grant published right after it is not missed.
+func (n *notifier) register(channel, owner string) *waiter {
+	w := &waiter{owner: owner, signal: make(chan struct{}, 1)}
+	n.mu.Lock()
+	cs := n.channels[channel]
+	if cs == nil {
+		cs = &channelState{waiters: make(map[string]*waiter)}
+		n.channels[channel] = cs
+	}
+	if cs.idle != nil && cs.idle.Stop() {
+		n.lingers.Done()
+	}
+	cs.idle = nil
+	cs.waiters[owner] = w
+	n.mu.Unlock()
+	return w
+}
+
+// unregister removes a waiter. The channel stays subscribed for the linger.
+func (n *notifier) unregister(channel string, w *waiter) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cs := n.channels[channel]
+	if cs == nil || cs.waiters[w.owner] != w {
+		return
+	}
+	delete(cs.waiters, w.owner)
+	if len(cs.waiters) > 0 || cs.pending != nil {
+		return
+	}
+	if !cs.confirmed || n.closed {
+		delete(n.channels, channel)
+		return
+	}
+	n.lingers.Add(1)
+	cs.idle = time.AfterFunc(subscriptionLinger, func() { n.expire(channel, cs) })
+}
+
+// expire unsubscribes a channel that stayed without waiters for the linger.
+func (n *notifier) expire(channel string, cs *channelState) {
+	defer n.lingers.Done()
+	n.mu.Lock()
+	if n.closed || n.channels[channel] != cs || len(cs.waiters) > 0 || cs.pending != nil {
+		n.mu.Unlock()
+		return
+	}
+	delete(n.channels, channel)
+	sub := n.sub
+	n.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := sub.Unsubscribe(ctx, channel); err != nil {
+		n.c.cfg.logger.Debug("dlock: unsubscribe failed", slog.String("channel", channel), slog.Any("error", err))
+	}
+}
+
+// confirmed reports whether channel's subscription is in place, so that a
+// message published from now on reaches this client.
+func (n *notifier) confirmed(channel string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cs := n.channels[channel]
+	return cs != nil && cs.confirmed
+}
+
+// subscribe makes sure channel is subscribed, waiting for the server's
+// confirmation. A waiter must be registered on channel.
+func (n *notifier) subscribe(ctx context.Context, channel string) error {
+	for {
+		n.mu.Lock()
+		if n.closed {
+			n.mu.Unlock()
+			return ErrClosed
+		}
+		cs := n.channels[channel]
+		if cs == nil || cs.confirmed {
+			n.mu.Unlock()
+			return nil
+		}
+		if p := cs.pending; p != nil {
+			n.mu.Unlock()
+			select {
+			case <-p:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		done := make(chan struct{})
+		cs.pending = done
+		if n.sub == nil {
+			n.sub = n.c.drv.Subscribe(n)
+		}
+		sub := n.sub
+		n.mu.Unlock()
+
+		err := sub.Subscribe(ctx, channel)
+		n.mu.Lock()
+		cs.pending = nil
+		cs.confirmed = err == nil
+		if len(cs.waiters) == 0 && n.channels[channel] == cs && !cs.confirmed {
+			delete(n.channels, channel)
+		}
+		close(done)
+		n.mu.Unlock()
+		return err
+	}
+}
+
+// Message implements driver.Handler. A grant reads "<fence> <px ms> <owner>";
+// anything else wakes every waiter on the channel to ask the server again.
+func (n *notifier) Message(channel, payload string) {
+	if fence, px, owner, ok := parseGrant(payload); ok {
+		n.deliver(channel, owner, fence, px)
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if cs := n.channels[channel]; cs != nil {
+		for _, w := range cs.waiters {
+			w.wake(nil)
+		}
+	}
+}
+
+// Reset implements driver.Handler: messages may have been lost while the
+// subscription was down, so every waiter asks the server again.
+func (n *notifier) Reset() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, cs := range n.channels {
+		for _, w := range cs.waiters {
+			w.wake(nil)
+		}
+	}
+}
+
+// deliver passes a grant to the local waiter that owns it, if it is still
+// waiting. A release by this client delivers directly, ahead of the message.
+func (n *notifier) deliver(channel, owner string, fence int64, px time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if cs := n.channels[channel]; cs != nil {
+		if w := cs.waiters[owner]; w != nil {
+			w.wake(&handoff{fence: fence, px: px})
+		}
+	}
+}
+
+func parseGrant(payload string) (fence int64, px time.Duration, owner string, ok bool) {
+	f, rest, ok1 := strings.Cut(payload, " ")
+	p, owner, ok2 := strings.Cut(rest, " ")
+	if !ok1 || !ok2 || owner == "" {
+		return 0, 0, "", false
+	}
+	fence, err1 := strconv.ParseInt(f, 10, 64)
+	ms, err2 := strconv.ParseInt(p, 10, 64)
+	if err1 != nil || err2 != nil || ms <= 0 {
+		return 0, 0, "", false
+	}
+	return fence, time.Duration(ms) * time.Millisecond, owner, true
+}
+
+// wake records a grant (nil: just ask again) and signals the waiter.
+func (w *waiter) wake(g *handoff) {
+	if g != nil {
+		w.mu.Lock()
+		if w.grant == nil {
+			w.grant = g
+		}
+		w.mu.Unlock()
+	}
+	select {
+	case w.signal <- struct{}{}:
+	default:
+	}
+}
+
+// takeGrant returns the grant received, if any.
+func (w *waiter) takeGrant() (*handoff, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	g := w.grant
+	w.grant = nil
+	return g, g != nil
+}
+
+// close ends the subscription. Waiters see the Client's closed channel.
+func (n *notifier) close() {
+	n.mu.Lock()
+	n.closed = true
+	for _, cs := range n.channels {
+		if cs.idle != nil && cs.idle.Stop() {
+			n.lingers.Done()
+		}
+	}
+	sub := n.sub
+	n.mu.Unlock()
+	n.lingers.Wait()
+	if sub != nil {
+		_ = sub.Close()
+	}
+}

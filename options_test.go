@@ -1,0 +1,115 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+func TestNewRejectsBadInput(t *testing.T) {
+	srv := redistest.Shared(t)
+	var nilClient *redis.Client
+	var nilCluster *redis.ClusterClient
+	cases := map[string]func() error{
+		"nil":               func() error { _, err := dlock.New(nil); return err },
+		"typed nil":         func() error { _, err := dlock.New(nilClient); return err },
+		"typed nil cluster": func() error { _, err := dlock.New(nilCluster); return err },
+		"nil option":        func() error { _, err := dlock.New(srv.Client(t), nil); return err },
+		"zero TTL":          func() error { _, err := dlock.New(srv.Client(t), dlock.WithTTL(0)); return err },
+		"nil driver":        func() error { _, err := dlock.NewWithDriver(nil); return err },
+	}
+	for name, f := range cases {
+		if err := f(); !errors.Is(err, dlock.ErrInvalidArgument) {
+			t.Errorf("%s: got %v, want ErrInvalidArgument", name, err)
+		}
+	}
+}
+
+// TestBadInputSendsNothing checks every rejected argument: each gets
+// ErrInvalidArgument before a single command (or dial) reaches Redis.
+func TestBadInputSendsNothing(t *testing.T) {
+	srv := redistest.Shared(t)
+	rdb, counter := countingClient(t, srv)
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := testCtx(t)
+	long := strings.Repeat("x", dlock.MaxNameLen+1)
+	cases := map[string][]dlock.Option{
+		"":                       nil,
+		"a}b":                    nil,
+		long:                     nil,
+		"ttl zero":               {dlock.WithTTL(0)},
+		"ttl negative":           {dlock.WithTTL(-time.Second)},
+		"ttl below 1ms":          {dlock.WithTTL(500 * time.Microsecond)},
+		"ttl absurd":             {dlock.WithTTL(100 * 365 * 24 * time.Hour)},
+		"prefix with brace":      {dlock.WithKeyPrefix("app{1}:")},
+		"waiter lease too short": {dlock.WithWaiterLease(time.Millisecond)},
+		"spin zero":              {dlock.WithWaitStrategy(dlock.SpinWait(0, 0))},
+		"spin inverted":          {dlock.WithWaitStrategy(dlock.SpinWait(time.Second, time.Millisecond))},
+		"max hold negative":      {dlock.WithMaxHold(-time.Second)},
+		"owner info too long":    {dlock.WithOwnerInfo(strings.Repeat("i", dlock.MaxOwnerInfoLen+1))},
+		"release timeout zero":   {dlock.WithReleaseTimeout(0)},
+		"nil logger":             {dlock.WithLogger(nil)},
+		"nil option":             {nil},
+	}
+	for name, opts := range cases {
+		m := c.Mutex(name, opts...)
+		if _, err := m.TryLock(ctx); !errors.Is(err, dlock.ErrInvalidArgument) {
+			t.Errorf("%.20q TryLock: got %v, want ErrInvalidArgument", name, err)
+		}
+		if _, err := m.Lock(ctx); !errors.Is(err, dlock.ErrInvalidArgument) {
+			t.Errorf("%.20q Lock: got %v, want ErrInvalidArgument", name, err)
+		}
+		if err := c.Do(ctx, name, func(context.Context) error { return nil }, opts...); !errors.Is(err, dlock.ErrInvalidArgument) {
+			t.Errorf("%.20q Do: got %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	if err := c.Do(ctx, "fine", nil); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("Do with nil fn: got %v, want ErrInvalidArgument", err)
+	}
+	if n := counter.n.Load(); n != 0 {
+		t.Errorf("rejected input sent %d commands to Redis", n)
+	}
+}
+
+func TestErrorsTellContentionFromOutage(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv)
+	srv.Kill()
+	ctx := testCtx(t)
+	_, err := c.Mutex(t.Name()).TryLock(ctx)
+	if err == nil || errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("TryLock with Redis down: got %v, want a connection error that is not ErrNotObtained", err)
+	}
+
+	// A short wait returns at its deadline, not after clean-up attempts.
+	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = c.Mutex(t.Name()).Lock(wctx)
+	if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock with Redis down: got %v, want ErrNotObtained and DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Lock returned %v after a 200ms deadline", d)
+	}
+
+	// A longer one retries and reports the failure it kept meeting.
+	wctx, cancel = context.WithTimeout(ctx, 4*time.Second)
+	defer cancel()
+	_, err = c.Mutex(t.Name()).Lock(wctx)
+	if !errors.Is(err, dlock.ErrNotObtained) || !strings.Contains(err.Error(), "last error") {
+		t.Fatalf("Lock with Redis down: got %v, want ErrNotObtained with the last error", err)
+	}
+}

@@ -1,0 +1,268 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// queuedLock is a lock whose waiters queue in Redis and are handed the lock
+// on release. Every primitive that waits implements it, and they all share
+// one waiting loop, Client.acquire.
+type queuedLock interface {
+	holder
+	// channel is where grants for this lock are published.
+	channel() string
+	// attempt tries to take the lock for owner; with queue it also joins
+	// the lock's queue (or refreshes owner's place in it) when not granted.
+	attempt(ctx context.Context, owner string, queue bool) (attemptResult, error)
+}
+
+// attemptResult is the outcome of one acquire attempt.
+type attemptResult struct {
+	granted bool
+	fence   int64
+	// pttl is the remaining time of owner's key when granted, and of the
+	// holder's key otherwise.
+	pttl time.Duration
+}
+
+// acquire is TryLock (wait false) and Lock (wait true) for every queued lock.
+func (c *Client) acquire(ctx context.Context, q queuedLock, cfg *config, wait bool) (*Lease, error) {
+	name := q.lockName()
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		return nil, waitEnded(ctx, name, time.Now(), 0, nil)
+	}
+	owner, err := newOwner(cfg.ownerInfo)
+	if err != nil {
+		return nil, err
+	}
+	if wait {
+		r, from, err := c.waitFor(ctx, cfg, waitSpec{
+			name:    name,
+			channel: q.channel(),
+			owner:   owner,
+			attempt: func(ctx context.Context) (attemptResult, error) { return q.attempt(ctx, owner, true) },
+			abandon: func(cause error) { c.abandon(ctx, q, cfg, owner, cause) },
+		})
+		if err != nil {
+			return nil, err
+		}
+		return c.newLease(ctx, q, cfg, owner, r.fence, from, r.pttl)
+	}
+	start := time.Now()
+	r, err := q.attempt(ctx, owner, false)
+	if err != nil {
+		c.abandon(ctx, q, cfg, owner, err)
+		return nil, redisError("TryLock", name, err)
+	}
+	if !r.granted {
+		return nil, &notObtainedError{name: name, holderTTL: r.pttl}
+	}
+	return c.newLease(ctx, q, cfg, owner, r.fence, start, r.pttl)
+}
+
+// waitSpec describes one wait for waitFor.
+type waitSpec struct {
+	name    string // for errors and logs
+	channel string // where wake-ups for this wait are published
+	// owner is who grants are addressed to on channel; a wait for a
+	// condition (no grant) still needs a unique one.
+	owner string
+	// attempt asks the server; granted ends the wait. A queued primitive
+	// also joins or refreshes its place in the queue here.
+	attempt func(ctx context.Context) (attemptResult, error)
+	// abandon cleans up after a wait that ends without success; cause is
+	// the error that ended it, nil for the context or Close. May be nil.
+	abandon func(cause error)
+}
+
+// waitFor is the one waiting path of every primitive: attempt, and until an
+// attempt succeeds or a grant arrives, wait for a wake-up by pub/sub (or by
+// polling, with SpinWait or when pub/sub is unavailable), polling anyway at
+// a slow pace so a lost message costs latency, never a hang. It returns the
+// successful result and a time no later than the grant: the start of the
+// attempt that succeeded, or, for a grant heard by pub/sub, the start of the
+// last attempt that had not been granted (the grant came after the server
+// processed it, so validity computed from there never overestimates).
+func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attemptResult, time.Time, error) {
+	began := time.Now()
+	var signal <-chan struct{}
+	var w *waiter
+	notify := !cfg.wait.spin
+	if notify {
+		// Register before the first attempt: a grant published between
+		// that attempt's reply and a later registration would be lost.
+		w = c.notify.register(spec.channel, spec.owner)
+		defer c.notify.unregister(spec.channel, w)
+		signal = w.signal
+	}
+	abandon := func(cause error) {
+		if spec.abandon != nil {
+			spec.abandon(cause)
+		}
+	}
+	var (
+		since      = began // no grant can predate this
+		holderTTL  time.Duration
+		lastErr    error
+		subscribed = !notify
+		spin       = newSpinDelay(cfg.wait)
+		errDelay   = newErrorDelay()
+	)
+	ended := func() error { return waitEnded(ctx, spec.name, began, holderTTL, lastErr) }
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		start := time.Now()
+		confirmedBefore := subscribed || c.notify.confirmed(spec.channel)
+		r, err := spec.attempt(ctx)
+		var delay time.Duration
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+					lastErr = err
+				}
+				abandon(nil)
+				return attemptResult{}, time.Time{}, ended()
+			}
+			if !isTransient(err) {
+				abandon(err)
+				return attemptResult{}, time.Time{}, redisError("Lock", spec.name, err)
+			}
+			lastErr = err
+			delay = errDelay.next()
+			cfg.logger.Debug("dlock: attempt failed; retrying", slog.String("lock", spec.name), slog.Any("error", err))
+		case r.granted:
+			return r, start, nil
+		default:
+			since, holderTTL, lastErr = start, r.pttl, nil
+			errDelay = newErrorDelay()
+			delay = c.pollDelay(cfg, r.pttl, spin)
+			if !subscribed {
+				err := c.notify.subscribe(ctx, spec.channel)
+				switch {
+				case err == nil:
+					subscribed = true
+					if !confirmedBefore {
+						// A wake-up published before the subscription
+						// was in place went unheard: ask once more now.
+						delay = 0
+					}
+				case ctx.Err() != nil:
+					abandon(nil)
+					return attemptResult{}, time.Time{}, ended()
+				case errors.Is(err, ErrClosed):
+					abandon(nil)
+					return attemptResult{}, time.Time{}, errors.Join(ErrClosed, ended())
+				default:
+					// No pub/sub (a proxy may refuse it): keep polling.
+					cfg.logger.Warn("dlock: cannot subscribe; waiting by polling", slog.String("lock", spec.name), slog.Any("error", err))
+					lastErr = err
+				}
+			}
+		}
+		if delay == 0 {
+			continue
+		}
+		timer.Reset(delay)
+		select {
+		case <-signal:
+			if g, ok := w.takeGrant(); ok {
+				return attemptResult{granted: true, fence: g.fence, pttl: g.px}, since, nil
+			}
+		case <-timer.C:
+		case <-ctx.Done():
+			abandon(nil)
+			return attemptResult{}, time.Time{}, ended()
+		case <-c.closed:
+			abandon(nil)
+			return attemptResult{}, time.Time{}, errors.Join(ErrClosed, ended())
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// newErrorDelay spaces retries after failures to reach Redis.
+func newErrorDelay() *spinDelay { return newSpinDelay(SpinWait(5*time.Millisecond, time.Second)) }
+
+// abandon leaves nothing behind after an acquire that did not return a
+// lease: it removes owner from the queue and, if the lock was granted to it
+// meanwhile (or the failed attempt took it after all), releases it to the
+// next waiter. It runs in the background, detached from ctx (which may be
+// cancelled) and bounded by the release timeout, so the caller returns at
+// its deadline even when Redis is slow or down; Close waits for it. A
+// failure that proves the script never ran (an error reply) needs no
+// clean-up.
+func (c *Client) abandon(ctx context.Context, q queuedLock, cfg *config, owner string, cause error) {
+	var rerr *driver.ReplyError
+	if cause != nil && errors.As(cause, &rerr) {
+		return
+	}
+	rctx, cancel := detach(ctx, cfg.releaseTimeout)
+	c.cleanups.Add(1)
+	go func() {
+		defer c.cleanups.Done()
+		defer cancel()
+		if err := q.release(rctx, owner); err != nil && !errors.Is(err, ErrNotHeld) {
+			cfg.logger.Warn("dlock: clean-up after an abandoned acquire failed; the lock expires by its TTL",
+				slog.String("lock", q.lockName()), slog.Any("error", err))
+		}
+	}()
+}
+
+// pollDelay is how long a waiter waits before asking the server again. It
+// must refresh its place in the queue well within the waiter lease, and it
+// looks again when the holder's key expires, in case the holder died
+// without releasing (nobody would publish then).
+func (c *Client) pollDelay(cfg *config, holderTTL time.Duration, spin *spinDelay) time.Duration {
+	refresh := cfg.waiterLease / 3
+	if spin != nil {
+		if d := spin.next(); d < refresh {
+			return d
+		}
+		return refresh
+	}
+	d := refresh
+	if holderTTL > 0 && holderTTL < d {
+		d = holderTTL + time.Millisecond
+	}
+	// Up to 10% later, so waiters of one lock spread out.
+	return d + time.Duration(rand.Int63n(int64(d/10)+1))
+}
+
+// spinDelay produces exponentially growing delays with jitter.
+type spinDelay struct {
+	cur, max time.Duration
+}
+
+// newSpinDelay returns nil for the notify strategy.
+func newSpinDelay(s WaitStrategy) *spinDelay {
+	if !s.spin {
+		return nil
+	}
+	return &spinDelay{cur: s.minDelay, max: s.maxDelay}
+}
+
+// next returns a delay between half and all of the current step ("equal
+// jitter"), then doubles the step up to the maximum.
+func (s *spinDelay) next() time.Duration {
+	d := s.cur/2 + time.Duration(rand.Int63n(int64(s.cur/2)+1))
+	if s.cur *= 2; s.cur > s.max {
+		s.cur = s.max
+	}
+	return d
+}

@@ -1,0 +1,370 @@
+package dlock
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// watchdog is the Client's one scheduler for every lease it holds: it renews
+// leases that auto-renew and declares a lease lost when its local validity
+// deadline passes without a successful renewal. It is one goroutine for the
+// whole Client, not one per lease, and it renews every lease that is due at
+// about the same time in one pipelined batch (see docs/design.md).
+type watchdog struct {
+	c *Client
+
+	mu      sync.Mutex
+	leases  leaseHeap // by next event: renewal or deadline
+	started bool
+	closed  bool
+
+	wake    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	batches sync.WaitGroup
+}
+
+func newWatchdog(c *Client) *watchdog {
+	return &watchdog{
+		c:    c,
+		wake: make(chan struct{}, 1),
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+}
+
+// track starts watching a new lease.
+func (w *watchdog) track(l *Lease) error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return ErrClosed
+	}
+	l.eventAt = l.nextEventLocked()
+	heap.Push(&w.leases, l)
+	first := w.leases[0] == l
+	if !w.started {
+		w.started = true
+		go w.run()
+	}
+	w.mu.Unlock()
+	if first {
+		w.poke()
+	}
+	return nil
+}
+
+// poke makes the loop recompute its next wake-up.
+func (w *watchdog) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// nextEventLocked is when the watchdog must next look at the lease.
+func (l *Lease) nextEventLocked() time.Time {
+	if l.renewing == nil && !l.nextRenew.IsZero() && l.nextRenew.Before(l.validUntil) {
+		return l.nextRenew
+	}
+	return l.validUntil
+}
+
+// rescheduleLocked repositions a tracked lease after its times changed.
+func (w *watchdog) rescheduleLocked(l *Lease) {
+	if l.heapIndex < 0 {
+		return
+	}
+	l.eventAt = l.nextEventLocked()
+	heap.Fix(&w.leases, l.heapIndex)
+}
+
+func (w *watchdog) run() {
+	defer close(w.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		next := w.step(time.Now())
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(next)
+		select {
+		case <-timer.C:
+		case <-w.wake:
+		case <-w.stop:
+			return
+		}
+	}
+}
+
+// step declares overdue leases lost, starts a renewal batch for the leases
+// that are due, and returns how long to sleep.
+func (w *watchdog) step(now time.Time) time.Duration {
+	var (
+		batch []*Lease
+		lost  []*Lease
+		funcs [][]func(error)
+	)
+	w.mu.Lock()
+	for len(w.leases) > 0 {
+		l := w.leases[0]
+		if !l.validUntil.After(now) {
+			funcs = append(funcs, w.loseLocked(l, l.deadlineReasonLocked()))
+			lost = append(lost, l)
+			continue
+		}
+		// Renew what is due, and with it what would be due within half a
+		// renewal period: leases acquired at different times converge to
+		// one batch per period.
+		if l.renewing != nil || l.nextRenew.IsZero() || l.nextRenew.After(now.Add(l.ttl/6)) {
+			break
+		}
+		heap.Pop(&w.leases)
+		l.renewing = make(chan struct{})
+		batch = append(batch, l)
+	}
+	for _, l := range batch {
+		l.eventAt = l.nextEventLocked()
+		heap.Push(&w.leases, l)
+	}
+	sleep := time.Hour
+	if len(w.leases) > 0 {
+		sleep = w.leases[0].eventAt.Sub(now)
+	}
+	if len(batch) > 0 {
+		w.batches.Add(1)
+		go w.renew(batch)
+	}
+	w.mu.Unlock()
+	for i, l := range lost {
+		runLossFuncs(funcs[i], l)
+	}
+	return sleep
+}
+
+// deadlineReasonLocked says why a lease reached its deadline.
+func (l *Lease) deadlineReasonLocked() string {
+	switch {
+	case l.capped:
+		return "the maximum hold time (WithMaxHold) was reached"
+	case !l.autoRenew:
+		return "its TTL elapsed (auto-renew is off)"
+	case l.lastErr != nil:
+		return fmt.Sprintf("no renewal succeeded before the validity deadline (last error: %v)", l.lastErr)
+	}
+	return "no renewal succeeded before the validity deadline"
+}
+
+// renew sends one batch of renewals in a single pipelined round trip and
+// applies the outcomes. Its context ends at the earliest deadline in the
+// batch: past that, the answer no longer matters.
+func (w *watchdog) renew(batch []*Lease) {
+	defer w.batches.Done()
+	start := time.Now()
+	perLease := make([][]*driver.Call, len(batch))
+	var calls []*driver.Call
+	pxs := make([]time.Duration, len(batch))
+	deadline := start.Add(time.Hour)
+	w.mu.Lock()
+	for i, l := range batch {
+		pxs[i] = l.cappedLocked(l.ttl, start)
+		perLease[i] = l.h.renewCalls(l.owner, pxs[i])
+		calls = append(calls, perLease[i]...)
+		if l.validUntil.Before(deadline) {
+			deadline = l.validUntil
+		}
+	}
+	w.mu.Unlock()
+
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	w.c.drv.Run(ctx, calls...)
+	cancel()
+
+	now := time.Now()
+	var (
+		lost  []*Lease
+		funcs [][]func(error)
+	)
+	w.mu.Lock()
+	for i, l := range batch {
+		close(l.renewing)
+		l.renewing = nil
+		if l.state != leaseHeld || l.err != nil {
+			continue // unlocked or lost meanwhile
+		}
+		err := l.h.renewResult(perLease[i])
+		switch {
+		case err == nil:
+			l.lastErr = nil
+			l.applyValidityLocked(start, pxs[i])
+		case errors.Is(err, ErrNotHeld):
+			funcs = append(funcs, w.loseLocked(l, "a renewal found the key gone or held by another owner"))
+			lost = append(lost, l)
+			continue
+		default:
+			l.lastErr = err
+			l.nextRenew = now.Add(renewRetryDelay(l.ttl))
+			l.cfg.logger.Warn("dlock: renewal failed; retrying",
+				slog.String("lock", l.Name()), slog.Duration("valid_for", l.validUntil.Sub(now)), slog.Any("error", err))
+		}
+		w.rescheduleLocked(l)
+	}
+	w.mu.Unlock()
+	for i, l := range lost {
+		runLossFuncs(funcs[i], l)
+	}
+	w.poke()
+}
+
+// renewRetryDelay spaces renewal retries after a failure: often enough to
+// get several tries in before the deadline, rarely enough not to hammer a
+// struggling server.
+func renewRetryDelay(ttl time.Duration) time.Duration {
+	d := ttl / 20
+	if d < 5*time.Millisecond {
+		d = 5 * time.Millisecond
+	}
+	if d > time.Second {
+		d = time.Second
+	}
+	return d
+}
+
+// loseLocked marks a lease lost, stops watching it and closes Done. It
+// returns the loss callbacks for the caller to run after unlocking w.mu.
+func (w *watchdog) loseLocked(l *Lease, reason string) []func(error) {
+	if l.err != nil || l.state == leaseReleased {
+		return nil
+	}
+	l.err = fmt.Errorf("%w: %q: %s", ErrLockLost, l.Name(), reason)
+	if l.heapIndex >= 0 {
+		heap.Remove(&w.leases, l.heapIndex)
+	}
+	l.closeDoneLocked()
+	funcs := l.lossFuncs
+	l.lossFuncs = nil
+	l.cfg.logger.Warn("dlock: lock lost", slog.String("lock", l.Name()), slog.String("reason", reason))
+	return funcs
+}
+
+func (l *Lease) closeDoneLocked() {
+	if !l.doneClosed {
+		l.doneClosed = true
+		close(l.done)
+	}
+}
+
+// beginUnlock stops watching a lease and waits for its renewal in flight, so
+// that the release that follows is the last command for this lease.
+func (w *watchdog) beginUnlock(l *Lease) error {
+	w.mu.Lock()
+	switch l.state {
+	case leaseUnlocking:
+		w.mu.Unlock()
+		return fmt.Errorf("%w: Unlock is already in progress", ErrNotHeld)
+	case leaseReleased:
+		w.mu.Unlock()
+		return fmt.Errorf("%w: already unlocked", ErrNotHeld)
+	}
+	l.state = leaseUnlocking
+	if l.heapIndex >= 0 {
+		heap.Remove(&w.leases, l.heapIndex)
+	}
+	renewing := l.renewing
+	w.mu.Unlock()
+	if renewing != nil {
+		<-renewing
+	}
+	return nil
+}
+
+// endUnlock records the outcome of the release. After a failed release the
+// lease goes back to being held, without renewal, so Unlock can be retried
+// and Done still closes at the deadline.
+func (w *watchdog) endUnlock(l *Lease, err error) {
+	var funcs []func(error)
+	w.mu.Lock()
+	switch {
+	case err == nil:
+		l.state = leaseReleased
+		l.closeDoneLocked()
+	case errors.Is(err, ErrNotHeld):
+		funcs = w.loseLocked(l, "it expired or was taken over before Unlock")
+		l.state = leaseReleased
+	default:
+		l.state = leaseHeld
+		l.autoRenew = false
+		l.nextRenew = time.Time{}
+		if l.err == nil && !w.closed {
+			l.eventAt = l.nextEventLocked()
+			heap.Push(&w.leases, l)
+		}
+	}
+	w.mu.Unlock()
+	runLossFuncs(funcs, l)
+	w.poke()
+}
+
+// close stops the loop, waits for renewals in flight and declares every
+// lease still held lost.
+func (w *watchdog) close() {
+	w.mu.Lock()
+	w.closed = true
+	started := w.started
+	w.mu.Unlock()
+	if started {
+		close(w.stop)
+		<-w.done
+	}
+	w.batches.Wait()
+	var (
+		lost  []*Lease
+		funcs [][]func(error)
+	)
+	w.mu.Lock()
+	for len(w.leases) > 0 {
+		l := w.leases[0]
+		funcs = append(funcs, w.loseLocked(l, "the client was closed, so nothing renews it"))
+		lost = append(lost, l)
+	}
+	w.mu.Unlock()
+	for i, l := range lost {
+		runLossFuncs(funcs[i], l)
+	}
+}
+
+// leaseHeap orders leases by their next event.
+type leaseHeap []*Lease
+
+func (h leaseHeap) Len() int           { return len(h) }
+func (h leaseHeap) Less(i, j int) bool { return h[i].eventAt.Before(h[j].eventAt) }
+func (h leaseHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIndex = i
+	h[j].heapIndex = j
+}
+func (h *leaseHeap) Push(x any) {
+	l := x.(*Lease)
+	l.heapIndex = len(*h)
+	*h = append(*h, l)
+}
+func (h *leaseHeap) Pop() any {
+	old := *h
+	n := len(old)
+	l := old[n-1]
+	old[n-1] = nil
+	l.heapIndex = -1
+	*h = old[:n-1]
+	return l
+}

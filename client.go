@@ -73,7 +73,7 @@ func NewWithDriver(d driver.Driver, opts ...Option) (*Client, error) {
 	}
 	c := &Client{drv: d, cfg: cfg, closed: make(chan struct{})}
 	c.notify = newNotifier(c)
-	c.wd = newWatchdog(c)
+	c.wd = newWatchdog(d)
 	return c, nil
 }
 

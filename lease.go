@@ -13,18 +13,34 @@ import (
 // the lease holds. Each primitive implements it once.
 type holder interface {
 	lockName() string
-	// renewCalls returns the calls that re-arm the hold for px: one for a
-	// lock on one slot, one per slot for a lock spanning several.
-	renewCalls(owner string, px time.Duration) []*driver.Call
-	// renewResult interprets finished renewCalls: nil when renewed,
-	// ErrNotHeld when the hold is no longer owner's, or the failure.
-	renewResult(calls []*driver.Call) error
+	// renew re-arms the hold for px: nil when renewed, ErrNotHeld when the
+	// hold is no longer owner's, or the failure.
+	renew(ctx context.Context, owner string, px time.Duration) error
 	// release gives the hold up: nil when released, ErrNotHeld when it was
 	// not owner's any more, or the failure.
 	release(ctx context.Context, owner string) error
 	// remaining returns the hold's remaining time on the server, or
 	// ErrNotHeld.
 	remaining(ctx context.Context, owner string) (time.Duration, error)
+}
+
+// batchRenewer is a holder whose renewal is a set of script calls on the
+// Client's driver, so the watchdog can pipeline many leases' renewals into
+// one round trip. Holders that renew elsewhere (Redlock's nodes) only
+// implement holder.renew.
+type batchRenewer interface {
+	// renewCalls returns the calls that re-arm the hold for px: one for a
+	// lock on one slot, one per slot for a lock spanning several.
+	renewCalls(owner string, px time.Duration) []*driver.Call
+	// renewResult interprets finished renewCalls like holder.renew.
+	renewResult(calls []*driver.Call) error
+}
+
+// renewVia renews through renewCalls on d: holder.renew for batchRenewers.
+func renewVia(ctx context.Context, d driver.Driver, b batchRenewer, owner string, px time.Duration) error {
+	calls := b.renewCalls(owner, px)
+	d.Run(ctx, calls...)
+	return b.renewResult(calls)
 }
 
 type leaseState uint8
@@ -44,7 +60,7 @@ var errReleased = fmt.Errorf("%w: released by Unlock", ErrNotHeld)
 // (Client.Do does it for you); a lease that is never unlocked expires one TTL
 // after its last renewal.
 type Lease struct {
-	c     *Client
+	wd    *watchdog
 	h     holder
 	cfg   *config
 	owner string
@@ -86,8 +102,8 @@ func (l *Lease) Done() <-chan struct{} { return l.done }
 // an error matching ErrLockLost that says why; after Unlock, one matching
 // ErrNotHeld.
 func (l *Lease) Err() error {
-	l.c.wd.mu.Lock()
-	defer l.c.wd.mu.Unlock()
+	l.wd.mu.Lock()
+	defer l.wd.mu.Unlock()
 	switch {
 	case l.err != nil:
 		return l.err
@@ -99,22 +115,22 @@ func (l *Lease) Err() error {
 
 // lossErr returns the loss, or nil if the lease was not lost.
 func (l *Lease) lossErr() error {
-	l.c.wd.mu.Lock()
-	defer l.c.wd.mu.Unlock()
+	l.wd.mu.Lock()
+	defer l.wd.mu.Unlock()
 	return l.err
 }
 
 // onLoss arranges for f to be called with the loss error if the lease is
 // lost; at once if it already was.
 func (l *Lease) onLoss(f func(error)) {
-	l.c.wd.mu.Lock()
+	l.wd.mu.Lock()
 	if err := l.err; err != nil {
-		l.c.wd.mu.Unlock()
+		l.wd.mu.Unlock()
 		f(err)
 		return
 	}
 	l.lossFuncs = append(l.lossFuncs, f)
-	l.c.wd.mu.Unlock()
+	l.wd.mu.Unlock()
 }
 
 // Unlock releases the lock and ends the lease. It first stops renewal and
@@ -126,13 +142,13 @@ func (l *Lease) onLoss(f func(error)) {
 // waiters are queued the lock passes straight to the first of them.
 func (l *Lease) Unlock(ctx context.Context) error {
 	name := l.Name()
-	if err := l.c.wd.beginUnlock(l); err != nil {
+	if err := l.wd.beginUnlock(l); err != nil {
 		return fmt.Errorf("dlock: Unlock %q: %w", name, err)
 	}
 	rctx, cancel := detach(ctx, l.cfg.releaseTimeout)
 	defer cancel()
 	err := l.h.release(rctx, l.owner)
-	l.c.wd.endUnlock(l, err)
+	l.wd.endUnlock(l, err)
 	switch {
 	case err == nil:
 		return nil
@@ -151,7 +167,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
 		return fmt.Errorf("dlock: Extend %q: %w", name, err)
 	}
-	wd := l.c.wd
+	wd := l.wd
 	start := time.Now()
 	wd.mu.Lock()
 	if err := l.usableLocked(); err != nil {
@@ -164,9 +180,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("dlock: Extend %q: %w: the maximum hold time (WithMaxHold) is reached", name, ErrNotHeld)
 	}
 
-	calls := l.h.renewCalls(l.owner, px)
-	l.c.drv.Run(ctx, calls...)
-	err := l.h.renewResult(calls)
+	err := l.h.renew(ctx, l.owner, px)
 
 	wd.mu.Lock()
 	var lost []func(error)
@@ -195,7 +209,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 // lost).
 func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	name := l.Name()
-	wd := l.c.wd
+	wd := l.wd
 	wd.mu.Lock()
 	err := l.usableLocked()
 	wd.mu.Unlock()
@@ -271,9 +285,7 @@ func (l *Lease) applyValidityLocked(from time.Time, px time.Duration) {
 func (l *Lease) claim(ctx context.Context) error {
 	start := time.Now()
 	px := l.cappedLocked(l.ttl, start) // not shared yet: no lock needed
-	calls := l.h.renewCalls(l.owner, px)
-	l.c.drv.Run(ctx, calls...)
-	if err := l.h.renewResult(calls); err != nil {
+	if err := l.h.renew(ctx, l.owner, px); err != nil {
 		return err
 	}
 	l.applyValidityLocked(start, px)
@@ -290,13 +302,13 @@ func runLossFuncs(funcs []func(error), l *Lease) {
 	}
 }
 
-// newLease turns a grant into a Lease and hands it to the watchdog. from is
+// newLease turns a grant into a Lease and hands it to the watchdog wd. from is
 // a time no later than the grant (the start of the request that returned it,
 // or of the last one that found it not granted yet), and px the key's
 // remaining time as of then.
-func (c *Client) newLease(ctx context.Context, h holder, cfg *config, owner string, fence int64, from time.Time, px time.Duration) (*Lease, error) {
+func newLease(ctx context.Context, wd *watchdog, h holder, cfg *config, owner string, fence int64, from time.Time, px time.Duration) (*Lease, error) {
 	l := &Lease{
-		c:         c,
+		wd:        wd,
 		h:         h,
 		cfg:       cfg,
 		owner:     owner,
@@ -315,7 +327,7 @@ func (c *Client) newLease(ctx context.Context, h holder, cfg *config, owner stri
 		err = l.claim(ctx)
 	}
 	if err == nil {
-		err = c.wd.track(l)
+		err = wd.track(l)
 	}
 	if err != nil {
 		rctx, cancel := detach(ctx, cfg.releaseTimeout)

@@ -27,7 +27,10 @@ type Mutex struct {
 	err  error // invalid name or option, reported by TryLock and Lock
 }
 
-var _ queuedLock = (*Mutex)(nil)
+var (
+	_ queuedLock   = (*Mutex)(nil)
+	_ batchRenewer = (*Mutex)(nil)
+)
 
 // Name returns the lock's name.
 func (m *Mutex) Name() string { return m.name }
@@ -147,6 +150,10 @@ func (m *Mutex) renewCalls(owner string, px time.Duration) []*driver.Call {
 }
 
 func (m *Mutex) renewResult(calls []*driver.Call) error { return ownedExtendResult(calls) }
+
+func (m *Mutex) renew(ctx context.Context, owner string, px time.Duration) error {
+	return renewVia(ctx, m.c.drv, m, owner, px)
+}
 
 func (m *Mutex) remaining(ctx context.Context, owner string) (time.Duration, error) {
 	return ownedRemaining(ctx, m.c.drv, m.keys.lock, owner)

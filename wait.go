@@ -55,7 +55,7 @@ func (c *Client) acquire(ctx context.Context, q queuedLock, cfg *config, wait bo
 		if err != nil {
 			return nil, err
 		}
-		return c.newLease(ctx, q, cfg, owner, r.fence, from, r.pttl)
+		return newLease(ctx, c.wd, q, cfg, owner, r.fence, from, r.pttl)
 	}
 	start := time.Now()
 	r, err := q.attempt(ctx, owner, false)
@@ -66,7 +66,7 @@ func (c *Client) acquire(ctx context.Context, q queuedLock, cfg *config, wait bo
 	if !r.granted {
 		return nil, &notObtainedError{name: name, holderTTL: r.pttl}
 	}
-	return c.newLease(ctx, q, cfg, owner, r.fence, start, r.pttl)
+	return newLease(ctx, c.wd, q, cfg, owner, r.fence, start, r.pttl)
 }
 
 // waitSpec describes one wait for waitFor.

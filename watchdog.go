@@ -18,7 +18,8 @@ import (
 // whole Client, not one per lease, and it renews every lease that is due at
 // about the same time in one pipelined batch (see docs/design.md).
 type watchdog struct {
-	c *Client
+	// drv runs the pipelined renewals of batchRenewer holders.
+	drv driver.Driver
 
 	mu      sync.Mutex
 	leases  leaseHeap // by next event: renewal or deadline
@@ -31,9 +32,9 @@ type watchdog struct {
 	batches sync.WaitGroup
 }
 
-func newWatchdog(c *Client) *watchdog {
+func newWatchdog(drv driver.Driver) *watchdog {
 	return &watchdog{
-		c:    c,
+		drv:  drv,
 		wake: make(chan struct{}, 1),
 		stop: make(chan struct{}),
 		done: make(chan struct{}),
@@ -174,13 +175,19 @@ func (w *watchdog) renew(batch []*Lease) {
 	start := time.Now()
 	perLease := make([][]*driver.Call, len(batch))
 	var calls []*driver.Call
+	var solo []int // leases whose holders renew by themselves
 	pxs := make([]time.Duration, len(batch))
+	results := make([]error, len(batch))
 	deadline := start.Add(time.Hour)
 	w.mu.Lock()
 	for i, l := range batch {
 		pxs[i] = l.cappedLocked(l.ttl, start)
-		perLease[i] = l.h.renewCalls(l.owner, pxs[i])
-		calls = append(calls, perLease[i]...)
+		if b, ok := l.h.(batchRenewer); ok {
+			perLease[i] = b.renewCalls(l.owner, pxs[i])
+			calls = append(calls, perLease[i]...)
+		} else {
+			solo = append(solo, i)
+		}
 		if l.validUntil.Before(deadline) {
 			deadline = l.validUntil
 		}
@@ -188,8 +195,24 @@ func (w *watchdog) renew(batch []*Lease) {
 	w.mu.Unlock()
 
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	w.c.drv.Run(ctx, calls...)
+	var wg sync.WaitGroup
+	for _, i := range solo {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			results[i] = batch[i].h.renew(ctx, batch[i].owner, pxs[i])
+		}(i)
+	}
+	if len(calls) > 0 {
+		w.drv.Run(ctx, calls...)
+	}
+	wg.Wait()
 	cancel()
+	for i, l := range batch {
+		if b, ok := l.h.(batchRenewer); ok {
+			results[i] = b.renewResult(perLease[i])
+		}
+	}
 
 	now := time.Now()
 	var (
@@ -203,7 +226,7 @@ func (w *watchdog) renew(batch []*Lease) {
 		if l.state != leaseHeld || l.err != nil {
 			continue // unlocked or lost meanwhile
 		}
-		err := l.h.renewResult(perLease[i])
+		err := results[i]
 		switch {
 		case err == nil:
 			l.lastErr = nil

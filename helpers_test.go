@@ -13,7 +13,10 @@ import (
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) {
+	runChildIfRequested() // a worker process never returns from here
+	redistest.Main(m)
+}
 
 // newClient returns a dlock Client with its own connection pool, as a
 // separate process would have, closed when the test ends.

@@ -584,3 +584,53 @@ func TestLostSubscriptionCostsLatencyNotAHang(t *testing.T) {
 		t.Fatal("the waiter hung after its subscription was cut")
 	}
 }
+
+func TestKilledHolderProcessFreesTheLockWithinItsTTL(t *testing.T) {
+	srv := redistest.Shared(t)
+	name := t.Name()
+	holder := startChild(t, srv.Addr(), "mutex-hold", name) // TTL 1s, auto-renewed
+	c := newClient(t, srv)
+	ctx := testCtx(t)
+	if _, err := c.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("the child's lock is not held: %v", err)
+	}
+	killed := time.Now()
+	holder.kill()
+	lease := mustLock(t, c, name)
+	defer lease.Unlock(ctx)
+	if d := time.Since(killed); d > 1500*time.Millisecond+time.Second {
+		t.Errorf("got the killed holder's lock after %v; want within its 1s TTL plus a poll", d)
+	}
+}
+
+func TestKilledWaiterProcessLeavesTheQueue(t *testing.T) {
+	srv := redistest.Shared(t)
+	name := t.Name()
+	ctx := testCtx(t)
+	c := newClient(t, srv, dlock.WithWaiterLease(300*time.Millisecond))
+	lease := mustLock(t, c, name)
+	waiter := startChild(t, srv.Addr(), "mutex-wait", name) // waiter lease 300ms
+	waitQueued(t, srv, name, 1)
+	waiter.kill()
+
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Mutex(name).Lock(ctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waitQueued(t, srv, name, 2)
+	start := time.Now()
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	// The dead waiter's lease (300ms) and at most one claim window (300ms).
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("the live waiter waited %v behind a killed one", d)
+	}
+}

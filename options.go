@@ -33,6 +33,7 @@ const (
 // lists the defaults.
 type config struct {
 	ttl            time.Duration
+	ttlSet         bool // WithTTL was given: primitives with another default TTL (Latch) use it
 	autoRenew      bool
 	keyPrefix      string
 	wait           WaitStrategy
@@ -88,6 +89,7 @@ func WithTTL(ttl time.Duration) Option {
 			return
 		}
 		c.ttl = ttl
+		c.ttlSet = true
 	}
 }
 

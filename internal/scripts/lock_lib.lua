@@ -6,7 +6,9 @@
 --   lock    string   the holder's owner value, always with a PX expiry
 --   fence   string   the last fencing token issued for N, with a long expiry
 --   queue   zset     waiting owners, scored by arrival time (server µs)
---   waiters hash     owner -> "<lease expiry, server ms> <grant px>"
+--   waiters hash     owner -> "<lease expiry, server ms> <grant px>[ <extra>]"
+-- The optional extra field is the primitive's own (a permit count, a hold
+-- id): the helpers carry it through without reading it.
 -- Numbers that can exceed 14 digits are formatted with %.0f: Lua's default
 -- number formatting would print them in exponent notation.
 
@@ -41,21 +43,35 @@ local function dlock_dequeue(queue_key, waiters_key, owner)
   end
 end
 
--- dlock_live_head returns the first waiter whose lease has not expired and
--- the px it asked to be granted with, dropping expired waiters on the way;
--- nil when nobody waits.
+-- dlock_waiter reads a waiter's entry: whether its lease is live at now_ms,
+-- its grant px and its extra field (or nil).
+local function dlock_waiter(waiters_key, owner, now_ms)
+  local entry = redis.call('HGET', waiters_key, owner)
+  if not entry then
+    return false
+  end
+  local expiry, px, extra = string.match(entry, '^(%d+) (%d+) ?(.*)$')
+  if not expiry or tonumber(expiry) <= now_ms then
+    return false
+  end
+  if extra == '' then
+    extra = nil
+  end
+  return true, px, extra
+end
+
+-- dlock_live_head returns the first waiter whose lease has not expired, the
+-- px it asked to be granted with and its extra field (or nil), dropping
+-- expired waiters on the way; nil when nobody waits.
 local function dlock_live_head(queue_key, waiters_key, now_ms)
   while true do
     local head = redis.call('ZRANGE', queue_key, 0, 0)
     if #head == 0 then
       return nil
     end
-    local entry = redis.call('HGET', waiters_key, head[1])
-    if entry then
-      local expiry, px = string.match(entry, '^(%d+) (%d+)$')
-      if expiry and tonumber(expiry) > now_ms then
-        return head[1], px
-      end
+    local live, px, extra = dlock_waiter(waiters_key, head[1], now_ms)
+    if live then
+      return head[1], px, extra
     end
     redis.call('ZREM', queue_key, head[1])
     redis.call('HDEL', waiters_key, head[1])
@@ -74,14 +90,18 @@ local function dlock_grant(lock_key, fence_key, queue_key, waiters_key, owner, p
   return token
 end
 
--- dlock_enqueue adds owner to the wait queue, or renews its lease there, and
--- returns its 1-based position.
-local function dlock_enqueue(queue_key, waiters_key, owner, now_us, lease_ms, grant_px)
+-- dlock_enqueue adds owner to the wait queue, or renews its lease there,
+-- and returns its 1-based position. extra (may be nil) is stored with it.
+local function dlock_enqueue(queue_key, waiters_key, owner, now_us, lease_ms, grant_px, extra)
   if not redis.call('ZSCORE', queue_key, owner) then
     redis.call('ZADD', queue_key, string.format('%.0f', now_us), owner)
   end
   local expiry = math.floor(now_us / 1000) + tonumber(lease_ms)
-  redis.call('HSET', waiters_key, owner, string.format('%.0f', expiry) .. ' ' .. grant_px)
+  local entry = string.format('%.0f', expiry) .. ' ' .. grant_px
+  if extra then
+    entry = entry .. ' ' .. extra
+  end
+  redis.call('HSET', waiters_key, owner, entry)
   -- The queue keys live as long as the longest lease in them may.
   if redis.call('PTTL', queue_key) < tonumber(lease_ms) then
     redis.call('PEXPIRE', queue_key, lease_ms)

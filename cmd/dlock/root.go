@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0 // success
+	exitFailure = 1 // the command ran and failed: Redis unreachable, a check failed, interrupted
+	exitUsage   = 2 // the command line is wrong: unknown command or flag, invalid value
+)
+
+// app is what every subcommand shares: where its output goes and how it
+// reaches Redis. Subcommands write only to stdout and stderr, never to
+// os.Stdout, so tests can run them in-process.
+type app struct {
+	stdout, stderr io.Writer
+	conn           connOptions
+}
+
+// run runs the dlock command line args (without the program name) and
+// returns the process exit code. ctx ends the command early (main cancels it
+// on SIGINT and SIGTERM).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	a := &app{stdout: stdout, stderr: stderr, conn: connOptions{getenv: os.Getenv}}
+	root := a.rootCmd()
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return exitOK
+	}
+	var fail *failure
+	if !errors.As(err, &fail) {
+		// Everything cobra rejects, and every usageError a subcommand
+		// returns, is a mistake in the command line.
+		fmt.Fprintf(stderr, "dlock: %v\nRun '%s --help' for usage.\n", err, cmd.CommandPath())
+		return exitUsage
+	}
+	if ctx.Err() != nil && errors.Is(fail.err, ctx.Err()) {
+		fmt.Fprintf(stderr, "dlock: interrupted: %v\n", fail.err)
+		return exitFailure
+	}
+	fmt.Fprintf(stderr, "dlock: %v\n", fail.err)
+	return exitFailure
+}
+
+// rootCmd builds the command tree. A subcommand lives in its own file, with
+// its own options struct and a constructor a.<name>Cmd() added here.
+func (a *app) rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "dlock",
+		Short: "Distributed locks on Redis: try them, inspect them",
+		Long: `dlock is the command line of github.com/dlock-go/dlock, distributed locks on Redis.
+
+Every subcommand reaches Redis through --redis or the REDIS_URL environment
+variable: redis://[[user]:password@]host:port[/db] for plain TCP, rediss://
+for TLS. A password not in the URL is taken from REDIS_PASSWORD, so it need
+not appear on the command line.`,
+		SilenceErrors: true, // run prints errors, with the exit code's meaning
+		SilenceUsage:  true, // a failure is not a reason to print the usage
+		// No "completion" command until the command set settles.
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+	}
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	a.conn.addFlags(root)
+
+	root.AddCommand(
+		a.demoCmd(),
+	)
+	markFailures(root)
+	return root
+}
+
+// noArgs is cobra.NoArgs for a subcommand, as a usage error.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageErrorf("%q takes no arguments, got %q", cmd.CommandPath(), args)
+	}
+	return nil
+}
+
+// usageError is a mistake in the command line; run exits with exitUsage.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usageErrorf(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// failure is an error a command's RunE returned that is not a usage error;
+// run exits with exitFailure.
+type failure struct{ err error }
+
+func (f *failure) Error() string { return f.err.Error() }
+func (f *failure) Unwrap() error { return f.err }
+
+// markFailures wraps the RunE (and the other ...E hooks) of every command
+// in the tree so that their errors are failures (exit 1), unless they are
+// usage errors or reject an argument (dlock.ErrInvalidArgument), which exit
+// 2. Errors that cobra itself returns (unknown commands and flags, bad flag
+// values) never pass through these hooks, so they stay usage errors.
+func markFailures(cmd *cobra.Command) {
+	for _, hook := range []*func(*cobra.Command, []string) error{
+		&cmd.PersistentPreRunE, &cmd.PreRunE, &cmd.RunE, &cmd.PostRunE, &cmd.PersistentPostRunE,
+	} {
+		if f := *hook; f != nil {
+			*hook = func(cmd *cobra.Command, args []string) error { return classify(f(cmd, args)) }
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		markFailures(sub)
+	}
+}
+
+// classify marks err as a usage error or a failure.
+func classify(err error) error {
+	var usage usageError
+	switch {
+	case err == nil, errors.As(err, &usage):
+		return err
+	case errors.Is(err, dlock.ErrInvalidArgument):
+		return usageError{err}
+	}
+	return &failure{err}
+}

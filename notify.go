@@ -31,10 +31,12 @@ type notifier struct {
 }
 
 type channelState struct {
-	waiters   map[string]*waiter // by owner value
-	confirmed bool               // the server confirmed the subscription
-	pending   chan struct{}      // closed when a subscribe in flight ends
-	idle      *time.Timer        // unsubscribes after the linger, when no waiter is left
+	// waiters by the owner grants name; a few goroutines may share one
+	// owner (a reentrant lock's), and the first of them takes a grant.
+	waiters   map[string][]*waiter
+	confirmed bool          // the server confirmed the subscription
+	pending   chan struct{} // closed when a subscribe in flight ends
+	idle      *time.Timer   // unsubscribes after the linger, when no waiter is left
 }
 
 // waiter is one Lock call waiting for a lock. The notifier sets its grant and
@@ -64,14 +66,14 @@ func (n *notifier) register(channel, owner string) *waiter {
 	n.mu.Lock()
 	cs := n.channels[channel]
 	if cs == nil {
-		cs = &channelState{waiters: make(map[string]*waiter)}
+		cs = &channelState{waiters: make(map[string][]*waiter)}
 		n.channels[channel] = cs
 	}
 	if cs.idle != nil && cs.idle.Stop() {
 		n.lingers.Done()
 	}
 	cs.idle = nil
-	cs.waiters[owner] = w
+	cs.waiters[owner] = append(cs.waiters[owner], w)
 	n.mu.Unlock()
 	return w
 }
@@ -81,10 +83,9 @@ func (n *notifier) unregister(channel string, w *waiter) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	cs := n.channels[channel]
-	if cs == nil || cs.waiters[w.owner] != w {
+	if cs == nil || !removeWaiter(cs.waiters, w) {
 		return
 	}
-	delete(cs.waiters, w.owner)
 	if len(cs.waiters) > 0 || cs.pending != nil {
 		return
 	}
@@ -94,6 +95,22 @@ func (n *notifier) unregister(channel string, w *waiter) {
 	}
 	n.lingers.Add(1)
 	cs.idle = time.AfterFunc(subscriptionLinger, func() { n.expire(channel, cs) })
+}
+
+// removeWaiter deletes w from its owner's list; false if it was not there.
+func removeWaiter(waiters map[string][]*waiter, w *waiter) bool {
+	list := waiters[w.owner]
+	for i, x := range list {
+		if x == w {
+			if len(list) == 1 {
+				delete(waiters, w.owner)
+			} else {
+				waiters[w.owner] = append(list[:i:i], list[i+1:]...)
+			}
+			return true
+		}
+	}
+	return false
 }
 
 // expire unsubscribes a channel that stayed without waiters for the linger.
@@ -177,8 +194,10 @@ func (n *notifier) Message(channel, payload string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if cs := n.channels[channel]; cs != nil {
-		for _, w := range cs.waiters {
-			w.wake(nil)
+		for _, list := range cs.waiters {
+			for _, w := range list {
+				w.wake(nil)
+			}
 		}
 	}
 }
@@ -189,8 +208,10 @@ func (n *notifier) Reset() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, cs := range n.channels {
-		for _, w := range cs.waiters {
-			w.wake(nil)
+		for _, list := range cs.waiters {
+			for _, w := range list {
+				w.wake(nil)
+			}
 		}
 	}
 }
@@ -201,8 +222,12 @@ func (n *notifier) deliver(channel, owner string, fence int64, px time.Duration)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if cs := n.channels[channel]; cs != nil {
-		if w := cs.waiters[owner]; w != nil {
-			w.wake(&handoff{fence: fence, px: px})
+		for i, w := range cs.waiters[owner] {
+			if i == 0 {
+				w.wake(&handoff{fence: fence, px: px})
+			} else {
+				w.wake(nil) // the owner holds it now: the others join it
+			}
 		}
 	}
 }

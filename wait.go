@@ -31,18 +31,25 @@ type attemptResult struct {
 	pttl time.Duration
 }
 
-// acquire is TryLock (wait false) and Lock (wait true) for every queued lock.
+// acquire is TryLock (wait false) and Lock (wait true) for every queued
+// lock, for a fresh owner.
 func (c *Client) acquire(ctx context.Context, q queuedLock, cfg *config, wait bool) (*Lease, error) {
+	owner, err := newOwner(cfg.ownerInfo)
+	if err != nil {
+		return nil, err
+	}
+	return c.acquireAs(ctx, q, cfg, wait, owner)
+}
+
+// acquireAs is acquire for a given owner: a multi-lock takes every name for
+// one owner, a reentrant lock for the caller's identity.
+func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait bool, owner string) (*Lease, error) {
 	name := q.lockName()
 	if err := c.checkOpen(); err != nil {
 		return nil, err
 	}
 	if ctx.Err() != nil {
 		return nil, waitEnded(ctx, name, time.Now(), 0, nil)
-	}
-	owner, err := newOwner(cfg.ownerInfo)
-	if err != nil {
-		return nil, err
 	}
 	if wait {
 		r, from, err := c.waitFor(ctx, cfg, waitSpec{

@@ -115,3 +115,12 @@ type Subscription interface {
 	// Close ends the subscription and waits for its goroutines to stop.
 	Close() error
 }
+
+// Sharded is implemented by drivers for deployments that spread keys over
+// hash slots (Redis Cluster). A script can only touch keys of one slot
+// there, so dlock groups the keys of multi-name operations by slot. A driver
+// that does not implement Sharded, or reports false, is treated as one
+// server where any keys may go together.
+type Sharded interface {
+	Sharded() bool
+}

@@ -23,11 +23,20 @@ type Driver struct {
 	rdb Client
 }
 
-var _ driver.Driver = (*Driver)(nil)
+var (
+	_ driver.Driver  = (*Driver)(nil)
+	_ driver.Sharded = (*Driver)(nil)
+)
 
 // New returns a Driver over rdb.
 func New(rdb Client) *Driver {
 	return &Driver{rdb: rdb}
+}
+
+// Sharded implements driver.Sharded: true for a Cluster client.
+func (d *Driver) Sharded() bool {
+	_, ok := d.rdb.(*redis.ClusterClient)
+	return ok
 }
 
 // PublishCommand implements driver.Driver.

@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"fmt"
+	"github.com/dlock-go/dlock/internal/keyslot"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -487,22 +488,4 @@ func (m *SlotMigration) Finish(tb testing.TB) {
 
 // KeySlot returns the cluster hash slot of key (CRC16 of the key, or of its
 // {hash tag}, modulo 16384), as CLUSTER KEYSLOT computes it.
-func KeySlot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for k := 0; k < len(key); k++ {
-		crc ^= uint16(key[k]) << 8
-		for b := 0; b < 8; b++ {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % clusterSlots
-}
+func KeySlot(key string) int { return keyslot.Of(key) }

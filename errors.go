@@ -114,13 +114,22 @@ func redisError(op, name string, err error) error {
 	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
 }
 
+// isConflictReply recognises a foreign key in an error reply. Servers wrap
+// errors raised inside scripts differently (Redis prefixes "ERR
+// user_script:1:", miniredis "ERR Error compiling script"), so the markers
+// are searched anywhere in the message.
 func isConflictReply(msg string) bool {
-	return strings.HasPrefix(msg, "WRONGTYPE") || strings.HasPrefix(msg, "DLOCK_CONFLICT")
+	return strings.Contains(msg, "WRONGTYPE") || strings.Contains(msg, "DLOCK_CONFLICT")
 }
 
-// conflictDetail trims Redis's script location suffix and our marker.
+// conflictDetail keeps what follows our marker (or the WRONGTYPE message),
+// without the server's script location suffix.
 func conflictDetail(msg string) string {
-	msg = strings.TrimPrefix(msg, "DLOCK_CONFLICT ")
+	if i := strings.Index(msg, "DLOCK_CONFLICT "); i >= 0 {
+		msg = msg[i+len("DLOCK_CONFLICT "):]
+	} else if i := strings.Index(msg, "WRONGTYPE"); i >= 0 {
+		msg = msg[i:]
+	}
 	if i := strings.Index(msg, " script: "); i >= 0 {
 		msg = msg[:i]
 	}
@@ -145,3 +154,27 @@ func isTransient(err error) bool {
 	}
 	return true
 }
+
+// ErrQuorum means a Redlock operation could not reach enough nodes: fewer
+// than a quorum (N/2+1) answered in time and without an error, so whether the
+// lock is free or held could not be decided. It never matches ErrNotObtained
+// (someone else holds the lock). The error carries a *NodeError for each
+// failed node; find them with errors.As.
+var ErrQuorum = errors.New("dlock: not enough Redis nodes answered")
+
+// NodeError is one Redlock node's failure within an operation: the node could
+// not be reached, did not answer within the node timeout (Err then matches
+// os.ErrDeadlineExceeded), or answered with an error (a foreign key matches
+// ErrKeyConflict). Redlock's errors join one per failed node.
+type NodeError struct {
+	// Addr is the node's address, as in its redis.Options.
+	Addr string
+	// Err is what went wrong on that node.
+	Err error
+}
+
+// Error returns "node <addr>: <what went wrong>".
+func (e *NodeError) Error() string { return "node " + e.Addr + ": " + e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *NodeError) Unwrap() error { return e.Err }

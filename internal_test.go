@@ -53,7 +53,7 @@ func TestSpinDelayGrowsWithJitterWithinBounds(t *testing.T) {
 
 func TestPollDelay(t *testing.T) {
 	c := &Client{}
-	cfg := defaultConfig() // waiter lease 3s: refresh every 1s
+	cfg := defaultConfig() // claim window = waiter lease 3s: refresh every 1s
 	cases := []struct {
 		holderTTL time.Duration
 		min, max  time.Duration
@@ -168,5 +168,24 @@ func TestOwnerValues(t *testing.T) {
 	bare, _ := newOwner("")
 	if len(bare) != ownerIDLen {
 		t.Errorf("owner without info %q has length %d", bare, len(bare))
+	}
+}
+
+func TestConflictRepliesFromEveryServer(t *testing.T) {
+	for msg, want := range map[string]string{
+		"WRONGTYPE Operation against a key holding the wrong kind of value script: 5c83, on @user_script:1.":            "WRONGTYPE Operation against a key holding the wrong kind of value",
+		"DLOCK_CONFLICT dlock:{x} holds a value with no expiry that no lock wrote":                                      "dlock:{x} holds a value with no expiry that no lock wrote",
+		"ERR user_script:12: DLOCK_CONFLICT the fencing key k does not hold a number script: 9f0e, on @user_script:12.": "the fencing key k does not hold a number",
+		"ERR Error compiling script (new function): user_script:3: WRONGTYPE Operation against a key":                   "WRONGTYPE Operation against a key",
+	} {
+		if !isConflictReply(msg) {
+			t.Errorf("isConflictReply(%q) = false", msg)
+		}
+		if got := conflictDetail(msg); got != want {
+			t.Errorf("conflictDetail(%q) = %q, want %q", msg, got, want)
+		}
+	}
+	if isConflictReply("NOAUTH Authentication required.") {
+		t.Error("NOAUTH is not a conflict")
 	}
 }

@@ -92,6 +92,11 @@ func (l *Lease) Name() string { return l.h.lockName() }
 // increase with every grant, so a resource that remembers the highest token
 // it has seen can refuse a holder whose lease has already passed to someone
 // else (see the package documentation).
+//
+// Leases from a Redlock have no fencing token: Token returns 0. Independent
+// nodes keep no common counter, and no per-node value can be combined into a
+// number that increases across grants won on different quorums or after a
+// node restart (see the package documentation, "Redlock").
 func (l *Lease) Token() int64 { return l.token }
 
 // Done returns a channel that is closed when the lease ends: when the lock is
@@ -191,6 +196,9 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		wd.rescheduleLocked(l)
 	case errors.Is(err, ErrNotHeld):
 		lost = wd.loseLocked(l, "Extend found the key gone or held by another owner")
+	default:
+		l.distrustLocked(start, px)
+		wd.rescheduleLocked(l)
 	}
 	wd.mu.Unlock()
 	runLossFuncs(lost, l)
@@ -201,6 +209,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	case errors.Is(err, ErrNotHeld):
 		return fmt.Errorf("dlock: Extend %q: %w: it expired or was taken over", name, ErrNotHeld)
 	}
+	wd.poke()
 	return redisError("Extend", name, err)
 }
 
@@ -256,6 +265,36 @@ func (l *Lease) cappedLocked(px time.Duration, now time.Time) time.Duration {
 // millisecond resolution (the Redlock paper's TTL/100 + 2ms).
 func drift(px time.Duration) time.Duration { return px/100 + 2*time.Millisecond }
 
+// drifter is a holder whose leases need another drift allowance than drift:
+// Redlock's drift factor is an option.
+type drifter interface {
+	drift(px time.Duration) time.Duration
+}
+
+// driftFor is the drift allowance of this lease's validity.
+func (l *Lease) driftFor(px time.Duration) time.Duration {
+	if d, ok := l.h.(drifter); ok {
+		return d.drift(px)
+	}
+	return drift(px)
+}
+
+// distrustLocked handles an Extend that failed but may still have reached
+// the servers (a reply lost in transit; a Redlock minority of nodes): if it
+// asked for less than the validity in force, the keys may now expire sooner,
+// so the validity shrinks to what it asked for, and an auto-renewing lease
+// renews at once to restore its TTL.
+func (l *Lease) distrustLocked(from time.Time, px time.Duration) {
+	until := from.Add(px - l.driftFor(px))
+	if !until.Before(l.validUntil) {
+		return
+	}
+	l.validUntil = until
+	if now := time.Now(); l.autoRenew && !l.capped && (l.nextRenew.IsZero() || now.Before(l.nextRenew)) {
+		l.nextRenew = now
+	}
+}
+
 // applyValidityLocked records that the server granted or renewed the key for
 // px, by a request sent at from. A result older than the one in force is
 // ignored, so a slow renewal cannot overwrite a newer Extend.
@@ -264,7 +303,7 @@ func (l *Lease) applyValidityLocked(from time.Time, px time.Duration) {
 		return
 	}
 	l.validFrom = from
-	l.validUntil = from.Add(px - drift(px))
+	l.validUntil = from.Add(px - l.driftFor(px))
 	l.nextRenew = time.Time{}
 	l.capped = !l.holdUntil.IsZero() && !from.Add(px).Before(l.holdUntil.Add(-time.Millisecond))
 	if !l.autoRenew || l.capped {
@@ -323,8 +362,15 @@ func newLease(ctx context.Context, wd *watchdog, h holder, cfg *config, owner st
 	}
 	l.applyValidityLocked(from, px)
 	var err error
-	if !l.autoRenew && px < l.cappedLocked(l.ttl, from) {
+	// A grant shorter than the TTL is a hand-off's claim window. The
+	// watchdog renews it at once, but a lease that won't be renewed, or
+	// whose conservative validity is nearly spent (this process was slow to
+	// hear of the grant), claims the full TTL before it is returned.
+	if px < l.cappedLocked(l.ttl, from) && (!l.autoRenew || time.Until(l.validUntil) < px/4) {
 		err = l.claim(ctx)
+		if errors.Is(err, ErrNotHeld) {
+			return nil, errGrantExpired
+		}
 	}
 	if err == nil {
 		err = wd.track(l)
@@ -340,3 +386,7 @@ func newLease(ctx context.Context, wd *watchdog, h holder, cfg *config, owner st
 	}
 	return l, nil
 }
+
+// errGrantExpired means a lock handed to this owner expired before it could
+// be claimed; a waiting Lock goes back to waiting.
+var errGrantExpired = errors.New("dlock: the grant expired before it was claimed")

@@ -76,14 +76,7 @@ func fenceRetention(ttl time.Duration) time.Duration {
 }
 
 func (m *Mutex) attempt(ctx context.Context, owner string, queue bool) (attemptResult, error) {
-	ttl := m.cfg.ttl
-	if m.cfg.maxHold > 0 && m.cfg.maxHold < ttl {
-		ttl = m.cfg.maxHold
-	}
-	grantPX := ttl
-	if m.cfg.waiterLease < grantPX {
-		grantPX = m.cfg.waiterLease
-	}
+	ttl, grantPX := m.cfg.initialPX(), m.cfg.claimWindow()
 	queueFlag := "0"
 	if queue {
 		queueFlag = "1"

@@ -634,3 +634,58 @@ func TestKilledWaiterProcessLeavesTheQueue(t *testing.T) {
 		t.Errorf("the live waiter waited %v behind a killed one", d)
 	}
 }
+
+// TestHandoffUnderShortTTLKeepsTheLease: a waiter handed the lock long after
+// its last poll must still get a usable lease (it claims the lock when its
+// conservative validity is nearly spent), never one that is lost at once.
+func TestHandoffUnderShortTTLKeepsTheLease(t *testing.T) {
+	srv := redistest.Shared(t)
+	name := t.Name()
+	ctx := testCtx(t)
+	const clients, rounds = 4, 2
+	var wg sync.WaitGroup
+	var lost atomic.Int32
+	for i := 0; i < clients; i++ {
+		c := newClient(t, srv, dlock.WithTTL(200*time.Millisecond))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := 0; r < rounds; r++ {
+				l, err := c.Mutex(name).Lock(ctx)
+				if err != nil {
+					t.Errorf("Lock: %v", err)
+					return
+				}
+				select {
+				case <-l.Done():
+					lost.Add(1)
+					t.Errorf("lease lost while held: %v", l.Err())
+				case <-time.After(300 * time.Millisecond): // 1.5 TTLs
+				}
+				_ = l.Unlock(ctx)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := lost.Load(); n != 0 {
+		t.Errorf("%d of %d leases were lost", n, clients*rounds)
+	}
+}
+
+func TestForeignFenceKeyConflictsWithoutTakingTheLock(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := newClient(t, srv)
+	rdb := srv.Client(t)
+	ctx := testCtx(t)
+	name := t.Name()
+	rdb.Set(ctx, lockKey(name)+":fence", "not-a-number", time.Minute)
+	if _, err := c.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrKeyConflict) {
+		t.Fatalf("TryLock: got %v, want ErrKeyConflict", err)
+	}
+	if n := rdb.Exists(ctx, lockKey(name)).Val(); n != 0 {
+		t.Error("the lock key was written before the conflict was found")
+	}
+	if v := rdb.Get(ctx, lockKey(name)+":fence").Val(); v != "not-a-number" {
+		t.Errorf("the foreign fence key was changed to %q", v)
+	}
+}

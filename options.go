@@ -17,9 +17,11 @@ type Option func(*config)
 
 // Limits enforced on options.
 const (
-	// MinTTL is the shortest TTL accepted: Redis expires keys with
-	// millisecond resolution.
-	MinTTL = time.Millisecond
+	// MinTTL is the shortest TTL accepted. A lease's validity is its TTL
+	// minus a drift allowance of TTL/100 + 2ms (clock rates and Redis's
+	// millisecond expiry), so a TTL near 2ms could never be held; 10ms leaves
+	// room for at least a few round trips.
+	MinTTL = 10 * time.Millisecond
 	// MaxTTL is the longest TTL accepted. A lock that must last longer
 	// should keep a shorter TTL and be renewed.
 	MaxTTL = 30 * 24 * time.Hour
@@ -43,6 +45,35 @@ type config struct {
 	releaseTimeout time.Duration
 	logger         *slog.Logger
 	errs           []error
+
+	// Redlock only: NewRedlock sets redlock, and the options below are
+	// rejected (ErrInvalidArgument) where it is not set.
+	redlock     bool
+	nodeTimeout time.Duration // 0: defaultNodeTimeout
+	driftFactor float64
+	retryMin    time.Duration
+	retryMax    time.Duration
+}
+
+// claimWindow is how long a lock handed to a waiter stays its without being
+// claimed: the waiter's TTL (capped by the hold limit), at most its waiter
+// lease, so a lock handed to a waiter that just died returns to the queue
+// within the lease.
+func (c *config) claimWindow() time.Duration {
+	w := c.initialPX()
+	if c.waiterLease < w {
+		w = c.waiterLease
+	}
+	return w
+}
+
+// initialPX is the expiry a fresh grant gets: the TTL, or the hold cap when
+// that is shorter.
+func (c *config) initialPX() time.Duration {
+	if c.maxHold > 0 && c.maxHold < c.ttl {
+		return c.maxHold
+	}
+	return c.ttl
 }
 
 // defaultConfig returns the defaults. The reasons behind each are in
@@ -58,6 +89,12 @@ func defaultConfig() config {
 		ownerInfo:      defaultOwnerInfo(),
 		releaseTimeout: 5 * time.Second,
 		logger:         slog.New(discardHandler{}),
+
+		// Redlock only.
+		nodeTimeout: 0, // derived from the TTL: see defaultNodeTimeout
+		driftFactor: 0.01,
+		retryMin:    10 * time.Millisecond,
+		retryMax:    200 * time.Millisecond,
 	}
 }
 
@@ -241,3 +278,79 @@ func (discardHandler) Enabled(context.Context, slog.Level) bool  { return false 
 func (discardHandler) Handle(context.Context, slog.Record) error { return nil }
 func (d discardHandler) WithAttrs([]slog.Attr) slog.Handler      { return d }
 func (d discardHandler) WithGroup(string) slog.Handler           { return d }
+
+// WithNodeTimeout bounds each request to one Redlock node: a node that has
+// not answered by then counts as failed for that acquisition, renewal,
+// release or TTL. It must be shorter than the TTL minus the drift allowance
+// (see WithDriftFactor): a quorum that took longer would leave no validity.
+// Zero means the default. Redlock only: New and Client.Mutex reject it with
+// ErrInvalidArgument. Default: TTL/100 within [10ms, 500ms], and at most half
+// the validity the drift allowance leaves (300ms for the default TTL).
+func WithNodeTimeout(d time.Duration) Option {
+	return func(c *config) {
+		switch {
+		case !c.redlock:
+			c.fail(redlockOnly("WithNodeTimeout"))
+		case d < 0:
+			c.fail(invalidArgf("WithNodeTimeout(%v): must not be negative", d))
+		default:
+			c.nodeTimeout = d
+		}
+	}
+}
+
+// defaultNodeTimeout is Redlock's per-node timeout when WithNodeTimeout is
+// not given: TTL/100 within [10ms, 500ms], and at most half the validity
+// left after the drift allowance, so that a node answering at its timeout
+// still leaves most of the lease. See docs/design.md.
+func defaultNodeTimeout(ttl, drift time.Duration) time.Duration {
+	d := min(max(ttl/100, 10*time.Millisecond), 500*time.Millisecond)
+	if half := (ttl - drift) / 2; d > half {
+		d = half
+	}
+	return d
+}
+
+// WithDriftFactor sets the share of the TTL that Redlock subtracts from a
+// lease's validity for clock drift between this process and the nodes: the
+// allowance is TTL × f + 2ms. f must be in [0, 1); zero keeps only the 2ms.
+// Redlock only: New and Client.Mutex reject it with ErrInvalidArgument.
+// Default: 0.01.
+func WithDriftFactor(f float64) Option {
+	return func(c *config) {
+		switch {
+		case !c.redlock:
+			c.fail(redlockOnly("WithDriftFactor"))
+		case !(f >= 0 && f < 1): // also rejects NaN
+			c.fail(invalidArgf("WithDriftFactor(%v): must be in [0, 1)", f))
+		default:
+			c.driftFactor = f
+		}
+	}
+}
+
+// WithRetryDelay sets how long a waiting RedlockMutex.Lock sleeps between
+// attempts: a random delay whose range doubles from [min/2, min] after each
+// attempt up to [max/2, max], so that clients whose attempts collided drift
+// apart and long waits poll slowly. It needs 1ms <= min <= max <= 1m; both
+// zero mean the default. Redlock only: New and Client.Mutex reject it with
+// ErrInvalidArgument. Default: 10ms and 200ms.
+func WithRetryDelay(min, max time.Duration) Option {
+	return func(c *config) {
+		switch {
+		case !c.redlock:
+			c.fail(redlockOnly("WithRetryDelay"))
+		case min == 0 && max == 0:
+			d := defaultConfig()
+			c.retryMin, c.retryMax = d.retryMin, d.retryMax
+		case min < time.Millisecond || max < min || max > time.Minute:
+			c.fail(invalidArgf("WithRetryDelay(%v, %v): delays must satisfy 1ms <= min <= max <= 1m", min, max))
+		default:
+			c.retryMin, c.retryMax = min, max
+		}
+	}
+}
+
+func redlockOnly(option string) error {
+	return invalidArgf("%s applies to Redlock only (NewRedlock, Redlock.Mutex, Redlock.Do)", option)
+}

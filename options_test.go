@@ -51,6 +51,7 @@ func TestBadInputSendsNothing(t *testing.T) {
 		"ttl zero":               {dlock.WithTTL(0)},
 		"ttl negative":           {dlock.WithTTL(-time.Second)},
 		"ttl below 1ms":          {dlock.WithTTL(500 * time.Microsecond)},
+		"ttl within the drift":   {dlock.WithTTL(2 * time.Millisecond)},
 		"ttl absurd":             {dlock.WithTTL(100 * 365 * 24 * time.Hour)},
 		"prefix with brace":      {dlock.WithKeyPrefix("app{1}:")},
 		"waiter lease too short": {dlock.WithWaiterLease(time.Millisecond)},

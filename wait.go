@@ -52,17 +52,24 @@ func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait 
 		return nil, waitEnded(ctx, name, time.Now(), 0, nil)
 	}
 	if wait {
-		r, from, err := c.waitFor(ctx, cfg, waitSpec{
+		spec := waitSpec{
 			name:    name,
 			channel: q.channel(),
 			owner:   owner,
 			attempt: func(ctx context.Context) (attemptResult, error) { return q.attempt(ctx, owner, true) },
 			abandon: func(cause error) { c.abandon(ctx, q, cfg, owner, cause) },
-		})
-		if err != nil {
-			return nil, err
 		}
-		return newLease(ctx, c.wd, q, cfg, owner, r.fence, from, r.pttl)
+		for {
+			r, from, err := c.waitFor(ctx, cfg, spec)
+			if err != nil {
+				return nil, err
+			}
+			l, err := newLease(ctx, c.wd, q, cfg, owner, r.fence, from, r.pttl)
+			if errors.Is(err, errGrantExpired) {
+				continue // this process stalled past its claim window: wait again
+			}
+			return l, err
+		}
 	}
 	start := time.Now()
 	r, err := q.attempt(ctx, owner, false)
@@ -235,8 +242,12 @@ func (c *Client) abandon(ctx context.Context, q queuedLock, cfg *config, owner s
 // must refresh its place in the queue well within the waiter lease, and it
 // looks again when the holder's key expires, in case the holder died
 // without releasing (nobody would publish then).
+//
+// It is also how stale a waiter's lower bound on a grant's time can get (see
+// waitFor), so it stays within a third of the claim window: a grant heard by
+// pub/sub then leaves about two thirds of the window to claim the lock.
 func (c *Client) pollDelay(cfg *config, holderTTL time.Duration, spin *spinDelay) time.Duration {
-	refresh := cfg.waiterLease / 3
+	refresh := cfg.claimWindow() / 3
 	if spin != nil {
 		if d := spin.next(); d < refresh {
 			return d

@@ -20,11 +20,14 @@ end
 
 -- dlock_issue_fence returns the next fencing token: one more than the last,
 -- and never below the server clock in µs, so the sequence stays increasing
--- even after the counter key has expired.
+-- even after the counter key has expired. Call it before any other write of
+-- a grant: it raises DLOCK_CONFLICT when the key holds something else, and
+-- a script's earlier writes would not be rolled back. (Conflicts are raised
+-- as plain strings: Redis and miniredis both keep the text of those.)
 local function dlock_issue_fence(fence_key, now_us, retention_ms)
   local last = tonumber(redis.call('GET', fence_key) or '0')
   if last == nil then
-    error({err = 'DLOCK_CONFLICT the fencing key ' .. fence_key .. ' does not hold a number'})
+    error('DLOCK_CONFLICT the fencing key ' .. fence_key .. ' does not hold a number')
   end
   local token = math.max(last + 1, now_us)
   redis.call('SET', fence_key, string.format('%.0f', token), 'PX', retention_ms)
@@ -82,10 +85,10 @@ end
 -- the key for px ms (its claim window, extended by the waiter once it hears
 -- of the grant) and is told on the lock's channel as "<fence> <px> <owner>".
 local function dlock_grant(lock_key, fence_key, queue_key, waiters_key, owner, px, now_us, retention_ms, publish, channel)
+  local token = dlock_issue_fence(fence_key, now_us, retention_ms)
   redis.call('ZREM', queue_key, owner)
   redis.call('HDEL', waiters_key, owner)
   redis.call('SET', lock_key, owner, 'PX', px)
-  local token = dlock_issue_fence(fence_key, now_us, retention_ms)
   redis.call(publish, channel, string.format('%.0f', token) .. ' ' .. px .. ' ' .. owner)
   return token
 end

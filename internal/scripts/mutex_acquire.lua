@@ -18,23 +18,31 @@ if cur == owner then
   return {1, dlock_last_fence(KEYS[2]), redis.call('PTTL', KEYS[1])}
 end
 
+local pttl
+if cur then
+  pttl = redis.call('PTTL', KEYS[1])
+  if pttl == -1 then
+    return redis.error_reply('DLOCK_CONFLICT ' .. KEYS[1] .. ' holds a value with no expiry that no lock wrote')
+  elseif pttl == -2 then
+    cur = false -- expired since GET: only servers whose clock moves inside a script (miniredis)
+  end
+end
+
 local now_us
 if not cur then
   now_us = dlock_now_us()
   local head, px = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000))
   if not head or head == owner then
+    local token = dlock_issue_fence(KEYS[2], now_us, ARGV[6])
     dlock_dequeue(KEYS[3], KEYS[4], owner)
     redis.call('SET', KEYS[1], owner, 'PX', ARGV[2])
-    return {1, dlock_issue_fence(KEYS[2], now_us, ARGV[6]), tonumber(ARGV[2])}
+    return {1, token, tonumber(ARGV[2])}
   end
   -- Free, but others queued first: the head gets it, owner keeps waiting.
   dlock_grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head, px, now_us, ARGV[6], ARGV[7], ARGV[8])
+  pttl = tonumber(px)
 end
 
-local pttl = redis.call('PTTL', KEYS[1])
-if pttl < 0 then
-  return redis.error_reply('DLOCK_CONFLICT ' .. KEYS[1] .. ' holds a value with no expiry that no lock wrote')
-end
 local position = 0
 if ARGV[3] == '1' then
   position = dlock_enqueue(KEYS[3], KEYS[4], owner, now_us or dlock_now_us(), ARGV[4], ARGV[5])

@@ -33,10 +33,12 @@ var (
 // that renews every held lease. Create one Client per process and deployment
 // and share it; it is safe for concurrent use. Close it when done.
 type Client struct {
-	drv    driver.Driver
-	cfg    config
-	notify *notifier
-	wd     *watchdog
+	drv      driver.Driver
+	cfg      config
+	notify   *notifier
+	wd       *watchdog
+	instance string    // random id of this Client, scoping reentrant owners
+	anchors  anchorSet // reentrant owners' shared renewals
 
 	cleanups  sync.WaitGroup // abandoned acquires being cleaned up
 	closeOnce sync.Once
@@ -71,7 +73,7 @@ func NewWithDriver(d driver.Driver, opts ...Option) (*Client, error) {
 	if err := cfg.err(); err != nil {
 		return nil, fmt.Errorf("dlock: New: %w", err)
 	}
-	c := &Client{drv: d, cfg: cfg, closed: make(chan struct{})}
+	c := &Client{drv: d, cfg: cfg, instance: NewOwnerID(), closed: make(chan struct{})}
 	c.notify = newNotifier(c)
 	c.wd = newWatchdog(d)
 	return c, nil
@@ -121,23 +123,37 @@ func (c *Client) checkOpen() error {
 // a cheap, immutable descriptor, safe for concurrent use; any number of them
 // may name the same lock.
 func (c *Client) Mutex(name string, opts ...Option) *Mutex {
+	cfg, err := c.lockConfig("Mutex", name, opts)
+	return &Mutex{c: c, name: name, cfg: cfg, keys: newLockKeys(cfg.keyPrefix, name), err: err}
+}
+
+// lockConfig applies a lock's options over the Client's defaults and
+// validates them with the name; the error is reported on the lock's first
+// use, since constructors of locks never fail.
+func (c *Client) lockConfig(kind, name string, opts []Option) (config, error) {
+	cfg, err := c.applyOptions(kind, name, opts)
+	if nerr := checkName(name); nerr != nil {
+		return cfg, fmt.Errorf("dlock: %s: %w", kind, nerr)
+	}
+	return cfg, err
+}
+
+// applyOptions applies a lock's options over the Client's defaults; label
+// names the lock in errors.
+func (c *Client) applyOptions(kind, label string, opts []Option) (config, error) {
 	cfg := c.cfg
 	cfg.errs = nil
 	for _, opt := range opts {
 		if opt == nil {
-			cfg.fail(invalidArgf("Mutex(%q): nil Option", name))
+			cfg.fail(invalidArgf("nil Option"))
 			continue
 		}
 		opt(&cfg)
 	}
-	m := &Mutex{c: c, name: name, cfg: cfg}
-	if err := checkName(name); err != nil {
-		m.err = fmt.Errorf("dlock: Mutex: %w", err)
-	} else if err := cfg.err(); err != nil {
-		m.err = fmt.Errorf("dlock: Mutex(%q): %w", name, err)
+	if err := cfg.err(); err != nil {
+		return cfg, fmt.Errorf("dlock: %s(%q): %w", kind, label, err)
 	}
-	m.keys = newLockKeys(cfg.keyPrefix, name)
-	return m
+	return cfg, nil
 }
 
 // Do runs fn while holding the lock called name: it waits for the lock (like

@@ -66,7 +66,12 @@
 //
 // Release notifications are published on the channel dlock:{N}. Change the
 // prefix with WithKeyPrefix. Names may not be empty, longer than MaxNameLen,
-// or contain '}'.
+// or start with '}'. A name may contain braces: its hash tag is then the
+// part before its first '}', so "{cart:7}:items" and "{cart:7}:total" share
+// a Cluster slot and a MultiLock takes both in one script. Mutex, FairMutex
+// and MultiLock share these keys and exclude each other; the other kinds of
+// lock keep keys of their own under the same tag (ReentrantMutex:
+// dlock:{N}:re, with dlock:{N}:re:holds, the ids of the holder's holds).
 //
 // # Waiting
 //

@@ -125,9 +125,11 @@ func TestCheckName(t *testing.T) {
 		"orders:1001": true,
 		"a{b":         true, // a '{' inside the tag is harmless
 		"with space":  true,
+		"{cart:7}:x":  true, // the tag is "{cart:7", shared by the cart's names
+		"a}b":         true, // the tag is "a", the same for every key of the lock
 		"":            false,
-		"a}b":         false,
 		"}":           false,
+		"}a":          false, // an empty tag: each key hashed whole
 	} {
 		if err := checkName(name); (err == nil) != ok || (err != nil && !errors.Is(err, ErrInvalidArgument)) {
 			t.Errorf("checkName(%q) = %v, want ok=%v", name, err, ok)

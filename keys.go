@@ -18,7 +18,11 @@ type lockKeys struct {
 }
 
 func newLockKeys(prefix, name string) lockKeys {
-	base := prefix + "{" + name + "}"
+	return newLockKeysAt(prefix + "{" + name + "}")
+}
+
+// newLockKeysAt names the keys of a queued lock whose lock key is base.
+func newLockKeysAt(base string) lockKeys {
 	k := lockKeys{
 		lock:    base,
 		fence:   base + ":fence",
@@ -32,15 +36,21 @@ func newLockKeys(prefix, name string) lockKeys {
 func (k *lockKeys) channel() string { return k.lock }
 
 // checkName validates a lock name before anything is sent.
+//
+// A name may contain braces: the hash tag of its keys is then the part of
+// the name before its first '}', the same for every key of the lock, and
+// names that share it share a Cluster slot ("{cart:7}:items" and
+// "{cart:7}:total"), so one script can take both. Only a name that starts
+// with '}' is refused: its tag would be empty, and Redis would hash each key
+// of the lock whole, into different slots.
 func checkName(name string) error {
 	switch {
 	case name == "":
 		return invalidArgf("empty lock name")
 	case len(name) > MaxNameLen:
 		return invalidArgf("lock name of %d bytes is longer than %d", len(name), MaxNameLen)
-	case strings.Contains(name, "}"):
-		// "a}b" would make the hash tag "a" for some keys of the lock only.
-		return invalidArgf("lock name %q contains '}', which would break the Cluster hash tag", name)
+	case strings.HasPrefix(name, "}"):
+		return invalidArgf("lock name %q starts with '}', which would leave its keys without a Cluster hash tag", name)
 	}
 	return nil
 }

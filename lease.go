@@ -66,6 +66,10 @@ type Lease struct {
 	owner string
 	token int64
 	done  chan struct{}
+	// parent, when set, is the lease that renews this one's lock: a nested
+	// hold of a reentrant lock. Extend and TTL act on it; its loss is this
+	// lease's loss.
+	parent *Lease
 
 	// Guarded by c.wd.mu.
 	ttl        time.Duration
@@ -172,6 +176,12 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
 		return fmt.Errorf("dlock: Extend %q: %w", name, err)
 	}
+	if l.parent != nil {
+		if err := l.usable(); err != nil {
+			return fmt.Errorf("dlock: Extend %q: %w", name, err)
+		}
+		return l.parent.Extend(ctx, ttl)
+	}
 	wd := l.wd
 	start := time.Now()
 	wd.mu.Lock()
@@ -218,13 +228,13 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 // lost).
 func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	name := l.Name()
-	wd := l.wd
-	wd.mu.Lock()
-	err := l.usableLocked()
-	wd.mu.Unlock()
-	if err != nil {
+	if err := l.usable(); err != nil {
 		return 0, fmt.Errorf("dlock: TTL %q: %w", name, err)
 	}
+	if l.parent != nil {
+		return l.parent.TTL(ctx)
+	}
+	wd := l.wd
 	d, err := l.h.remaining(ctx, l.owner)
 	switch {
 	case err == nil:
@@ -237,6 +247,13 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("dlock: TTL %q: %w: it expired or was taken over", name, ErrNotHeld)
 	}
 	return 0, redisError("TTL", name, err)
+}
+
+// usable says why the lease cannot be extended or read, if it can't.
+func (l *Lease) usable() error {
+	l.wd.mu.Lock()
+	defer l.wd.mu.Unlock()
+	return l.usableLocked()
 }
 
 // usableLocked says why the lease cannot be extended or read, if it can't.

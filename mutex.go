@@ -77,15 +77,11 @@ func fenceRetention(ttl time.Duration) time.Duration {
 
 func (m *Mutex) attempt(ctx context.Context, owner string, queue bool) (attemptResult, error) {
 	ttl, grantPX := m.cfg.initialPX(), m.cfg.claimWindow()
-	queueFlag := "0"
-	if queue {
-		queueFlag = "1"
-	}
 	call := &driver.Call{
 		Script: scripts.MutexAcquire,
 		Keys:   m.keys.all,
 		Args: []any{
-			owner, ttl.Milliseconds(), queueFlag, m.cfg.waiterLease.Milliseconds(), grantPX.Milliseconds(),
+			owner, ttl.Milliseconds(), queueFlag(queue), m.cfg.waiterLease.Milliseconds(), grantPX.Milliseconds(),
 			fenceRetention(m.cfg.ttl).Milliseconds(), m.c.drv.PublishCommand(), m.keys.channel(),
 		},
 	}

@@ -46,7 +46,7 @@ func TestBadInputSendsNothing(t *testing.T) {
 	long := strings.Repeat("x", dlock.MaxNameLen+1)
 	cases := map[string][]dlock.Option{
 		"":                       nil,
-		"a}b":                    nil,
+		"}a":                     nil,
 		long:                     nil,
 		"ttl zero":               {dlock.WithTTL(0)},
 		"ttl negative":           {dlock.WithTTL(-time.Second)},

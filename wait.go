@@ -64,7 +64,7 @@ func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait 
 			if err != nil {
 				return nil, err
 			}
-			l, err := newLease(ctx, c.wd, q, cfg, owner, r.fence, from, r.pttl)
+			l, err := c.leaseFor(ctx, q, cfg, owner, r, from)
 			if errors.Is(err, errGrantExpired) {
 				continue // this process stalled past its claim window: wait again
 			}
@@ -80,7 +80,21 @@ func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait 
 	if !r.granted {
 		return nil, &notObtainedError{name: name, holderTTL: r.pttl}
 	}
-	return newLease(ctx, c.wd, q, cfg, owner, r.fence, start, r.pttl)
+	return c.leaseFor(ctx, q, cfg, owner, r, start)
+}
+
+// leaseMaker is a queuedLock that builds its own leases from grants (the
+// reentrant lock shares one renewal among nested holds).
+type leaseMaker interface {
+	makeLease(ctx context.Context, cfg *config, owner string, r attemptResult, from time.Time) (*Lease, error)
+}
+
+// leaseFor turns a grant into a lease.
+func (c *Client) leaseFor(ctx context.Context, q queuedLock, cfg *config, owner string, r attemptResult, from time.Time) (*Lease, error) {
+	if m, ok := q.(leaseMaker); ok {
+		return m.makeLease(ctx, cfg, owner, r, from)
+	}
+	return newLease(ctx, c.wd, q, cfg, owner, r.fence, from, r.pttl)
 }
 
 // waitSpec describes one wait for waitFor.

@@ -281,6 +281,23 @@ func (w *watchdog) loseLocked(l *Lease, reason string) []func(error) {
 	return funcs
 }
 
+// lose declares a lease lost and runs its loss callbacks.
+func (w *watchdog) lose(l *Lease, reason string) {
+	w.mu.Lock()
+	funcs := w.loseLocked(l, reason)
+	w.mu.Unlock()
+	runLossFuncs(funcs, l)
+}
+
+// retire ends a lease whose lock was released by other means (the last
+// hold of a reentrant lock, released through a nested lease): it stops
+// watching it and closes Done, sending nothing.
+func (w *watchdog) retire(l *Lease) {
+	if w.beginUnlock(l) == nil {
+		w.endUnlock(l, nil)
+	}
+}
+
 func (l *Lease) closeDoneLocked() {
 	if !l.doneClosed {
 		l.doneClosed = true
@@ -329,7 +346,7 @@ func (w *watchdog) endUnlock(l *Lease, err error) {
 		l.state = leaseHeld
 		l.autoRenew = false
 		l.nextRenew = time.Time{}
-		if l.err == nil && !w.closed {
+		if l.err == nil && !w.closed && l.parent == nil {
 			l.eventAt = l.nextEventLocked()
 			heap.Push(&w.leases, l)
 		}

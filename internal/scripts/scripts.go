@@ -18,6 +18,16 @@ var (
 	mutexAcquire string
 	//go:embed mutex_release.lua
 	mutexRelease string
+	//go:embed reentrant_lib.lua
+	reentrantLib string
+	//go:embed reentrant_acquire.lua
+	reentrantAcquire string
+	//go:embed reentrant_release.lua
+	reentrantRelease string
+	//go:embed reentrant_holds.lua
+	reentrantHolds string
+	//go:embed multi_acquire.lua
+	multiAcquire string
 	//go:embed owned_extend.lua
 	ownedExtend string
 	//go:embed owned_pttl.lua
@@ -30,6 +40,17 @@ var (
 	// MutexRelease releases a queued lock with hand-off, or leaves its queue
 	// (mutex_release.lua).
 	MutexRelease = withLib(lockLib, mutexRelease)
+	// ReentrantAcquire takes a reentrant lock or a further hold on it
+	// (reentrant_acquire.lua).
+	ReentrantAcquire = withLib(lockLib+"\n"+reentrantLib, reentrantAcquire)
+	// ReentrantRelease releases one hold of a reentrant lock
+	// (reentrant_release.lua).
+	ReentrantRelease = withLib(lockLib+"\n"+reentrantLib, reentrantRelease)
+	// ReentrantHolds counts an owner's holds (reentrant_holds.lua).
+	ReentrantHolds = driver.NewScript(reentrantHolds)
+	// MultiAcquire takes several mutexes of one slot at once, all or none
+	// (multi_acquire.lua).
+	MultiAcquire = withLib(lockLib, multiAcquire)
 	// OwnedExtend re-arms an owned key's expiry (owned_extend.lua).
 	OwnedExtend = driver.NewScript(ownedExtend)
 	// OwnedPTTL reads an owned key's remaining time (owned_pttl.lua).

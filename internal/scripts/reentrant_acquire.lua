@@ -1,0 +1,65 @@
+-- reentrant_acquire.lua: take a reentrant lock, add a hold to it when the
+-- owner already holds it, or wait in its queue.
+-- KEYS: 1 lock (the holder's owner value, PX), 2 fence, 3 queue, 4 waiters
+--       (see lock_lib.lua), 5 holds (set of the holder's hold ids, same PX)
+-- ARGV: 1 member: the hold id (32 hex digits) followed by the owner value,
+--       2 ttl ms, 3 "1" to join (or stay in) the queue when not granted,
+--       4 waiter lease ms, 5 grant px (claim window), 6 fence retention ms,
+--       7 publish command, 8 channel
+-- Returns: {1, fence, pttl, holds}: the owner holds the lock and this hold
+--          is counted (taken now, nested, or handed over while waiting);
+--          holds is the owner's hold count.
+--          {0, holder pttl, position}: another owner holds it.
+-- Holds are ids in a set, not a counter: an acquire retried after a lost
+-- reply adds nothing, so it never counts twice (Redisson issue #7367).
+local member = ARGV[1]
+local hold, owner = string.sub(member, 1, 32), string.sub(member, 33)
+
+local function hold_on(pttl)
+  redis.call('SADD', KEYS[5], hold)
+  redis.call('PEXPIRE', KEYS[5], pttl)
+  dlock_dequeue(KEYS[3], KEYS[4], member)
+  return {1, dlock_last_fence(KEYS[2]), pttl, redis.call('SCARD', KEYS[5])}
+end
+
+local cur = redis.call('GET', KEYS[1])
+if cur == owner then
+  return hold_on(redis.call('PTTL', KEYS[1]))
+end
+
+local pttl
+if cur then
+  pttl = redis.call('PTTL', KEYS[1])
+  if pttl == -1 then
+    return redis.error_reply('DLOCK_CONFLICT ' .. KEYS[1] .. ' holds a value with no expiry that no lock wrote')
+  elseif pttl == -2 then
+    cur = false -- expired since GET: only servers whose clock moves inside a script (miniredis)
+  end
+end
+
+local now_us
+if not cur then
+  now_us = dlock_now_us()
+  local head, px = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000))
+  if not head or head == member then
+    local token = dlock_issue_fence(KEYS[2], now_us, ARGV[6])
+    dlock_dequeue(KEYS[3], KEYS[4], member)
+    redis.call('SET', KEYS[1], owner, 'PX', ARGV[2])
+    redis.call('DEL', KEYS[5])
+    redis.call('SADD', KEYS[5], hold)
+    redis.call('PEXPIRE', KEYS[5], ARGV[2])
+    return {1, token, tonumber(ARGV[2]), 1}
+  end
+  -- Free, but others queued first: the head gets it.
+  reentrant_grant(KEYS, head, px, now_us, ARGV[6], ARGV[7], ARGV[8])
+  if string.sub(head, 33) == owner then
+    return hold_on(tonumber(px)) -- the head was another hold of this owner
+  end
+  pttl = tonumber(px)
+end
+
+local position = 0
+if ARGV[3] == '1' then
+  position = dlock_enqueue(KEYS[3], KEYS[4], member, now_us or dlock_now_us(), ARGV[4], ARGV[5])
+end
+return {0, pttl, position}

@@ -1,0 +1,16 @@
+-- reentrant_lib.lua: the reentrant lock's hand-off, prepended after
+-- lock_lib.lua to the reentrant scripts.
+
+-- reentrant_grant hands the lock to the waiting member (hold id followed by
+-- owner value): the owner holds the lock with that one hold, for the claim
+-- window px, and is told as by dlock_grant.
+local function reentrant_grant(keys, member, px, now_us, retention_ms, publish, channel)
+  local token = dlock_issue_fence(keys[2], now_us, retention_ms)
+  dlock_dequeue(keys[3], keys[4], member)
+  redis.call('SET', keys[1], string.sub(member, 33), 'PX', px)
+  redis.call('DEL', keys[5])
+  redis.call('SADD', keys[5], string.sub(member, 1, 32))
+  redis.call('PEXPIRE', keys[5], px)
+  redis.call(publish, channel, string.format('%.0f', token) .. ' ' .. px .. ' ' .. member)
+  return token
+end

@@ -1,0 +1,325 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/keyslot"
+	"github.com/dlock-go/dlock/internal/scripts"
+)
+
+// MultiLock holds several mutexes as one: all of them or none. Its names are
+// the same locks as the Mutexes of those names, so a MultiLock and a Mutex
+// exclude each other. Get one from Client.MultiLock; it is an immutable
+// descriptor, safe for concurrent use.
+//
+// Acquiring first tries to take every lock at once: one script per hash
+// slot (a single script for all names on a standalone server), each all or
+// nothing; slots are taken in a fixed order and released again if a later
+// one fails. When a lock is taken, Lock then waits for the locks one by one
+// in a canonical order (sorted by name), queueing for each like Mutex.Lock
+// and keeping those it has. Since every MultiLock waits in the same order,
+// two of them can never deadlock, whatever order their names were given in.
+//
+// The one Lease of a MultiLock is lost when any of its locks is lost;
+// Unlock releases them all. Its Token is the highest of its locks' fencing
+// tokens; use TokenOf for the token of each lock.
+type MultiLock struct {
+	c     *Client
+	names []string // sorted
+	cfg   config
+	err   error
+	locks []*Mutex // by sorted name
+}
+
+// MultiLock returns the lock that holds every one of names at once, with the
+// Client's default options (see With). It sends nothing and never fails: no
+// names, a repeated name, or an invalid one is reported as
+// ErrInvalidArgument by the first TryLock or Lock.
+func (c *Client) MultiLock(names ...string) *MultiLock {
+	return c.multiLock(names, nil)
+}
+
+// With returns a copy of m with opts applied over the Client's defaults.
+func (m *MultiLock) With(opts ...Option) *MultiLock {
+	return m.c.multiLock(m.names, opts)
+}
+
+func (c *Client) multiLock(names []string, opts []Option) *MultiLock {
+	sorted := append([]string(nil), names...)
+	sort.Strings(sorted)
+	label := strings.Join(sorted, ",")
+	cfg, err := c.applyOptions("MultiLock", label, opts)
+	m := &MultiLock{c: c, names: sorted, cfg: cfg}
+	switch {
+	case len(sorted) == 0:
+		err = fmt.Errorf("dlock: MultiLock: %w", invalidArgf("no names"))
+	case err == nil:
+		for i, name := range sorted {
+			if err = checkName(name); err != nil {
+				err = fmt.Errorf("dlock: MultiLock: %w", err)
+				break
+			}
+			if i > 0 && sorted[i-1] == name {
+				err = fmt.Errorf("dlock: MultiLock: %w", invalidArgf("name %q given twice", name))
+				break
+			}
+		}
+	}
+	m.err = err
+	if err == nil {
+		for _, name := range sorted {
+			m.locks = append(m.locks, &Mutex{c: c, name: name, cfg: cfg, keys: newLockKeys(cfg.keyPrefix, name)})
+		}
+	}
+	return m
+}
+
+// Names returns the lock's names in canonical (sorted) order.
+func (m *MultiLock) Names() []string { return append([]string(nil), m.names...) }
+
+// TryLock makes one attempt to take every lock, at once. It returns an error
+// matching ErrNotObtained if any is held by another owner or has waiters
+// queued; nothing is held then.
+func (m *MultiLock) TryLock(ctx context.Context) (*Lease, error) { return m.lock(ctx, false) }
+
+// Lock takes every lock, waiting as long as ctx allows. When ctx ends first,
+// the error matches ErrNotObtained and ctx's error, and every lock taken
+// meanwhile is released. The caller must Unlock the returned Lease.
+func (m *MultiLock) Lock(ctx context.Context) (*Lease, error) { return m.lock(ctx, true) }
+
+func (m *MultiLock) lock(ctx context.Context, wait bool) (*Lease, error) {
+	if m.err != nil {
+		return nil, m.err
+	}
+	if err := m.c.checkOpen(); err != nil {
+		return nil, err
+	}
+	owner, err := newOwner(m.cfg.ownerInfo)
+	if err != nil {
+		return nil, err
+	}
+	parts, err := m.takeAtOnce(ctx, owner)
+	switch {
+	case err == nil:
+		return m.combine(parts)
+	case !wait || !errors.Is(err, ErrNotObtained):
+		return nil, err
+	}
+	// Taken by someone: wait for each lock in turn, in canonical order.
+	parts = parts[:0]
+	for _, mu := range m.locks {
+		l, err := m.c.acquireAs(ctx, mu, &m.cfg, true, owner)
+		if err != nil {
+			m.releaseAll(ctx, parts)
+			return nil, err
+		}
+		parts = append(parts, l)
+	}
+	return m.combine(parts)
+}
+
+// takeAtOnce takes every lock with one script per hash slot, in order,
+// releasing what it took if a slot fails.
+func (m *MultiLock) takeAtOnce(ctx context.Context, owner string) ([]*Lease, error) {
+	var parts []*Lease
+	for _, group := range m.slotGroups() {
+		start := time.Now()
+		call := &driver.Call{
+			Script: scripts.MultiAcquire,
+			Args:   []any{owner, m.cfg.initialPX().Milliseconds(), fenceRetention(m.cfg.ttl).Milliseconds()},
+		}
+		for _, mu := range group {
+			call.Keys = append(call.Keys, mu.keys.all...)
+		}
+		m.c.drv.Run(ctx, call)
+		fences, err := m.parseTake(call, group)
+		if err != nil {
+			if call.Err != nil {
+				// The script may have run: release its locks too.
+				for _, mu := range group {
+					m.c.abandon(ctx, mu, &m.cfg, owner, call.Err)
+				}
+			}
+			m.releaseAll(ctx, parts)
+			return nil, err
+		}
+		for i, mu := range group {
+			l, err := newLease(ctx, m.c.wd, mu, &m.cfg, owner, fences[i], start, m.cfg.initialPX())
+			if err != nil {
+				m.releaseAll(ctx, parts)
+				return nil, err
+			}
+			parts = append(parts, l)
+		}
+	}
+	return parts, nil
+}
+
+// parseTake reads multi_acquire's reply: the fencing tokens, or which lock
+// was taken.
+func (m *MultiLock) parseTake(call *driver.Call, group []*Mutex) ([]int64, error) {
+	if call.Err != nil {
+		return nil, redisError("MultiLock", strings.Join(m.names, ","), call.Err)
+	}
+	items, ok := call.Reply.([]any)
+	if !ok || len(items) == 0 {
+		return nil, unexpectedReply(call.Reply)
+	}
+	if code, _ := items[0].(int64); code == 0 {
+		v, err := replyInts(items, 3)
+		if err != nil || v[1] < 1 || int(v[1]) > len(group) {
+			return nil, unexpectedReply(call.Reply)
+		}
+		return nil, &notObtainedError{name: group[v[1]-1].name, holderTTL: ms(v[2])}
+	}
+	v, err := replyInts(items, len(group)+1)
+	if err != nil {
+		return nil, err
+	}
+	return v[1:], nil
+}
+
+// slotGroups splits the locks by Cluster hash slot, keeping canonical order
+// within and between groups; one group when the deployment is not sharded.
+func (m *MultiLock) slotGroups() [][]*Mutex {
+	if s, ok := m.c.drv.(driver.Sharded); !ok || !s.Sharded() {
+		return [][]*Mutex{m.locks}
+	}
+	var groups [][]*Mutex
+	index := map[int]int{}
+	for _, mu := range m.locks {
+		slot := keyslot.Of(mu.keys.lock)
+		i, ok := index[slot]
+		if !ok {
+			i = len(groups)
+			index[slot] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], mu)
+	}
+	return groups
+}
+
+// releaseAll unlocks parts concurrently, detached from ctx.
+func (m *MultiLock) releaseAll(ctx context.Context, parts []*Lease) error {
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for i, l := range parts {
+		wg.Add(1)
+		go func(i int, l *Lease) {
+			defer wg.Done()
+			errs[i] = l.Unlock(ctx)
+		}(i, l)
+	}
+	wg.Wait()
+	return joinErrors(errs...)
+}
+
+// combine makes the one Lease of the set from the leases of its locks.
+func (m *MultiLock) combine(parts []*Lease) (*Lease, error) {
+	h := &multiHolder{m: m, parts: parts}
+	var token int64
+	for _, p := range parts {
+		if p.token > token {
+			token = p.token
+		}
+	}
+	l := &Lease{
+		wd:        m.c.wd,
+		h:         h,
+		cfg:       &m.cfg,
+		owner:     parts[0].owner,
+		token:     token,
+		done:      make(chan struct{}),
+		ttl:       m.cfg.ttl,
+		heapIndex: -1,
+	}
+	for _, p := range parts {
+		p := p
+		p.onLoss(func(err error) { m.c.wd.lose(l, fmt.Sprintf("lock %q was lost: %v", p.Name(), err)) })
+	}
+	return l, nil
+}
+
+// multiHolder is a MultiLock lease's holder: its locks' own leases, which
+// the watchdog renews (in one batch, since they are due together).
+type multiHolder struct {
+	m     *MultiLock
+	parts []*Lease
+}
+
+func (h *multiHolder) lockName() string { return strings.Join(h.m.names, ",") }
+
+// renew extends every lock; ErrNotHeld if any of them is no longer held.
+func (h *multiHolder) renew(ctx context.Context, _ string, px time.Duration) error {
+	errs := make([]error, len(h.parts))
+	var wg sync.WaitGroup
+	for i, p := range h.parts {
+		wg.Add(1)
+		go func(i int, p *Lease) {
+			defer wg.Done()
+			errs[i] = p.Extend(ctx, px)
+		}(i, p)
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if errors.Is(err, ErrNotHeld) {
+			return ErrNotHeld
+		}
+	}
+	return joinErrors(errs...)
+}
+
+// release unlocks every lock; ErrNotHeld if any was no longer held (the
+// others are released all the same).
+func (h *multiHolder) release(ctx context.Context, _ string) error {
+	err := h.m.releaseAll(ctx, h.parts)
+	if errors.Is(err, ErrNotHeld) {
+		return ErrNotHeld
+	}
+	return err
+}
+
+// remaining is the shortest remaining time among the locks.
+func (h *multiHolder) remaining(ctx context.Context, _ string) (time.Duration, error) {
+	var least time.Duration = -1
+	for _, p := range h.parts {
+		d, err := p.TTL(ctx)
+		if errors.Is(err, ErrNotHeld) {
+			return 0, ErrNotHeld
+		}
+		if err != nil {
+			return 0, err
+		}
+		if least < 0 || d < least {
+			least = d
+		}
+	}
+	return least, nil
+}
+
+// TokenOf returns the fencing token the lease holds for the lock called
+// name: for a MultiLock lease, that lock's own token; for any other lease,
+// its Token when name is its Name. ok is false when the lease holds no lock
+// of that name.
+func (l *Lease) TokenOf(name string) (token int64, ok bool) {
+	if h, isMulti := l.h.(*multiHolder); isMulti {
+		for _, p := range h.parts {
+			if p.Name() == name {
+				return p.token, true
+			}
+		}
+		return 0, false
+	}
+	if name == l.Name() {
+		return l.token, true
+	}
+	return 0, false
+}

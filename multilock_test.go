@@ -1,0 +1,265 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+func TestMultiLockIsAllOrNothing(t *testing.T) {
+	srv := redistest.Shared(t)
+	c, other := newClient(t, srv), newClient(t, srv)
+	ctx := testCtx(t)
+	p := t.Name() + ":"
+	held := mustLock(t, other, p+"b")
+
+	if _, err := c.MultiLock(p+"c", p+"a", p+"b").TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("TryLock with one lock taken: got %v, want ErrNotObtained", err)
+	}
+	rdb := srv.Client(t)
+	if n := rdb.Exists(ctx, lockKey(p+"a"), lockKey(p+"c")).Val(); n != 0 {
+		t.Fatalf("a failed MultiLock left %d of its other locks held", n)
+	}
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.MultiLock(p+"c", p+"a", p+"b").TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock with every lock free: %v", err)
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		if _, err := other.Mutex(p + n).TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("Mutex %q was free while the MultiLock held it: %v", n, err)
+		}
+		tok, ok := l.TokenOf(p + n)
+		if !ok || tok <= 0 || tok > l.Token() {
+			t.Errorf("TokenOf(%q) = %d, %v (Token %d)", n, tok, ok, l.Token())
+		}
+	}
+	if _, ok := l.TokenOf("nope"); ok {
+		t.Error("TokenOf a name outside the set")
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	if n := rdb.Exists(ctx, lockKey(p+"a"), lockKey(p+"b"), lockKey(p+"c")).Val(); n != 0 {
+		t.Errorf("%d locks still held after Unlock", n)
+	}
+}
+
+func TestMultiLockWaitsForEveryLock(t *testing.T) {
+	srv := redistest.Shared(t)
+	c, other := newClient(t, srv), newClient(t, srv)
+	ctx := testCtx(t)
+	p := t.Name() + ":"
+	hb := mustLock(t, other, p+"b")
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		l, err := c.MultiLock(p+"a", p+"b").Lock(ctx)
+		if err != nil {
+			t.Errorf("Lock: %v", err)
+		}
+		got <- l
+	}()
+	waitQueued(t, srv, p+"b", 1)
+	if _, err := other.Mutex(p + "a").TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("the waiting MultiLock does not hold its first lock in canonical order: %v", err)
+	}
+	if err := hb.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	if l == nil {
+		t.FailNow()
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMultiLockCancelledReleasesWhatItTook(t *testing.T) {
+	srv := redistest.Shared(t)
+	c, other := newClient(t, srv), newClient(t, srv)
+	p := t.Name() + ":"
+	hb := mustLock(t, other, p+"b")
+	defer hb.Unlock(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := c.MultiLock(p+"a", p+"b").Lock(ctx)
+	if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want ErrNotObtained and DeadlineExceeded", err)
+	}
+	waitFor(t, 5*time.Second, func() bool {
+		return srv.Client(t).Exists(context.Background(), lockKey(p+"a"), lockKey(p+"b")+":q").Val() == 0
+	}, "the cancelled MultiLock to release its first lock and leave the queue")
+}
+
+// TestMultiLocksNeverDeadlock runs MultiLocks over overlapping names given
+// in opposite orders, plus single Mutexes, and checks exclusion per name.
+func TestMultiLocksNeverDeadlock(t *testing.T) {
+	srv := redistest.Shared(t)
+	p := t.Name() + ":"
+	names := []string{p + "a", p + "b", p + "c"}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	inside := make([]atomic.Int32, len(names))
+	index := map[string]int{}
+	for i, n := range names {
+		index[n] = i
+	}
+	enter := func(set []string) {
+		for _, n := range set {
+			if inside[index[n]].Add(1) != 1 {
+				t.Errorf("two holders of %q", n)
+			}
+		}
+		time.Sleep(200 * time.Microsecond)
+		for _, n := range set {
+			inside[index[n]].Add(-1)
+		}
+	}
+	sets := [][]string{{names[0], names[1]}, {names[1], names[0]}, {names[2], names[1], names[0]}, {names[1]}, {names[2], names[0]}}
+	var wg sync.WaitGroup
+	var done atomic.Int32
+	for g := 0; g < 8; g++ {
+		c := newClient(t, srv)
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewSource(int64(g)))
+			for i := 0; i < 15; i++ {
+				set := sets[rng.Intn(len(sets))]
+				l, err := c.MultiLock(set...).Lock(ctx)
+				if err != nil {
+					t.Errorf("worker %d: %v (deadlock?)", g, err)
+					return
+				}
+				enter(set)
+				if err := l.Unlock(ctx); err != nil {
+					t.Errorf("worker %d: Unlock: %v", g, err)
+					return
+				}
+				done.Add(1)
+			}
+		}(g)
+	}
+	wg.Wait()
+	if n := done.Load(); n != 8*15 {
+		t.Errorf("%d of %d critical sections completed", n, 8*15)
+	}
+}
+
+func TestMultiLockLostWhenAnyLockIsLost(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := newClient(t, srv, dlock.WithTTL(300*time.Millisecond))
+	ctx := testCtx(t)
+	p := t.Name() + ":"
+	l, err := c.MultiLock(p+"a", p+"b").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Client(t).Del(ctx, lockKey(p+"b"))
+	waitDone(t, l, 5*time.Second)
+	if !errors.Is(l.Err(), dlock.ErrLockLost) {
+		t.Fatalf("Err() = %v, want ErrLockLost", l.Err())
+	}
+	if err := l.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Unlock after a loss: got %v, want ErrNotHeld", err)
+	}
+	if n := srv.Client(t).Exists(ctx, lockKey(p+"a")).Val(); n != 0 {
+		t.Error("Unlock after a loss left the other lock held")
+	}
+}
+
+func TestMultiLockRejectsBadNames(t *testing.T) {
+	srv := redistest.Shared(t)
+	rdb, counter := countingClient(t, srv)
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := testCtx(t)
+	for label, names := range map[string][]string{
+		"none":      nil,
+		"duplicate": {"a", "b", "a"},
+		"empty":     {"a", ""},
+		"no tag":    {"}a"},
+	} {
+		if _, err := c.MultiLock(names...).TryLock(ctx); !errors.Is(err, dlock.ErrInvalidArgument) {
+			t.Errorf("%s: got %v, want ErrInvalidArgument", label, err)
+		}
+	}
+	if _, err := c.MultiLock("a").With(dlock.WithTTL(0)).Lock(ctx); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("With(bad TTL): got %v, want ErrInvalidArgument", err)
+	}
+	if n := counter.n.Load(); n != 0 {
+		t.Errorf("rejected MultiLocks sent %d commands", n)
+	}
+}
+
+func TestMultiLockOnCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3, 0)
+	c, err := dlock.New(cluster.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	other, err := dlock.New(cluster.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ctx := testCtx(t)
+	// Names across many slots, and names sharing a hash tag (one slot).
+	var spread []string
+	for i := 0; i < 6; i++ {
+		spread = append(spread, fmt.Sprintf("order:%d", i))
+	}
+	sameSlot := []string{"{cart:7}:items", "{cart:7}:total", "{cart:7}:coupon"}
+	for _, names := range [][]string{spread, sameSlot, append(spread, sameSlot...)} {
+		l, err := c.MultiLock(names...).TryLock(ctx)
+		if err != nil {
+			t.Fatalf("TryLock(%v): %v", names, err)
+		}
+		if _, err := other.Mutex(names[len(names)-1]).TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("a lock of the set was free: %v", err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock: %v", err)
+		}
+	}
+	// Contention across slots: the waiting path on Cluster.
+	held := mustLock(t, other, spread[3])
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.MultiLock(spread...).Lock(ctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	rdb := cluster.Client(t)
+	waitFor(t, 10*time.Second, func() bool {
+		return rdb.ZCard(ctx, lockKey(spread[3])+":q").Val() == 1
+	}, "the MultiLock to queue for the held lock")
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiting MultiLock on Cluster: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiting MultiLock never got its locks")
+	}
+}

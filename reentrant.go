@@ -1,0 +1,401 @@
+package dlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/scripts"
+)
+
+// MaxOwnerIDLen is the longest owner identity WithOwner accepts, in bytes.
+const MaxOwnerIDLen = 256
+
+type ownerKey struct{}
+
+// WithOwner returns a context that carries id as the owner identity for
+// reentrant locks: a ReentrantMutex locked again with a context carrying the
+// same id, through the same Client, adds a hold instead of waiting. Use a
+// stable id per logical owner (a job, a request); NewOwnerID makes a random
+// one. Reentrancy is per Client: two processes never share an owner.
+func WithOwner(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, ownerKey{}, id)
+}
+
+// OwnerFrom returns the owner identity ctx carries, if any.
+func OwnerFrom(ctx context.Context) (string, bool) {
+	id, ok := ctx.Value(ownerKey{}).(string)
+	return id, ok
+}
+
+// NewOwnerID returns a random owner identity for WithOwner.
+func NewOwnerID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return hex.EncodeToString(b[:])
+}
+
+func checkOwnerID(id string) error {
+	switch {
+	case id == "":
+		return invalidArgf("empty owner identity")
+	case len(id) > MaxOwnerIDLen:
+		return invalidArgf("owner identity of %d bytes is longer than %d", len(id), MaxOwnerIDLen)
+	case strings.Contains(id, ";"):
+		return invalidArgf("owner identity %q contains ';'", id)
+	}
+	return nil
+}
+
+// ReentrantMutex is a mutex that its owner may lock again while holding it:
+// each Lock by the same owner adds a hold, and the lock is released when
+// every hold has been unlocked. The owner is the identity carried by the
+// context (WithOwner), never a goroutine: pass the same id down a call chain
+// to nest. Get one from Client.ReentrantMutex; it is an immutable
+// descriptor, safe for concurrent use.
+//
+// Every Lock returns its own Lease, to be unlocked once. All holds of one
+// owner share one renewal (the watchdog renews the lock once per owner, not
+// per hold), share the fencing token of the grant, and are lost together.
+// Holds are counted by id, so an acquire that is retried after a lost reply
+// never counts twice. Waiters queue in arrival order and are handed the lock
+// like Mutex waiters.
+//
+// A ReentrantMutex has keys of its own: a Mutex with the same name is a
+// different lock.
+type ReentrantMutex struct {
+	c     *Client
+	name  string
+	cfg   config
+	keys  lockKeys
+	holds string // the set of the holder's hold ids
+	err   error
+}
+
+// ReentrantMutex returns the reentrant lock called name. opts override the
+// Client's defaults. It sends nothing and never fails: an invalid name or
+// option is reported by the first TryLock or Lock.
+func (c *Client) ReentrantMutex(name string, opts ...Option) *ReentrantMutex {
+	cfg, err := c.lockConfig("ReentrantMutex", name, opts)
+	keys := newLockKeysAt(cfg.keyPrefix + "{" + name + "}:re")
+	keys.all = append(keys.all, keys.lock+":holds")
+	return &ReentrantMutex{c: c, name: name, cfg: cfg, keys: keys, holds: keys.lock + ":holds", err: err}
+}
+
+// Name returns the lock's name.
+func (m *ReentrantMutex) Name() string { return m.name }
+
+// Lock takes the lock for the owner that ctx carries (WithOwner), adding a
+// hold when that owner holds it already, or waits as Mutex.Lock does. It
+// returns ErrInvalidArgument when ctx carries no valid owner, and otherwise
+// the errors of Mutex.Lock. The caller must Unlock the returned Lease.
+func (m *ReentrantMutex) Lock(ctx context.Context) (*Lease, error) { return m.lock(ctx, true) }
+
+// TryLock is Lock without waiting: it adds a hold when ctx's owner holds the
+// lock, takes it when free, and otherwise returns an error matching
+// ErrNotObtained.
+func (m *ReentrantMutex) TryLock(ctx context.Context) (*Lease, error) { return m.lock(ctx, false) }
+
+// HoldCount returns how many holds ctx's owner has on the lock: 0 when
+// another owner or nobody holds it.
+func (m *ReentrantMutex) HoldCount(ctx context.Context) (int, error) {
+	owner, err := m.owner(ctx)
+	if err != nil {
+		return 0, err
+	}
+	call := &driver.Call{Script: scripts.ReentrantHolds, Keys: []string{m.keys.lock, m.holds}, Args: []any{owner}}
+	m.c.drv.Run(ctx, call)
+	if call.Err != nil {
+		return 0, redisError("HoldCount", m.name, call.Err)
+	}
+	n, ok := call.Reply.(int64)
+	if !ok {
+		return 0, unexpectedReply(call.Reply)
+	}
+	return int(n), nil
+}
+
+// owner returns the owner value of ctx's owner: the Client's instance id,
+// so no other process shares it, the identity, and the owner info.
+func (m *ReentrantMutex) owner(ctx context.Context) (string, error) {
+	if m.err != nil {
+		return "", m.err
+	}
+	id, ok := OwnerFrom(ctx)
+	if !ok {
+		return "", fmt.Errorf("dlock: ReentrantMutex(%q): %w", m.name,
+			invalidArgf("the context carries no owner: use ctx = dlock.WithOwner(ctx, id)"))
+	}
+	if err := checkOwnerID(id); err != nil {
+		return "", fmt.Errorf("dlock: ReentrantMutex(%q): %w", m.name, err)
+	}
+	v := m.c.instance + ":" + id
+	if m.cfg.ownerInfo != "" {
+		v += ";" + m.cfg.ownerInfo
+	}
+	return v, nil
+}
+
+func (m *ReentrantMutex) lock(ctx context.Context, wait bool) (*Lease, error) {
+	owner, err := m.owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	hold, err := newOwner("") // 128 random bits in hex
+	if err != nil {
+		return nil, err
+	}
+	// The queue entry, and the grant, name this hold: hold id + owner value.
+	h := &reentrantHold{m: m, owner: owner, hold: hold}
+	return m.c.acquireAs(ctx, h, &m.cfg, wait, hold+owner)
+}
+
+// reentrantHold is one Lock call's hold: the queuedLock acquire waits with,
+// and then the holder of the Lease it returns.
+type reentrantHold struct {
+	m        *ReentrantMutex
+	owner    string
+	hold     string
+	anchor   *anchor // the owner's shared renewal, once the hold is granted
+	attached bool    // counted in the anchor's holds
+}
+
+var (
+	_ queuedLock = (*reentrantHold)(nil)
+	_ leaseMaker = (*reentrantHold)(nil)
+)
+
+func (h *reentrantHold) lockName() string { return h.m.name }
+func (h *reentrantHold) channel() string  { return h.m.keys.channel() }
+
+func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) (attemptResult, error) {
+	m := h.m
+	call := &driver.Call{
+		Script: scripts.ReentrantAcquire,
+		Keys:   m.keys.all,
+		Args: []any{
+			member, m.cfg.initialPX().Milliseconds(), queueFlag(queue), m.cfg.waiterLease.Milliseconds(),
+			m.cfg.claimWindow().Milliseconds(), fenceRetention(m.cfg.ttl).Milliseconds(),
+			m.c.drv.PublishCommand(), m.keys.channel(),
+		},
+	}
+	m.c.drv.Run(ctx, call)
+	if call.Err != nil {
+		return attemptResult{}, call.Err
+	}
+	v, err := replyInts(call.Reply, 3)
+	if err != nil {
+		return attemptResult{}, err
+	}
+	if v[0] == 1 {
+		return attemptResult{granted: true, fence: v[1], pttl: ms(v[2])}, nil
+	}
+	return attemptResult{pttl: ms(v[1])}, nil
+}
+
+// release gives up this hold (or its place in the queue). When it was the
+// owner's last hold the lock is released, or handed to the next waiter.
+func (h *reentrantHold) release(ctx context.Context, member string) error {
+	m := h.m
+	call := &driver.Call{
+		Script: scripts.ReentrantRelease,
+		Keys:   m.keys.all,
+		Args:   []any{member, fenceRetention(m.cfg.ttl).Milliseconds(), m.c.drv.PublishCommand(), m.keys.channel()},
+	}
+	m.c.drv.Run(ctx, call)
+	if call.Err != nil {
+		return call.Err
+	}
+	items, ok := call.Reply.([]any)
+	if !ok || len(items) == 0 {
+		return unexpectedReply(call.Reply)
+	}
+	code, _ := items[0].(int64)
+	switch code {
+	case 0, 4:
+		h.detach()
+		return ErrNotHeld
+	case 1, 3:
+		h.detach()
+		return nil
+	case 2:
+		h.detach()
+		v, err := replyInts(items[:3], 3)
+		next, ok := items[3].(string)
+		if err != nil || !ok {
+			return unexpectedReply(call.Reply)
+		}
+		m.c.notify.deliver(m.keys.channel(), next, v[1], ms(v[2]))
+		return nil
+	}
+	return unexpectedReply(call.Reply)
+}
+
+// detach stops counting this hold in its anchor, retiring the anchor with
+// its last hold.
+func (h *reentrantHold) detach() {
+	if h.attached {
+		h.attached = false
+		h.m.c.anchors.drop(h.anchor)
+	}
+}
+
+// renew, remaining: a hold's lease delegates Extend and TTL to its anchor
+// (Lease.parent), so these serve only the anchor's holder, reentrantOwner.
+func (h *reentrantHold) renew(ctx context.Context, _ string, px time.Duration) error {
+	return renewVia(ctx, h.m.c.drv, (*reentrantOwner)(h.m), h.owner, px)
+}
+
+func (h *reentrantHold) remaining(ctx context.Context, _ string) (time.Duration, error) {
+	return ownedRemaining(ctx, h.m.c.drv, h.m.keys.lock, h.owner)
+}
+
+// makeLease returns the Lease of a granted hold: a child of the owner's
+// anchor, which it creates with the owner's first hold.
+func (h *reentrantHold) makeLease(ctx context.Context, cfg *config, member string, r attemptResult, from time.Time) (*Lease, error) {
+	m := h.m
+	anchor, err := m.c.anchors.attach(anchorKey{lock: m.keys.lock, owner: h.owner}, func() (*Lease, error) {
+		return newLease(ctx, m.c.wd, (*reentrantOwner)(m), cfg, h.owner, r.fence, from, r.pttl)
+	})
+	if err != nil {
+		if err != errGrantExpired {
+			rctx, cancel := detach(ctx, cfg.releaseTimeout)
+			defer cancel()
+			_ = h.release(rctx, member)
+		}
+		return nil, err
+	}
+	h.anchor, h.attached = anchor, true
+	l := &Lease{
+		wd:        m.c.wd,
+		h:         h,
+		cfg:       cfg,
+		owner:     member,
+		token:     r.fence,
+		done:      make(chan struct{}),
+		parent:    anchor.lease,
+		ttl:       cfg.ttl,
+		heapIndex: -1,
+	}
+	anchor.lease.onLoss(func(err error) { m.c.wd.lose(l, fmt.Sprintf("the owner's hold ended: %v", err)) })
+	return l, nil
+}
+
+// reentrantOwner is the anchor's holder: the lock as held by one owner,
+// renewed once for all its holds.
+type reentrantOwner ReentrantMutex
+
+var _ batchRenewer = (*reentrantOwner)(nil)
+
+func (o *reentrantOwner) lockName() string { return o.name }
+
+func (o *reentrantOwner) renewCalls(owner string, px time.Duration) []*driver.Call {
+	// The holds set lives and dies with the lock.
+	c := ownedExtendCall(o.keys.lock, owner, px)
+	c.Keys = append(c.Keys, o.holds)
+	return []*driver.Call{c}
+}
+
+func (o *reentrantOwner) renewResult(calls []*driver.Call) error { return ownedExtendResult(calls) }
+
+func (o *reentrantOwner) renew(ctx context.Context, owner string, px time.Duration) error {
+	return renewVia(ctx, o.c.drv, o, owner, px)
+}
+
+func (o *reentrantOwner) remaining(ctx context.Context, owner string) (time.Duration, error) {
+	return ownedRemaining(ctx, o.c.drv, o.keys.lock, owner)
+}
+
+// release is never used: holds are released one by one through their own
+// leases, and the anchor retires with the last of them.
+func (o *reentrantOwner) release(context.Context, string) error { return nil }
+
+// anchorKey identifies one owner's hold on one reentrant lock.
+type anchorKey struct{ lock, owner string }
+
+// anchorSet is a Client's anchors: for each owner holding a reentrant lock
+// through the Client, the internal lease the watchdog renews, and how many
+// holds hang on it.
+type anchorSet struct {
+	mu      sync.Mutex
+	anchors map[anchorKey]*anchor
+}
+
+type anchor struct {
+	key   anchorKey
+	lease *Lease
+	holds int
+}
+
+// attach returns the live anchor for key, or makes one with create, and
+// counts one more hold on it.
+func (s *anchorSet) attach(key anchorKey, create func() (*Lease, error)) (*anchor, error) {
+	if a := s.join(key); a != nil {
+		return a, nil
+	}
+	l, err := create() // may claim the lock: a round trip, not under mu
+	if err != nil {
+		return nil, err
+	}
+	if a := s.join(key); a != nil {
+		// Another hold made one meanwhile; it renews the same key.
+		l.wd.retire(l)
+		return a, nil
+	}
+	a := &anchor{key: key, lease: l, holds: 1}
+	s.mu.Lock()
+	if s.anchors == nil {
+		s.anchors = make(map[anchorKey]*anchor)
+	}
+	s.anchors[key] = a
+	s.mu.Unlock()
+	l.onLoss(func(error) { s.forget(a) })
+	return a, nil
+}
+
+// join counts one more hold on key's live anchor, if there is one.
+func (s *anchorSet) join(key anchorKey) *anchor {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a := s.anchors[key]; a != nil && a.lease.lossErr() == nil {
+		a.holds++
+		return a
+	}
+	return nil
+}
+
+// drop counts one hold less on a and retires it with its last hold. A hold
+// granted meanwhile keeps it: the anchor renews the key by owner, whichever
+// grant put the owner there.
+func (s *anchorSet) drop(a *anchor) {
+	s.mu.Lock()
+	a.holds--
+	last := a.holds <= 0 && s.anchors[a.key] == a
+	if last {
+		delete(s.anchors, a.key)
+	}
+	s.mu.Unlock()
+	if last {
+		a.lease.wd.retire(a.lease)
+	}
+}
+
+func (s *anchorSet) forget(a *anchor) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.anchors[a.key] == a {
+		delete(s.anchors, a.key)
+	}
+}
+
+func queueFlag(queue bool) string {
+	if queue {
+		return "1"
+	}
+	return "0"
+}

@@ -1,0 +1,45 @@
+package dlock
+
+import (
+	"context"
+	"testing"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+func TestReentrantHoldsShareOneWatchedLease(t *testing.T) {
+	srv := redistest.Shared(t)
+	c, err := New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := WithOwner(context.Background(), "job")
+	m := c.ReentrantMutex(t.Name())
+	var leases []*Lease
+	for i := 0; i < 5; i++ {
+		l, err := m.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, l)
+	}
+	if n := c.watched(); n != 1 {
+		t.Errorf("the watchdog watches %d leases for one owner's 5 holds, want 1", n)
+	}
+	for _, l := range leases {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := c.watched(); n != 0 {
+		t.Errorf("the watchdog still watches %d leases after every hold was unlocked", n)
+	}
+}
+
+// watched is how many leases the watchdog watches.
+func (c *Client) watched() int {
+	c.wd.mu.Lock()
+	defer c.wd.mu.Unlock()
+	return len(c.wd.leases)
+}

@@ -1,0 +1,344 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+func init() {
+	registerChildMode("reentrant-hold", func(ctx context.Context, c *dlock.Client, name string, ready func()) error {
+		ctx = dlock.WithOwner(ctx, "child")
+		m := c.ReentrantMutex(name, dlock.WithTTL(time.Second))
+		for i := 0; i < 2; i++ {
+			if _, err := m.Lock(ctx); err != nil {
+				return err
+			}
+		}
+		ready()
+		return nil
+	})
+}
+
+func reentrantKey(name string) string { return "dlock:{" + name + "}:re" }
+
+func holdCount(t *testing.T, m *dlock.ReentrantMutex, ctx context.Context) int {
+	t.Helper()
+	n, err := m.HoldCount(ctx)
+	if err != nil {
+		t.Fatalf("HoldCount: %v", err)
+	}
+	return n
+}
+
+func TestReentrantHoldsNestAndCount(t *testing.T) {
+	srv := redistest.Shared(t)
+	c, other := newClient(t, srv), newClient(t, srv)
+	name := t.Name()
+	ctx := dlock.WithOwner(testCtx(t), "job-1")
+	m := c.ReentrantMutex(name)
+
+	var leases []*dlock.Lease
+	for i := 1; i <= 3; i++ {
+		l, err := m.Lock(ctx)
+		if err != nil {
+			t.Fatalf("Lock %d: %v", i, err)
+		}
+		leases = append(leases, l)
+		if n := holdCount(t, m, ctx); n != i {
+			t.Fatalf("after %d locks HoldCount = %d", i, n)
+		}
+	}
+	if leases[1].Token() != leases[0].Token() {
+		t.Errorf("nested holds carry the grant's token: %d and %d", leases[0].Token(), leases[1].Token())
+	}
+	otherCtx := dlock.WithOwner(testCtx(t), "job-2")
+	if _, err := m.TryLock(otherCtx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("another owner on the same client: got %v, want ErrNotObtained", err)
+	}
+	if _, err := other.ReentrantMutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("the same owner id on another client: got %v, want ErrNotObtained (reentrancy is per Client)", err)
+	}
+	if n := holdCount(t, m, otherCtx); n != 0 {
+		t.Errorf("HoldCount of a non-holder = %d", n)
+	}
+
+	for i, l := range leases[:2] {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock %d: %v", i, err)
+		}
+		select {
+		case <-l.Done():
+		default:
+			t.Error("Done not closed after its Unlock")
+		}
+		if err := leases[2].Err(); err != nil {
+			t.Fatalf("the remaining hold ended with an earlier one: %v", err)
+		}
+	}
+	if _, err := m.TryLock(otherCtx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("released before the last hold: %v", err)
+	}
+	if err := leases[0].Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("second Unlock of one hold: got %v, want ErrNotHeld", err)
+	}
+	if err := leases[2].Unlock(ctx); err != nil {
+		t.Fatalf("last Unlock: %v", err)
+	}
+	l, err := m.TryLock(otherCtx)
+	if err != nil {
+		t.Fatalf("lock not free after the last hold: %v", err)
+	}
+	_ = l.Unlock(ctx)
+	if n := srv.Client(t).Exists(ctx, reentrantKey(name), reentrantKey(name)+":holds").Val(); n != 0 {
+		t.Errorf("%d keys left after the last Unlock", n)
+	}
+}
+
+func TestReentrantNeedsAnOwner(t *testing.T) {
+	srv := redistest.Shared(t)
+	rdb, counter := countingClient(t, srv)
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := testCtx(t)
+	m := c.ReentrantMutex(t.Name())
+	for name, ctx := range map[string]context.Context{
+		"no owner":       ctx,
+		"empty owner":    dlock.WithOwner(ctx, ""),
+		"owner with ';'": dlock.WithOwner(ctx, "a;b"),
+	} {
+		if _, err := m.Lock(ctx); !errors.Is(err, dlock.ErrInvalidArgument) {
+			t.Errorf("%s: Lock got %v, want ErrInvalidArgument", name, err)
+		}
+		if _, err := m.HoldCount(ctx); !errors.Is(err, dlock.ErrInvalidArgument) {
+			t.Errorf("%s: HoldCount got %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	if n := counter.n.Load(); n != 0 {
+		t.Errorf("rejected calls sent %d commands", n)
+	}
+}
+
+// TestReentrantAcquireTimedOutAfterTheServerRanItDoesNotDoubleCount is
+// Redisson issue #7367: the reply of a nested acquire is held back until its
+// caller times out, so the server counted a hold the caller never got.
+func TestReentrantAcquireTimedOutAfterTheServerRanItDoesNotDoubleCount(t *testing.T) {
+	srv := redistest.Shared(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := dlock.WithOwner(testCtx(t), "job")
+	m := c.ReentrantMutex(t.Name())
+	first, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	proxy.HoldReplies(true)
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = m.Lock(short)
+	cancel()
+	if err == nil {
+		t.Fatal("the nested Lock succeeded although its reply was held back")
+	}
+	proxy.HoldReplies(false)
+
+	direct := newClient(t, srv)
+	waitFor(t, 10*time.Second, func() bool {
+		n, err := m.HoldCount(ctx)
+		return err == nil && n == 1
+	}, "the timed-out hold to be taken back (HoldCount 1)")
+	if err := first.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	l, err := direct.ReentrantMutex(t.Name()).TryLock(dlock.WithOwner(ctx, "someone-else"))
+	if err != nil {
+		t.Fatalf("the lock is still held after its only real hold was unlocked: %v", err)
+	}
+	_ = l.Unlock(ctx)
+}
+
+func TestReentrantRenewsOncePerOwner(t *testing.T) {
+	srv := redistest.Shared(t)
+	rdb, counter := countingClient(t, srv)
+	c, err := dlock.New(rdb, dlock.WithTTL(150*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := dlock.WithOwner(testCtx(t), "job")
+	m := c.ReentrantMutex(t.Name())
+	const holds = 8
+	var leases []*dlock.Lease
+	for i := 0; i < holds; i++ {
+		l, err := m.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, l)
+	}
+	before := counter.n.Load()
+	time.Sleep(600 * time.Millisecond) // about 12 renewal periods of 50ms
+	sent := counter.n.Load() - before
+	for _, l := range leases {
+		if err := l.Err(); err != nil {
+			t.Fatalf("hold lost: %v", err)
+		}
+	}
+	// One renewal per period for the owner: about 12 commands. One per hold
+	// would be about 96.
+	if sent > 40 {
+		t.Errorf("%d commands for %d holds over ~12 renewal periods: renewals are per hold, not per owner", sent, holds)
+	}
+	if sent < 3 {
+		t.Errorf("only %d commands: nothing renewed the lock", sent)
+	}
+	for _, l := range leases {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestReentrantWaiterIsHandedTheLock(t *testing.T) {
+	srv := redistest.Shared(t)
+	a, b := newClient(t, srv), newClient(t, srv)
+	name := t.Name()
+	ctxA := dlock.WithOwner(testCtx(t), "a")
+	ctxB := dlock.WithOwner(testCtx(t), "b")
+	l1, _ := a.ReentrantMutex(name).Lock(ctxA)
+	l2, err := a.ReentrantMutex(name).Lock(ctxA)
+	if err != nil || l1 == nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		m := b.ReentrantMutex(name)
+		l, err := m.Lock(ctxB)
+		if err == nil {
+			var n int
+			if n, err = m.HoldCount(ctxB); err == nil && n != 1 {
+				err = errors.New("the handed-over lock does not count the waiter's hold")
+			}
+			if uerr := l.Unlock(ctxB); err == nil {
+				err = uerr
+			}
+		}
+		got <- err
+	}()
+	waitFor(t, 10*time.Second, func() bool {
+		return srv.Client(t).ZCard(context.Background(), reentrantKey(name)+":q").Val() == 1
+	}, "the waiter to queue")
+	_ = l2.Unlock(ctxA)
+	select {
+	case err := <-got:
+		t.Fatalf("the waiter got the lock while a hold remained: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	start := time.Now()
+	_ = l1.Unlock(ctxA)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Errorf("the waiter got the lock %v after the last release", d)
+	}
+}
+
+func TestReentrantHoldsAreLostTogether(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := newClient(t, srv, dlock.WithTTL(300*time.Millisecond))
+	name := t.Name()
+	ctx := dlock.WithOwner(testCtx(t), "job")
+	m := c.ReentrantMutex(name)
+	l1, _ := m.Lock(ctx)
+	l2, err := m.Lock(ctx)
+	if err != nil || l1 == nil {
+		t.Fatal(err)
+	}
+	srv.Client(t).Del(ctx, reentrantKey(name))
+	for _, l := range []*dlock.Lease{l1, l2} {
+		waitDone(t, l, 5*time.Second)
+		if !errors.Is(l.Err(), dlock.ErrLockLost) {
+			t.Errorf("Err() = %v, want ErrLockLost", l.Err())
+		}
+	}
+	// The owner can take the lock again afresh.
+	l3, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatalf("Lock after the loss: %v", err)
+	}
+	if n := holdCount(t, m, ctx); n != 1 {
+		t.Errorf("HoldCount after re-locking = %d, want 1", n)
+	}
+	_ = l3.Unlock(ctx)
+}
+
+func TestReentrantConcurrentHoldsOfOneOwner(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := newClient(t, srv)
+	name := t.Name()
+	ctx := dlock.WithOwner(testCtx(t), "job")
+	m := c.ReentrantMutex(name)
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 20; i++ {
+				l, err := m.Lock(ctx)
+				if err != nil {
+					t.Errorf("Lock: %v", err)
+					return
+				}
+				if err := l.Unlock(ctx); err != nil {
+					t.Errorf("Unlock: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := holdCount(t, m, ctx); n != 0 {
+		t.Errorf("HoldCount after every hold was unlocked = %d", n)
+	}
+	if n := srv.Client(t).Exists(ctx, reentrantKey(name)).Val(); n != 0 {
+		t.Error("the lock is still held")
+	}
+}
+
+func TestReentrantKilledHolderFreesTheLock(t *testing.T) {
+	srv := redistest.Shared(t)
+	name := t.Name()
+	holder := startChild(t, srv.Addr(), "reentrant-hold", name) // two holds, TTL 1s
+	c := newClient(t, srv)
+	ctx := dlock.WithOwner(testCtx(t), "parent")
+	if _, err := c.ReentrantMutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("the child's lock is not held: %v", err)
+	}
+	killed := time.Now()
+	holder.kill()
+	l, err := c.ReentrantMutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	if d := time.Since(killed); d > 2500*time.Millisecond {
+		t.Errorf("got the killed holder's lock after %v; want within its 1s TTL plus a poll", d)
+	}
+}

@@ -60,3 +60,32 @@ var (
 func withLib(lib, body string) *driver.Script {
 	return driver.NewScript(lib + "\n" + body)
 }
+
+// The read-write lock's scripts get lock_lib.lua and then rw_lib.lua.
+var (
+	//go:embed rw_lib.lua
+	rwLib string
+	//go:embed rw_acquire.lua
+	rwAcquire string
+	//go:embed rw_release.lua
+	rwRelease string
+	//go:embed rw_extend.lua
+	rwExtend string
+	//go:embed rw_pttl.lua
+	rwPTTL string
+	//go:embed rw_downgrade.lua
+	rwDowngrade string
+
+	// RWAcquire takes a read-write lock in one mode, or joins its queue
+	// (rw_acquire.lua).
+	RWAcquire = withLib(lockLib+"\n"+rwLib, rwAcquire)
+	// RWRelease releases one holder of a read-write lock and grants the
+	// waiters that unblocks, or leaves its queue (rw_release.lua).
+	RWRelease = withLib(lockLib+"\n"+rwLib, rwRelease)
+	// RWExtend re-arms a read-write lock holder's expiry (rw_extend.lua).
+	RWExtend = withLib(lockLib+"\n"+rwLib, rwExtend)
+	// RWPTTL reads a read-write lock holder's remaining time (rw_pttl.lua).
+	RWPTTL = withLib(lockLib+"\n"+rwLib, rwPTTL)
+	// RWDowngrade turns a writer into a reader atomically (rw_downgrade.lua).
+	RWDowngrade = withLib(lockLib+"\n"+rwLib, rwDowngrade)
+)

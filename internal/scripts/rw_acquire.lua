@@ -1,0 +1,53 @@
+-- rw_acquire.lua: take a read-write lock in one mode, or wait in its queue.
+-- KEYS: 1 holders, 2 fence, 3 queue, 4 waiters, 5 tokens (see rw_lib.lua)
+-- ARGV: 1 member (mode "W" or "R", then the owner value), 2 ttl ms,
+--       3 "1" to join (or stay in) the queue when not granted, "0" not to,
+--       4 waiter lease ms, 5 grant px (the claim window a hand-off gives
+--       this member), 6 fence retention ms, 7 publish command, 8 channel
+-- Returns: {1, fence, pttl}: member holds the lock now (taken by this call,
+--          or handed over earlier while it waited); pttl is its remaining ms.
+--          {0, pttl, position}: not granted; pttl is the longest remaining
+--          time of the current holders, position member's 1-based place in
+--          the queue (0 if not queued).
+--          Error DLOCK_CONFLICT (or WRONGTYPE) when the holders key is not a
+--          lock's; nothing is modified then.
+-- Rules: a writer is granted when nobody holds the lock and nobody live is
+-- queued ahead of it; a reader when no writer holds it and nobody live is
+-- queued ahead of it. Readers only ever queue behind a writer (holding or
+-- waiting), so once a writer waits, new readers wait behind it.
+local member = ARGV[1]
+local mode = string.sub(member, 1, 1)
+if rw_foreign(KEYS[1]) then
+  return redis.error_reply('DLOCK_CONFLICT ' .. KEYS[1] .. ' holds a value with no expiry that no lock wrote')
+end
+local now_us, now_ms = rw_time()
+rw_prune(KEYS, now_ms)
+
+local score = redis.call('ZSCORE', KEYS[1], member)
+if not score then
+  -- Hand the lock to the queue's head if it is free for it now (a holder
+  -- expired, a waiter left); member itself, at the head, gets its full TTL.
+  rw_grant_heads(KEYS, now_us, now_ms, ARGV[6], ARGV[7], ARGV[8], member, ARGV[2])
+  score = redis.call('ZSCORE', KEYS[1], member)
+end
+if score then
+  dlock_dequeue(KEYS[3], KEYS[4], member)
+  return {1, rw_token(KEYS, member), tonumber(score) - now_ms}
+end
+
+-- Not queued ahead of anyone live, or the queue would have granted member.
+if redis.call('EXISTS', KEYS[3]) == 0 and rw_free_for(KEYS, mode) then
+  local token = rw_hold(KEYS, member, ARGV[2], now_us, now_ms, ARGV[6])
+  return {1, token, tonumber(ARGV[2])}
+end
+
+local position = 0
+if ARGV[3] == '1' then
+  position = dlock_enqueue(KEYS[3], KEYS[4], member, now_us, ARGV[4], ARGV[5])
+end
+local pttl = 0
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+if #last > 0 then
+  pttl = tonumber(last[2]) - now_ms
+end
+return {0, pttl, position}

@@ -1,0 +1,24 @@
+-- rw_downgrade.lua: turn a writer into a reader atomically, so no other
+-- writer can get in between, and grant the readers queued at the head.
+-- KEYS: 1 holders, 2 fence, 3 queue, 4 waiters, 5 tokens (see rw_lib.lua)
+-- ARGV: 1 writer member, 2 reader member (a new owner value), 3 the reader's
+--       ttl ms, 4 fence retention ms, 5 publish command, 6 channel
+-- Returns: {0}: the writer does not hold the lock; nothing changed.
+--          {1, fence, member, fence, px, ...}: the reader holds the lock for
+--          ttl ms with a new fencing token; then each waiter granted, with
+--          its fencing token and claim window.
+if rw_foreign(KEYS[1]) then
+  return {0}
+end
+local now_us, now_ms = rw_time()
+rw_prune(KEYS, now_ms)
+if not rw_drop(KEYS, ARGV[1]) then
+  return {0}
+end
+local reply = {1, rw_hold(KEYS, ARGV[2], ARGV[3], now_us, now_ms, ARGV[4])}
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  for _, v in ipairs(rw_grant_heads(KEYS, now_us, now_ms, ARGV[4], ARGV[5], ARGV[6])) do
+    table.insert(reply, v)
+  end
+end
+return reply

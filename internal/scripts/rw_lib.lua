@@ -1,0 +1,120 @@
+-- rw_lib.lua: helpers shared by the read-write lock scripts. It is prepended
+-- after lock_lib.lua (see scripts.go), whose queue, waiter and fencing
+-- helpers it builds on.
+--
+-- A read-write lock N keeps these keys, all under one hash tag, and every rw
+-- script takes them as KEYS in this order:
+--   1 holders  zset    holder member -> its expiry (server ms)
+--   2 fence    string  the last fencing token issued, for both modes
+--   3 queue    zset    waiting members, scored by arrival (server µs)
+--   4 waiters  hash    member -> "<lease expiry, server ms> <grant px>"
+--   5 tokens   hash    holder member -> its fencing token
+-- A member is the mode, "W" (writer) or "R" (reader), followed by the owner
+-- value. holders and tokens are kept alive at least as long as their latest
+-- member, so they vanish by themselves. Every script that grants or releases
+-- first drops the holders whose expiry has passed (by the server clock), so
+-- a crashed holder's share frees itself then; extend and pttl treat such a
+-- holder as gone and never revive it.
+
+-- rw_time returns the server clock in µs and in ms.
+local function rw_time()
+  local now_us = dlock_now_us()
+  return now_us, math.floor(now_us / 1000)
+end
+
+-- rw_foreign reports whether the holders key exists without an expiry: no
+-- rw script ever leaves it so, so someone else wrote it.
+local function rw_foreign(holders_key)
+  return redis.call('PTTL', holders_key) == -1
+end
+
+-- rw_prune drops the holders whose expiry has passed. On a key of another
+-- type it raises WRONGTYPE before anything is written.
+local function rw_prune(keys, now_ms)
+  local expired = redis.call('ZRANGEBYSCORE', keys[1], '-inf', string.format('%.0f', now_ms))
+  for _, member in ipairs(expired) do
+    redis.call('ZREM', keys[1], member)
+    redis.call('HDEL', keys[5], member)
+  end
+end
+
+-- rw_keep makes key live at least px ms more; it never shortens it.
+local function rw_keep(key, px)
+  if redis.call('PTTL', key) < tonumber(px) then
+    redis.call('PEXPIRE', key, px)
+  end
+end
+
+-- rw_hold makes member a holder until now + px and returns its new fencing
+-- token.
+local function rw_hold(keys, member, px, now_us, now_ms, retention_ms)
+  redis.call('ZADD', keys[1], string.format('%.0f', now_ms + tonumber(px)), member)
+  local token = dlock_issue_fence(keys[2], now_us, retention_ms)
+  redis.call('HSET', keys[5], member, string.format('%.0f', token))
+  rw_keep(keys[1], px)
+  rw_keep(keys[5], px)
+  return token
+end
+
+-- rw_drop removes member from the holders and reports whether it was one.
+local function rw_drop(keys, member)
+  redis.call('HDEL', keys[5], member)
+  return redis.call('ZREM', keys[1], member) == 1
+end
+
+-- rw_token returns the fencing token issued to holder member.
+local function rw_token(keys, member)
+  return tonumber(redis.call('HGET', keys[5], member) or '') or dlock_last_fence(keys[2])
+end
+
+-- rw_writer_holds reports whether a writer holds the lock. A writer never
+-- shares it, so it is then the only holder.
+local function rw_writer_holds(keys)
+  local first = redis.call('ZRANGE', keys[1], 0, 0)
+  return #first > 0 and string.sub(first[1], 1, 1) == 'W'
+end
+
+-- rw_free_for reports whether a newcomer of mode could hold the lock now,
+-- queue aside: a writer when nobody holds it, a reader when no writer does.
+local function rw_free_for(keys, mode)
+  if mode == 'W' then
+    return redis.call('ZCARD', keys[1]) == 0
+  end
+  return not rw_writer_holds(keys)
+end
+
+-- rw_grant_heads grants the lock to the live waiters at the head of the
+-- queue as far as the rules allow: the head writer when nobody holds the
+-- lock; every reader up to the first writer when no writer holds it. Each
+-- grant lasts the waiter's claim window (its grant px) and is published as
+-- "<fence> <px> <owner value>" (the member without its mode), like
+-- lock_lib's dlock_grant. self, the member running the script (may be nil),
+-- is granted self_px instead and learns of it from the script's reply.
+-- Returns the published grants, flattened: {member, fence, px, ...}.
+local function rw_grant_heads(keys, now_us, now_ms, retention_ms, publish, channel, self, self_px)
+  local granted = {}
+  while true do
+    local head, px = dlock_live_head(keys[3], keys[4], now_ms)
+    if not head then
+      break
+    end
+    local mode = string.sub(head, 1, 1)
+    if not rw_free_for(keys, mode) then
+      break
+    end
+    dlock_dequeue(keys[3], keys[4], head)
+    if head == self then
+      rw_hold(keys, head, self_px, now_us, now_ms, retention_ms)
+    else
+      local token = rw_hold(keys, head, px, now_us, now_ms, retention_ms)
+      redis.call(publish, channel, string.format('%.0f', token) .. ' ' .. px .. ' ' .. string.sub(head, 2))
+      table.insert(granted, head)
+      table.insert(granted, token)
+      table.insert(granted, tonumber(px))
+    end
+    if mode == 'W' then
+      break
+    end
+  end
+  return granted
+end

@@ -1,0 +1,14 @@
+-- rw_pttl.lua: a holder's remaining time, only while it holds.
+-- KEYS: 1 holders (see rw_lib.lua)
+-- ARGV: 1 member
+-- Returns: the remaining ms, or -3 when member does not hold the lock.
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score then
+  return -3
+end
+local _, now_ms = rw_time()
+local rest = tonumber(score) - now_ms
+if rest <= 0 then
+  return -3
+end
+return rest

@@ -1,0 +1,388 @@
+package driverkit
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+const (
+	// confirmTimeout bounds the wait for the server to confirm the channels
+	// a new connection subscribes to; past it the connection is replaced.
+	confirmTimeout = 5 * time.Second
+	// closeTimeout bounds the wait, after closing a connection, for the
+	// library to stop calling the hooks.
+	closeTimeout = 5 * time.Second
+)
+
+var (
+	errClosed   = errors.New("dlock: subscription closed")
+	errConnLost = errors.New("dlock: pub/sub connection lost before the server confirmed the subscription")
+)
+
+// Hooks receive what a PubSubConn hears. The library calls them one at a
+// time from a goroutine of its own; they never block.
+type Hooks struct {
+	// Message is called for each message on a subscribed channel.
+	Message func(channel, payload string)
+	// Subscribed is called when the server confirms a SUBSCRIBE of channel.
+	Subscribed func(channel string)
+}
+
+// PubSubConn is one dedicated pub/sub connection of a client library.
+type PubSubConn interface {
+	// Subscribe sends SUBSCRIBE for channels. The server's confirmations
+	// arrive through Hooks.Subscribed.
+	Subscribe(ctx context.Context, channels ...string) error
+	// Unsubscribe sends UNSUBSCRIBE for channels.
+	Unsubscribe(ctx context.Context, channels ...string) error
+	// Lost returns a channel that receives at most one error, why the
+	// connection ended, and is closed once the hooks will not be called
+	// any more.
+	Lost() <-chan error
+	// Close closes the connection; Lost is closed soon after.
+	Close()
+}
+
+// subscription multiplexes every channel of one dlock Client over one
+// dedicated connection, which one goroutine, loop, opens, watches and
+// replaces when it fails. The library's hooks deliver messages; calls to the
+// Handler are serialized by hmu.
+type subscription struct {
+	dial func(Hooks) PubSubConn
+	h    driver.Handler
+
+	// send is a semaphore held while the channel set changes and the
+	// matching SUBSCRIBE or UNSUBSCRIBE is sent, so commands reach the
+	// connection in the order of the changes. Unlike a mutex, waiting for
+	// it respects a context.
+	send chan struct{}
+
+	hmu     sync.Mutex // serializes Handler calls
+	hclosed bool       // guarded by hmu: no more Handler calls
+
+	mu       sync.Mutex
+	conn     PubSubConn // the connection in use; nil while (re)connecting
+	channels map[string]struct{}
+	waiting  map[string][]chan struct{} // confirmations awaited, per channel
+	failed   chan struct{}              // closed when the current connection (attempt) fails
+	started  bool
+	closed   bool
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+func newSubscription(dial func(Hooks) PubSubConn, h driver.Handler) *subscription {
+	return &subscription{
+		dial:     dial,
+		h:        h,
+		send:     make(chan struct{}, 1),
+		channels: make(map[string]struct{}),
+		waiting:  make(map[string][]chan struct{}),
+		failed:   make(chan struct{}),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+}
+
+// Subscribe implements driver.Subscription. It returns an error when the
+// server refuses, or when the connection fails before confirming: the caller
+// then knows that messages may not arrive, and may try again later.
+func (s *subscription) Subscribe(ctx context.Context, channels ...string) error {
+	if len(channels) == 0 {
+		return nil
+	}
+	if err := s.lockSend(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.unlockSend()
+		return errClosed
+	}
+	var added []string
+	for _, ch := range channels {
+		if _, ok := s.channels[ch]; !ok {
+			s.channels[ch] = struct{}{}
+			added = append(added, ch)
+		}
+	}
+	confirmed := s.expectLocked(channels)
+	conn, failed := s.conn, s.failed
+	if !s.started {
+		s.started = true
+		go s.loop()
+	}
+	s.mu.Unlock()
+
+	// Without a connection, the loop is making one: it subscribes to the
+	// whole set, these channels included.
+	var err error
+	if conn != nil {
+		err = conn.Subscribe(ctx, channels...)
+	}
+	s.unlockSend()
+	if err == nil {
+		err = s.await(ctx, confirmed, failed, nil)
+	}
+	if err != nil {
+		s.mu.Lock()
+		s.forgetLocked(channels, confirmed)
+		for _, ch := range added {
+			delete(s.channels, ch)
+		}
+		s.mu.Unlock()
+		settleDeadline(ctx, err)
+		return err
+	}
+	return nil
+}
+
+// Unsubscribe implements driver.Subscription.
+func (s *subscription) Unsubscribe(ctx context.Context, channels ...string) error {
+	if len(channels) == 0 {
+		return nil
+	}
+	if err := s.lockSend(ctx); err != nil {
+		return err
+	}
+	defer s.unlockSend()
+	s.mu.Lock()
+	for _, ch := range channels {
+		delete(s.channels, ch)
+	}
+	conn := s.conn
+	s.mu.Unlock()
+	if conn == nil {
+		return nil // the next connection subscribes to the set only
+	}
+	return conn.Unsubscribe(ctx, channels...)
+}
+
+// Close implements driver.Subscription. From its start no Handler method is
+// called any more; it returns once the connection is closed and the loop
+// has stopped.
+func (s *subscription) Close() error {
+	s.hmu.Lock()
+	s.hclosed = true
+	s.hmu.Unlock()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.stop)
+	started := s.started
+	s.mu.Unlock()
+	if started {
+		<-s.done
+	}
+	return nil
+}
+
+func (s *subscription) lockSend(ctx context.Context) error {
+	select {
+	case s.send <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.stop:
+		return errClosed
+	}
+}
+
+func (s *subscription) unlockSend() { <-s.send }
+
+// loop connects, subscribes to every channel in the set, and watches the
+// connection until it fails or Close; then it starts over after a backoff.
+// A connection that replaces one that worked reports a Reset once its
+// channels are confirmed: messages published in between are lost.
+func (s *subscription) loop() {
+	defer close(s.done)
+	backoff := newBackoff()
+	worked := false
+	for {
+		conn := s.dial(Hooks{Message: s.message, Subscribed: s.confirm})
+		if s.resubscribe(conn) {
+			if worked {
+				s.reset()
+			}
+			worked = true
+			backoff.reset()
+			select {
+			case <-conn.Lost():
+			case <-s.stop:
+			}
+		}
+		s.drop(conn)
+		if !backoff.sleep(s.stop) {
+			return
+		}
+	}
+}
+
+// resubscribe makes conn the connection in use and subscribes it to the
+// whole set, reporting whether the server confirmed every channel.
+func (s *subscription) resubscribe(conn PubSubConn) bool {
+	select {
+	case s.send <- struct{}{}:
+	case <-s.stop:
+		return false
+	}
+	s.mu.Lock()
+	s.conn = conn
+	channels := make([]string, 0, len(s.channels))
+	for ch := range s.channels {
+		channels = append(channels, ch)
+	}
+	confirmed := s.expectLocked(channels)
+	s.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), confirmTimeout)
+	defer cancel()
+	var err error
+	if len(channels) > 0 {
+		err = conn.Subscribe(ctx, channels...)
+	}
+	s.unlockSend()
+	if err == nil {
+		err = s.await(ctx, confirmed, nil, conn.Lost())
+	}
+	if err != nil {
+		s.mu.Lock()
+		s.forgetLocked(channels, confirmed)
+		s.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+// drop retires a failed or closed connection: callers waiting for a
+// confirmation on it give up, and it is closed. It returns once the library
+// stopped calling the hooks, so a late confirmation from conn cannot be
+// mistaken for one from its successor.
+func (s *subscription) drop(conn PubSubConn) {
+	s.mu.Lock()
+	if s.conn == conn {
+		s.conn = nil
+	}
+	close(s.failed)
+	s.failed = make(chan struct{})
+	s.mu.Unlock()
+	conn.Close()
+	t := time.NewTimer(closeTimeout)
+	defer t.Stop()
+	for {
+		select {
+		case _, ok := <-conn.Lost():
+			if !ok {
+				return
+			}
+		case <-t.C:
+			return
+		}
+	}
+}
+
+// expectLocked registers a confirmation to wait for on each channel.
+func (s *subscription) expectLocked(channels []string) []chan struct{} {
+	confirmed := make([]chan struct{}, len(channels))
+	for i, ch := range channels {
+		confirmed[i] = make(chan struct{})
+		s.waiting[ch] = append(s.waiting[ch], confirmed[i])
+	}
+	return confirmed
+}
+
+// await waits for every confirmation, ctx, Close, failed closing or lost
+// delivering (nil channels never do).
+func (s *subscription) await(ctx context.Context, confirmed []chan struct{}, failed <-chan struct{}, lost <-chan error) error {
+	for _, c := range confirmed {
+		select {
+		case <-c:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.stop:
+			return errClosed
+		case <-failed:
+			return errConnLost
+		case <-lost:
+			return errConnLost
+		}
+	}
+	return nil
+}
+
+// forgetLocked drops the confirmations of a subscribe that failed.
+func (s *subscription) forgetLocked(channels []string, confirmed []chan struct{}) {
+	for i, ch := range channels {
+		list := s.waiting[ch]
+		for j, c := range list {
+			if c == confirmed[i] {
+				list = append(list[:j], list[j+1:]...)
+				break
+			}
+		}
+		if len(list) == 0 {
+			delete(s.waiting, ch)
+		} else {
+			s.waiting[ch] = list
+		}
+	}
+}
+
+// confirm is Hooks.Subscribed.
+func (s *subscription) confirm(channel string) {
+	s.mu.Lock()
+	list := s.waiting[channel]
+	delete(s.waiting, channel)
+	s.mu.Unlock()
+	for _, c := range list {
+		close(c)
+	}
+}
+
+// message is Hooks.Message.
+func (s *subscription) message(channel, payload string) {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	if !s.hclosed {
+		s.h.Message(channel, payload)
+	}
+}
+
+func (s *subscription) reset() {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	if !s.hclosed {
+		s.h.Reset()
+	}
+}
+
+// backoff spaces reconnection attempts: 10 ms doubling up to 1 s.
+type backoff struct{ next time.Duration }
+
+func newBackoff() *backoff { return &backoff{next: 10 * time.Millisecond} }
+
+func (b *backoff) reset() { b.next = 10 * time.Millisecond }
+
+// sleep waits for the current delay; false when stop closed first.
+func (b *backoff) sleep(stop <-chan struct{}) bool {
+	t := time.NewTimer(b.next)
+	defer t.Stop()
+	if b.next *= 2; b.next > time.Second {
+		b.next = time.Second
+	}
+	select {
+	case <-t.C:
+		return true
+	case <-stop:
+		return false
+	}
+}

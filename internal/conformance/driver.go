@@ -1,0 +1,487 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// Target is a Redis deployment for a NewDriverFunc to connect to.
+type Target struct {
+	Addrs    []string // one server's address, or every node of a Cluster
+	Password string
+	Cluster  bool
+}
+
+// NewDriverFunc returns a driver.Driver over a new client of the library
+// under test, connected to target. It registers the client's Close with
+// t.Cleanup and fails t when it cannot connect.
+type NewDriverFunc func(t testing.TB, target Target) driver.Driver
+
+// RunDriver runs, as parallel subtests of t, the tests of the driver.Driver
+// contract that the Client-level suite (Run) cannot observe: replies in the
+// driver's conventions, EVAL only for the calls of a pipeline that met
+// NOSCRIPT, WAIT on the script's own connection, Cluster routing, and a
+// Subscription that confirms before returning, reconnects with a Reset, and
+// stops on Close. Like Run, it needs TestMain to call redistest.Main. It
+// takes a few seconds, most of them starting a Cluster.
+func RunDriver(t *testing.T, newDriver NewDriverFunc) {
+	for _, tc := range driverTests {
+		tc := tc
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.run(t, newDriver)
+		})
+	}
+}
+
+var driverTests = []struct {
+	name string
+	run  func(t *testing.T, newDriver NewDriverFunc)
+}{
+	{"RepliesFollowTheConventions", testRepliesFollowTheConventions},
+	{"PipelineFallsBackOnlyForNoScript", testPipelineFallsBackOnlyForNoScript},
+	{"WaitRunsOnTheScriptsConnection", testWaitRunsOnTheScriptsConnection},
+	{"ClusterRoutesScriptsWaitsAndMessages", testClusterRoutes},
+	{"SubscribeConfirmsBeforeReturning", testSubscribeConfirmsBeforeReturning},
+	{"SubscriptionReconnectsAndResets", testSubscriptionReconnectsAndResets},
+	{"UnsubscribeStopsDelivery", testUnsubscribeStopsDelivery},
+	{"CloseStopsTheSubscription", testCloseStopsTheSubscription},
+}
+
+func target(srv *redistest.Server) Target {
+	return Target{Addrs: []string{srv.Addr()}, Password: srv.Password()}
+}
+
+// newScript returns a script the server has never seen, so its first
+// EVALSHA meets NOSCRIPT.
+func newScript(t testing.TB, body string) *driver.Script {
+	return driver.NewScript(fmt.Sprintf("-- %s %d\n%s", t.Name(), time.Now().UnixNano(), body))
+}
+
+// key returns a key of the test with its own hash tag.
+func key(t testing.TB, tag string) string { return "{" + t.Name() + ":" + tag + "}" }
+
+func testRepliesFollowTheConventions(t *testing.T, newDriver NewDriverFunc) {
+	srv := redistest.Shared(t)
+	d := newDriver(t, target(srv))
+	rdb := inspector(t, srv)
+	ctx := testCtx(t)
+	list := key(t, "list")
+	rdb.RPush(ctx, list, "a")
+	script := newScript(t, `
+local k = ARGV[1]
+if k == 'int' then return 42 end
+if k == 'str' then return 'hello' end
+if k == 'status' then return redis.status_reply('FINE') end
+if k == 'nil' then return false end
+if k == 'array' then return {1, 'two', {3, 'four'}, false, 5} end
+if k == 'conflict' then return redis.error_reply('DLOCK_CONFLICT held without expiry') end
+if k == 'wrongtype' then return redis.call('GET', KEYS[1]) end
+`)
+	cases := []struct {
+		arg       string
+		want      any
+		errPrefix string // a *driver.ReplyError whose Msg starts with it
+	}{
+		{arg: "int", want: int64(42)},
+		{arg: "str", want: "hello"},
+		{arg: "status", want: "FINE"},
+		{arg: "nil", want: nil},
+		{arg: "array", want: []any{int64(1), "two", []any{int64(3), "four"}, nil, int64(5)}},
+		{arg: "conflict", errPrefix: "DLOCK_CONFLICT held without expiry"},
+		{arg: "wrongtype", errPrefix: "WRONGTYPE"},
+	}
+	check := func(how string, c *driver.Call, arg, errPrefix string, want any) {
+		t.Helper()
+		if errPrefix != "" {
+			var rerr *driver.ReplyError
+			if !errors.As(c.Err, &rerr) || !strings.HasPrefix(rerr.Msg, errPrefix) {
+				t.Errorf("%s %q: Err = %#v, want a *driver.ReplyError starting with %q", how, arg, c.Err, errPrefix)
+			}
+			return
+		}
+		if c.Err != nil || !reflect.DeepEqual(c.Reply, want) {
+			t.Errorf("%s %q: Reply, Err = %#v, %v; want %#v", how, arg, c.Reply, c.Err, want)
+		}
+	}
+	var batch []*driver.Call
+	for _, tc := range cases {
+		c := &driver.Call{Script: script, Keys: []string{list}, Args: []any{tc.arg}}
+		d.Run(ctx, c)
+		check("alone", c, tc.arg, tc.errPrefix, tc.want)
+		batch = append(batch, &driver.Call{Script: script, Keys: []string{list}, Args: []any{tc.arg}})
+	}
+	d.Run(ctx, batch...)
+	for i, tc := range cases {
+		check("pipelined", batch[i], tc.arg, tc.errPrefix, tc.want)
+	}
+
+	// Integer arguments arrive as their decimal text.
+	echo := newScript(t, `return ARGV[1] .. ',' .. ARGV[2]`)
+	c := &driver.Call{Script: echo, Keys: []string{list}, Args: []any{7, int64(-1234567890123)}}
+	d.Run(ctx, c)
+	if c.Err != nil || c.Reply != "7,-1234567890123" {
+		t.Errorf("integer arguments: Reply, Err = %#v, %v", c.Reply, c.Err)
+	}
+}
+
+// testPipelineFallsBackOnlyForNoScript sends a pipeline whose middle call
+// uses a script the server does not have: only that call may be sent again
+// with EVAL (the scripts are not idempotent), and every reply must land in
+// its own Call.
+func testPipelineFallsBackOnlyForNoScript(t *testing.T, newDriver NewDriverFunc) {
+	srv := redistest.Start(t) // SCRIPT FLUSH would slow the shared server's other users
+	d := newDriver(t, target(srv))
+	rdb := inspector(t, srv)
+	ctx := testCtx(t)
+	known := newScript(t, `return redis.call('INCR', KEYS[1])`)
+	unknown := newScript(t, `return redis.call('INCR', KEYS[1]) + 100`)
+	warmup := &driver.Call{Script: known, Keys: []string{key(t, "warmup")}}
+	d.Run(ctx, warmup)
+	if warmup.Err != nil {
+		t.Fatalf("warm-up: %v", warmup.Err)
+	}
+
+	round := func(name string) {
+		t.Helper()
+		var keys []string
+		var calls []*driver.Call
+		for i, s := range []*driver.Script{known, unknown, known} {
+			k := key(t, name+strconv.Itoa(i))
+			keys = append(keys, k)
+			calls = append(calls, &driver.Call{Script: s, Keys: []string{k}})
+		}
+		d.Run(ctx, calls...)
+		for i, want := range []int64{1, 101, 1} {
+			if calls[i].Err != nil || calls[i].Reply != want {
+				t.Errorf("%s: call %d: Reply, Err = %#v, %v; want %d", name, i, calls[i].Reply, calls[i].Err, want)
+			}
+			if n := rdb.Get(ctx, keys[i]).Val(); n != "1" {
+				t.Errorf("%s: call %d ran %s times, want once", name, i, n)
+			}
+		}
+	}
+	round("unknown-in-the-middle-")
+	srv.FlushScripts(t)
+	round("all-flushed-")
+}
+
+// testWaitRunsOnTheScriptsConnection pauses the replica: WAIT on the
+// connection that wrote must then time out with 0 acknowledgements, whereas
+// WAIT on a connection without writes of its own would count the replica
+// at once.
+func testWaitRunsOnTheScriptsConnection(t *testing.T, newDriver NewDriverFunc) {
+	rep := redistest.StartReplicated(t, 1)
+	replica := rep.Replicas[0]
+	d := newDriver(t, target(rep.Master))
+	ctx := testCtx(t)
+	set := newScript(t, `redis.call('SET', KEYS[1], ARGV[1]) return 1`)
+	incr := newScript(t, `return redis.call('INCR', KEYS[1])`)
+	k := key(t, "k")
+
+	c := &driver.Call{Script: set, Keys: []string{k}, Args: []any{"v1"}, Replicas: 1, ReplicaTimeout: 5 * time.Second}
+	d.Run(ctx, c) // NOSCRIPT first: the EVAL needs its WAIT too
+	if c.Err != nil || c.Reply != int64(1) || c.Acked != 1 {
+		t.Fatalf("replicated write: Reply, Acked, Err = %#v, %d, %v; want 1, 1, nil", c.Reply, c.Acked, c.Err)
+	}
+	if v := replica.Do(t, "GET", k); v != "v1" {
+		t.Errorf("the replica has %v right after WAIT acknowledged the write, want v1", v)
+	}
+
+	replica.Pause()
+	defer replica.Resume()
+	const timeout = 300 * time.Millisecond
+	waited := &driver.Call{Script: set, Keys: []string{k}, Args: []any{"v2"}, Replicas: 1, ReplicaTimeout: timeout}
+	plain := &driver.Call{Script: incr, Keys: []string{key(t, "plain")}}
+	start := time.Now()
+	d.Run(ctx, waited, plain)
+	elapsed := time.Since(start)
+	if waited.Err != nil || waited.Reply != int64(1) || waited.Acked != 0 {
+		t.Errorf("write with the replica paused: Reply, Acked, Err = %#v, %d, %v; want 1, 0, nil", waited.Reply, waited.Acked, waited.Err)
+	}
+	if elapsed < timeout*4/5 {
+		t.Errorf("WAIT returned after %v, before its %v timeout: it did not wait for this connection's write", elapsed, timeout)
+	}
+	if plain.Err != nil || plain.Reply != int64(1) {
+		t.Errorf("plain call next to a replicated one: Reply, Err = %#v, %v", plain.Reply, plain.Err)
+	}
+	replica.Resume()
+
+	again := &driver.Call{Script: set, Keys: []string{k}, Args: []any{"v3"}, Replicas: 1, ReplicaTimeout: 5 * time.Second}
+	d.Run(ctx, again)
+	if again.Err != nil || again.Acked != 1 {
+		t.Errorf("write after Resume: Acked, Err = %d, %v; want 1, nil", again.Acked, again.Err)
+	}
+}
+
+// testClusterRoutes sends one Run with calls on several slots, half of them
+// asking for WAIT, with a script no node has yet, then checks that a
+// subscription on the Cluster hears a PUBLISH.
+func testClusterRoutes(t *testing.T, newDriver NewDriverFunc) {
+	cl := redistest.StartCluster(t, 3, 1)
+	d := newDriver(t, Target{Addrs: cl.Addrs(), Cluster: true})
+	rdb := cl.Client(t)
+	ctx := testCtx(t)
+	incr := newScript(t, `return redis.call('INCR', KEYS[1])`)
+
+	var calls []*driver.Call
+	for i := 0; i < 8; i++ {
+		c := &driver.Call{Script: incr, Keys: []string{key(t, strconv.Itoa(i))}}
+		if i%2 == 0 {
+			c.Replicas, c.ReplicaTimeout = 1, 5*time.Second
+		}
+		calls = append(calls, c)
+	}
+	masters := map[string]bool{}
+	for _, c := range calls {
+		masters[cl.MasterForSlot(t, redistest.KeySlot(c.Keys[0])).Addr()] = true
+	}
+	if len(masters) < 2 {
+		t.Fatalf("the keys all map to one master; the test needs several")
+	}
+	d.Run(ctx, calls...)
+	for i, c := range calls {
+		wantAcked := 0
+		if c.Replicas > 0 {
+			wantAcked = 1
+		}
+		if c.Err != nil || c.Reply != int64(1) || c.Acked != wantAcked {
+			t.Errorf("call %d: Reply, Acked, Err = %#v, %d, %v; want 1, %d, nil", i, c.Reply, c.Acked, c.Err, wantAcked)
+		}
+		if n := rdb.Get(ctx, c.Keys[0]).Val(); n != "1" {
+			t.Errorf("call %d ran %s times, want once", i, n)
+		}
+	}
+
+	rec := newRecorder()
+	sub := d.Subscribe(rec)
+	defer sub.Close()
+	ch := key(t, "channel")
+	if err := sub.Subscribe(ctx, ch); err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	// A PUBLISH on any node reaches subscribers on every node.
+	if err := rdb.Publish(ctx, ch, "hello").Err(); err != nil {
+		t.Fatalf("PUBLISH: %v", err)
+	}
+	rec.expect(t, ch, "hello")
+}
+
+func testSubscribeConfirmsBeforeReturning(t *testing.T, newDriver NewDriverFunc) {
+	srv := redistest.Shared(t)
+	d := newDriver(t, target(srv))
+	rdb := inspector(t, srv)
+	ctx := testCtx(t)
+	rec := newRecorder()
+	sub := d.Subscribe(rec)
+	defer sub.Close()
+
+	a, b, c := key(t, "a"), key(t, "b"), key(t, "c")
+	if err := sub.Subscribe(ctx, a, b); err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	if err := sub.Subscribe(ctx, c); err != nil {
+		t.Fatalf("second Subscribe: %v", err)
+	}
+	for _, ch := range []string{a, b, c} {
+		// No waiting: Subscribe returned, so the server must know.
+		if n := rdb.Publish(ctx, ch, "to "+ch).Val(); n != 1 {
+			t.Errorf("PUBLISH %s right after Subscribe returned reached %d subscribers, want 1", ch, n)
+		}
+		rec.expect(t, ch, "to "+ch)
+	}
+}
+
+// testSubscriptionReconnectsAndResets cuts the subscription's connection,
+// then stops the server for a while: each time the subscription must come
+// back on its own with every channel, and report a Reset only once its
+// channels are confirmed again.
+func testSubscriptionReconnectsAndResets(t *testing.T, newDriver NewDriverFunc) {
+	srv := redistest.Start(t) // CLIENT KILL and Kill would hit the shared server's other users
+	d := newDriver(t, target(srv))
+	rdb := inspector(t, srv)
+	ctx := testCtx(t)
+	rec := newRecorder()
+	sub := d.Subscribe(rec)
+	defer sub.Close()
+	a, b := key(t, "a"), key(t, "b")
+	if err := sub.Subscribe(ctx, a); err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+
+	srv.Do(t, "CLIENT", "KILL", "TYPE", "pubsub")
+	rec.expectReset(t, 10*time.Second)
+	if n := rdb.Publish(ctx, a, "after kill").Val(); n != 1 {
+		t.Errorf("PUBLISH after the Reset reached %d subscribers, want 1: Reset came before the channel was subscribed again", n)
+	}
+	rec.expect(t, a, "after kill")
+	if err := sub.Subscribe(ctx, b); err != nil {
+		t.Fatalf("Subscribe after the reconnection: %v", err)
+	}
+
+	srv.Kill()
+	sctx, cancel := context.WithTimeout(ctx, time.Second)
+	err := sub.Subscribe(sctx, key(t, "while-down"))
+	cancel()
+	if err == nil {
+		t.Errorf("Subscribe while the server is down returned nil")
+	}
+	srv.Restart()
+	rec.expectReset(t, 10*time.Second)
+	for _, ch := range []string{a, b} {
+		waitFor(t, 5*time.Second, func() bool { return rdb.PubSubNumSub(ctx, ch).Val()[ch] == 1 },
+			ch+" to be subscribed again after the restart")
+		if n := rdb.Publish(ctx, ch, "after restart").Val(); n != 1 {
+			t.Fatalf("PUBLISH %s after the restart reached %d subscribers, want 1", ch, n)
+		}
+		rec.expect(t, ch, "after restart")
+	}
+}
+
+func testUnsubscribeStopsDelivery(t *testing.T, newDriver NewDriverFunc) {
+	srv := redistest.Shared(t)
+	d := newDriver(t, target(srv))
+	rdb := inspector(t, srv)
+	ctx := testCtx(t)
+	rec := newRecorder()
+	sub := d.Subscribe(rec)
+	defer sub.Close()
+	a, b := key(t, "a"), key(t, "b")
+	if err := sub.Subscribe(ctx, a, b); err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	if err := sub.Unsubscribe(ctx, a); err != nil {
+		t.Fatalf("Unsubscribe: %v", err)
+	}
+	waitFor(t, 5*time.Second, func() bool { return rdb.PubSubNumSub(ctx, a).Val()[a] == 0 }, "the server to drop "+a)
+	if n := rdb.Publish(ctx, b, "still here").Val(); n != 1 {
+		t.Errorf("PUBLISH %s reached %d subscribers, want 1", b, n)
+	}
+	rec.expect(t, b, "still here")
+	// Subscribing again after Unsubscribe works.
+	if err := sub.Subscribe(ctx, a); err != nil {
+		t.Fatalf("Subscribe again: %v", err)
+	}
+	if n := rdb.Publish(ctx, a, "back").Val(); n != 1 {
+		t.Errorf("PUBLISH %s after subscribing again reached %d subscribers, want 1", a, n)
+	}
+	rec.expect(t, a, "back")
+}
+
+func testCloseStopsTheSubscription(t *testing.T, newDriver NewDriverFunc) {
+	srv := redistest.Shared(t)
+	d := newDriver(t, target(srv))
+	rdb := inspector(t, srv)
+	ctx := testCtx(t)
+
+	unused := d.Subscribe(newRecorder())
+	if err := unused.Close(); err != nil {
+		t.Errorf("Close of a subscription that never subscribed: %v", err)
+	}
+	if err := unused.Subscribe(ctx, key(t, "x")); err == nil {
+		t.Errorf("Subscribe after Close returned nil")
+	}
+
+	rec := newRecorder()
+	sub := d.Subscribe(rec)
+	ch := key(t, "ch")
+	if err := sub.Subscribe(ctx, ch); err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	if err := sub.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	rec.closed.Store(true)
+	if err := sub.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	waitFor(t, 5*time.Second, func() bool { return rdb.PubSubNumSub(ctx, ch).Val()[ch] == 0 },
+		"the server to drop the closed subscription's connection")
+	rdb.Publish(ctx, ch, "too late")
+	if err := sub.Subscribe(ctx, ch); err == nil {
+		t.Errorf("Subscribe after Close returned nil")
+	}
+	if n := rec.late.Load(); n != 0 {
+		t.Errorf("the Handler was called %d times after Close returned", n)
+	}
+	// Leaked goroutines are caught by goleak in redistest.Main.
+}
+
+// recorder is a driver.Handler that records what it hears.
+type recorder struct {
+	msgs   chan message
+	resets chan struct{}
+	closed atomic.Bool  // set once Close returned
+	late   atomic.Int32 // calls after closed was set
+}
+
+type message struct{ channel, payload string }
+
+func newRecorder() *recorder {
+	return &recorder{msgs: make(chan message, 64), resets: make(chan struct{}, 16)}
+}
+
+// Message implements driver.Handler; it never blocks. A message that finds
+// the buffer full is dropped, and the test misses it.
+func (r *recorder) Message(channel, payload string) {
+	if r.closed.Load() {
+		r.late.Add(1)
+		return
+	}
+	select {
+	case r.msgs <- message{channel, payload}:
+	default:
+	}
+}
+
+// Reset implements driver.Handler.
+func (r *recorder) Reset() {
+	if r.closed.Load() {
+		r.late.Add(1)
+		return
+	}
+	select {
+	case r.resets <- struct{}{}:
+	default:
+	}
+}
+
+// expect fails t unless the next message heard is payload on channel.
+func (r *recorder) expect(t testing.TB, channel, payload string) {
+	t.Helper()
+	select {
+	case m := <-r.msgs:
+		if m.channel != channel || m.payload != payload {
+			t.Errorf("heard %q on %s, want %q on %s", m.payload, m.channel, payload, channel)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("did not hear %q on %s", payload, channel)
+	}
+}
+
+// expectReset waits for a Reset, then drains any further ones.
+func (r *recorder) expectReset(t testing.TB, limit time.Duration) {
+	t.Helper()
+	select {
+	case <-r.resets:
+	case <-time.After(limit):
+		t.Fatalf("no Reset within %v", limit)
+	}
+	for {
+		select {
+		case <-r.resets:
+		default:
+			return
+		}
+	}
+}

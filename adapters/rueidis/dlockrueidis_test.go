@@ -1,0 +1,54 @@
+package dlockrueidis_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/redis/rueidis"
+
+	"github.com/dlock-go/dlock"
+	dlockrueidis "github.com/dlock-go/dlock/adapters/rueidis"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/conformance"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// newRueidis returns a rueidis client with default options for target,
+// closed by t's cleanup.
+func newRueidis(t testing.TB, target conformance.Target) rueidis.Client {
+	t.Helper()
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: target.Addrs, Password: target.Password})
+	if err != nil {
+		t.Fatalf("rueidis.NewClient: %v", err)
+	}
+	t.Cleanup(client.Close)
+	return client
+}
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, func(t testing.TB, srv *redistest.Server, opts ...dlock.Option) *dlock.Client {
+		t.Helper()
+		client := newRueidis(t, conformance.Target{Addrs: []string{srv.Addr()}, Password: srv.Password()})
+		c, err := dlockrueidis.New(client, opts...)
+		if err != nil {
+			t.Fatalf("dlockrueidis.New: %v", err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	})
+}
+
+func TestDriverConformance(t *testing.T) {
+	conformance.RunDriver(t, func(t testing.TB, target conformance.Target) driver.Driver {
+		t.Helper()
+		return dlockrueidis.NewDriver(newRueidis(t, target))
+	})
+}
+
+func TestNewRejectsNilClient(t *testing.T) {
+	if _, err := dlockrueidis.New(nil); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("New(nil): got %v, want ErrInvalidArgument", err)
+	}
+}

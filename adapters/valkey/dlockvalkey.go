@@ -1,0 +1,128 @@
+// Package dlockvalkey runs dlock over github.com/valkey-io/valkey-go, the
+// Valkey project's client (a fork of rueidis), against Valkey or Redis:
+//
+//	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"localhost:6379"}})
+//	...
+//	c, err := dlockvalkey.New(client)
+//	...
+//	defer c.Close()
+//	lease, err := c.Mutex("orders:1001").Lock(ctx)
+//
+// The Client behaves exactly as one from dlock.New over go-redis; the same
+// conformance suite runs over both, against standalone servers and a
+// Cluster. A Sentinel client takes the standalone path (one master at a
+// time, which the client follows through failovers); it is not tested here.
+//
+// How the driver uses valkey-go:
+//
+//   - Scripts go out as EVALSHA, and again as EVAL for the calls the server
+//     answers NOSCRIPT (after SCRIPT FLUSH, a restart or a failover). A lone
+//     call uses Client.Do; several are pipelined with Client.DoMulti, which
+//     splits them across a Cluster's nodes.
+//   - A call that asks for WAIT (driver.Call.Replicas) must have it on the
+//     connection that ran the script, but valkey-go multiplexes everyone's
+//     commands over shared connections. Such calls therefore run inside
+//     Client.Dedicated, one DoMulti of each script followed by its WAIT on a
+//     pooled connection that nobody else uses meanwhile; on a Cluster one
+//     dedicated connection per hash tag, pinned by valkey-go to the node of
+//     the script's first key.
+//   - Pub/sub uses a connection of its own from Client.Dedicate, with
+//     SetPubSubHooks delivering messages and subscription confirmations.
+//     valkey-go pings it in the background and closes it when the server
+//     stops answering; the driver then dials a new one, subscribes to every
+//     channel again, and tells dlock to re-check its waiters (messages sent
+//     in between are lost).
+//   - Replies are normalized to int64, string, nil and []any; error replies
+//     become *driver.ReplyError. valkey-go drops a leading "ERR " from error
+//     messages; other codes (WRONGTYPE, NOSCRIPT, ...) are kept.
+//
+// The module requires valkey-go v1.0.69, the newest release that needs no
+// more than Go 1.23 (v1.0.70 and later need Go 1.24 or 1.25). Newer
+// valkey-go releases work too: your go.mod's requirement wins by minimal
+// version selection.
+package dlockvalkey
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/driverkit"
+)
+
+// New returns a dlock.Client over client, a valkey-go client for a
+// standalone server, a Sentinel-managed master or a Cluster. opts set the
+// defaults of every lock, as for dlock.New. It returns an error matching
+// dlock.ErrInvalidArgument for a nil client or an invalid option, and sends
+// nothing to Redis.
+//
+// The Client does not own client: close the Client first, then client.
+func New(client valkey.Client, opts ...dlock.Option) (*dlock.Client, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: dlockvalkey.New: nil valkey client", dlock.ErrInvalidArgument)
+	}
+	return dlock.NewWithDriver(NewDriver(client), opts...)
+}
+
+// NewDriver returns the driver.Driver that New uses, for
+// dlock.NewWithDriver. client must not be nil. The driver is safe for
+// concurrent use; it does not own client and never closes it.
+func NewDriver(client valkey.Client) driver.Driver {
+	return driverkit.New(driverkit.Lib[valkey.Completed]{
+		EvalSha: func(c *driver.Call) valkey.Completed {
+			return client.B().Evalsha().Sha1(c.Script.Hash()).Numkeys(int64(len(c.Keys))).
+				Key(c.Keys...).Arg(driverkit.Args(c.Args)...).Build()
+		},
+		Eval: func(c *driver.Call) valkey.Completed {
+			return client.B().Eval().Script(c.Script.Source()).Numkeys(int64(len(c.Keys))).
+				Key(c.Keys...).Arg(driverkit.Args(c.Args)...).Build()
+		},
+		Wait: func(c *driver.Call) valkey.Completed {
+			return client.B().Wait().Numreplicas(int64(c.Replicas)).Timeout(c.ReplicaTimeout.Milliseconds()).Build()
+		},
+		Do: func(ctx context.Context, cmd valkey.Completed) driverkit.Result {
+			return result(client.Do(ctx, cmd))
+		},
+		DoMulti: func(ctx context.Context, cmds ...valkey.Completed) []driverkit.Result {
+			return results(client.DoMulti(ctx, cmds...))
+		},
+		Dedicated: func(fn func(driverkit.DoMultiFunc[valkey.Completed])) {
+			_ = client.Dedicated(func(dc valkey.DedicatedClient) error {
+				fn(func(ctx context.Context, cmds ...valkey.Completed) []driverkit.Result {
+					return results(dc.DoMulti(ctx, cmds...))
+				})
+				return nil
+			})
+		},
+		Cluster: client.Mode() == valkey.ClientModeCluster,
+		Dial: func(h driverkit.Hooks) driverkit.PubSubConn {
+			return dialPubSub(client, h)
+		},
+	})
+}
+
+// result converts a valkey-go result to the driver conventions.
+func result(r valkey.ValkeyResult) driverkit.Result {
+	v, err := r.ToAny()
+	switch {
+	case err == nil:
+		return driverkit.Result{Reply: driverkit.Normalize(v)}
+	case valkey.IsValkeyNil(err):
+		return driverkit.Result{}
+	}
+	if rerr, ok := valkey.IsValkeyErr(err); ok {
+		return driverkit.Result{Err: driverkit.ServerError(rerr)}
+	}
+	return driverkit.Result{Err: err}
+}
+
+func results(rs []valkey.ValkeyResult) []driverkit.Result {
+	out := make([]driverkit.Result, len(rs))
+	for i, r := range rs {
+		out[i] = result(r)
+	}
+	return out
+}

@@ -1,0 +1,54 @@
+package dlockvalkey_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/dlock-go/dlock"
+	dlockvalkey "github.com/dlock-go/dlock/adapters/valkey"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/conformance"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// newValkey returns a valkey-go client with default options for target,
+// closed by t's cleanup.
+func newValkey(t testing.TB, target conformance.Target) valkey.Client {
+	t.Helper()
+	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: target.Addrs, Password: target.Password})
+	if err != nil {
+		t.Fatalf("valkey.NewClient: %v", err)
+	}
+	t.Cleanup(client.Close)
+	return client
+}
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, func(t testing.TB, srv *redistest.Server, opts ...dlock.Option) *dlock.Client {
+		t.Helper()
+		client := newValkey(t, conformance.Target{Addrs: []string{srv.Addr()}, Password: srv.Password()})
+		c, err := dlockvalkey.New(client, opts...)
+		if err != nil {
+			t.Fatalf("dlockvalkey.New: %v", err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	})
+}
+
+func TestDriverConformance(t *testing.T) {
+	conformance.RunDriver(t, func(t testing.TB, target conformance.Target) driver.Driver {
+		t.Helper()
+		return dlockvalkey.NewDriver(newValkey(t, target))
+	})
+}
+
+func TestNewRejectsNilClient(t *testing.T) {
+	if _, err := dlockvalkey.New(nil); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("New(nil): got %v, want ErrInvalidArgument", err)
+	}
+}

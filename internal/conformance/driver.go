@@ -76,6 +76,9 @@ func testRepliesFollowTheConventions(t *testing.T, newDriver NewDriverFunc) {
 	d := newDriver(t, target(srv))
 	rdb := inspector(t, srv)
 	ctx := testCtx(t)
+	if s, ok := d.(driver.Sharded); ok && s.Sharded() {
+		t.Errorf("a driver over one server reports driver.Sharded")
+	}
 	list := key(t, "list")
 	rdb.RPush(ctx, list, "a")
 	script := newScript(t, `
@@ -232,6 +235,11 @@ func testClusterRoutes(t *testing.T, newDriver NewDriverFunc) {
 	d := newDriver(t, Target{Addrs: cl.Addrs(), Cluster: true})
 	rdb := cl.Client(t)
 	ctx := testCtx(t)
+	// dlock groups the keys of multi-name operations by slot only when the
+	// driver says the deployment is sharded.
+	if s, ok := d.(driver.Sharded); !ok || !s.Sharded() {
+		t.Errorf("a driver over a Cluster does not report driver.Sharded")
+	}
 	incr := newScript(t, `return redis.call('INCR', KEYS[1])`)
 
 	var calls []*driver.Call

@@ -73,7 +73,14 @@ func New[C any](lib Lib[C]) *Driver[C] {
 	return &Driver[C]{lib: lib}
 }
 
-var _ driver.Driver = (*Driver[int])(nil)
+var (
+	_ driver.Driver  = (*Driver[int])(nil)
+	_ driver.Sharded = (*Driver[int])(nil)
+)
+
+// Sharded implements driver.Sharded: true for a Cluster client, so that
+// dlock never puts keys of several slots into one script.
+func (d *Driver[C]) Sharded() bool { return d.lib.Cluster }
 
 // PublishCommand implements driver.Driver.
 //

@@ -20,6 +20,11 @@
 //
 // Each primitive has its own file with a list of tests (mutex.go, lease.go,
 // do.go); a primitive that lands adds its file and one line to groups.
+//
+// RunDriver is the second half: the driver.Driver contract itself (replies,
+// NOSCRIPT inside a pipeline, WAIT on the script's connection, Cluster
+// routing, the subscription's confirmation, reconnection and Close), which
+// the Client-level tests cannot observe directly.
 package conformance
 
 import (

@@ -276,7 +276,7 @@ func testForeignStringConflicts(t *testing.T, newClient NewClientFunc) {
 // together) must all fall back to EVAL.
 func testScriptFlushIsTransparent(t *testing.T, newClient NewClientFunc) {
 	srv := redistest.Start(t) // SCRIPT FLUSH would slow the shared server's other users
-	const ttl = 500 * time.Millisecond
+	const ttl = time.Second
 	a := newClient(t, srv, dlock.WithTTL(ttl))
 	b := newClient(t, srv, dlock.WithTTL(ttl))
 	rdb := inspector(t, srv)
@@ -319,7 +319,7 @@ func testScriptFlushIsTransparent(t *testing.T, newClient NewClientFunc) {
 	srv.FlushScripts(t)
 	// Not synchronization: the time under test. Without renewals after the
 	// flush every key would have expired by now.
-	time.Sleep(3 * ttl)
+	time.Sleep(ttl + ttl/2)
 	for _, l := range leases {
 		if err := l.Err(); err != nil {
 			t.Errorf("lease %q lost across SCRIPT FLUSH: %v", l.Name(), err)

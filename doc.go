@@ -44,7 +44,7 @@
 //
 // Fencing tokens close the gap for resources that can check them. Every
 // grant of a lock carries a token (Lease.Token) that is strictly larger than
-// every earlier token of the same name. Pass it with every read and write to
+// every earlier token of the same name (except a Redlock's, see below). Pass it with every read and write to
 // the protected resource, and have the resource reject any token lower than
 // the highest it has seen, e.g. in SQL:
 //
@@ -84,6 +84,34 @@
 // never a hang. SpinWait replaces pub/sub with polling for deployments that
 // have none.
 //
+// # Redlock
+//
+// NewRedlock takes one client per independent Redis master (no replication
+// between them; usually 3 or 5) and makes locks that are held while a quorum
+// (N/2+1) of the nodes hold the lock's key, dlock:{N} on each node; nothing
+// else is stored. An acquisition asks every node at once, each request
+// bounded by the node timeout (WithNodeTimeout), and succeeds when a quorum
+// granted it with validity left: TTL − elapsed − drift, where drift is TTL ×
+// WithDriftFactor + 2ms and elapsed runs on the monotonic clock from before
+// the first request. Otherwise it releases whatever it got, on every node,
+// before it returns; Lock then retries after a random delay
+// (WithRetryDelay). Renewals need a quorum within the validity as well, and
+// loss is signalled as for a single node. Unlock releases on every node. A
+// Redlock lock thus survives the loss of a minority of the nodes, where a
+// lock on one replicated master can vanish in a failover.
+//
+// Its safety rests on two more assumptions. The nodes' clocks must advance at
+// about the rate of ours (the drift allowance covers 1% by default); a clock
+// that jumps ahead expires keys early. And a node must never come back
+// holding fewer keys than it granted: keep a restarted node down for longer
+// than the longest TTL in use, or run it with appendfsync always.
+//
+// Redlock leases have no fencing token: Lease.Token returns 0. Independent
+// nodes share no counter, and no combination of per-node values increases
+// across grants won on different quorums or after a node restart. Where the
+// protected resource must be fenced, lock on one deployment with New and use
+// its tokens; Redlock buys availability, not fencing.
+//
 // # Errors
 //
 // Errors match the sentinels with errors.Is and carry the lock name and the
@@ -93,5 +121,6 @@
 // (rejected before anything was sent), ErrKeyConflict (the key holds
 // something dlock did not write; it is never modified), ErrClosed. Failures
 // to reach Redis are returned wrapped, and never match ErrNotObtained, so
-// contention, timeouts and outages can be told apart.
+// contention, timeouts and outages can be told apart. Redlock adds ErrQuorum
+// (too few nodes answered), which carries a *NodeError per failed node.
 package dlock

@@ -20,6 +20,11 @@ var (
 	sharedSrv *Server
 	sharedErr error
 	sharedDir string
+
+	// sharedNodes are SharedNodeAddrs's independent servers, with their
+	// directories.
+	sharedNodes    []*Server
+	sharedNodeDirs []string
 )
 
 // Shared returns a server started once per test binary and shared by all its
@@ -63,27 +68,64 @@ func SharedAddr() string {
 	return sharedSrv.Addr()
 }
 
+// SharedNodeAddrs is SharedAddr for n independent servers (no replication
+// between them), as runnable examples of Redlock need: it returns their
+// addresses, starting those not started yet. The servers are shared by the
+// whole test binary like the Shared one (separate from it), and stopped
+// with it. It panics when a server cannot start or TestMain does not run
+// through Main or Wrap.
+func SharedNodeAddrs(n int) []string {
+	if !mainActive.Load() {
+		panic("redistest: SharedNodeAddrs needs TestMain to call redistest.Main(m) or goleak.VerifyTestMain(redistest.Wrap(m))")
+	}
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	for len(sharedNodes) < n {
+		s, dir, err := startSharedServer()
+		if err != nil {
+			panic("redistest: shared node: " + err.Error())
+		}
+		sharedNodes = append(sharedNodes, s)
+		sharedNodeDirs = append(sharedNodeDirs, dir)
+	}
+	addrs := make([]string, n)
+	for i := range addrs {
+		addrs[i] = sharedNodes[i].Addr()
+	}
+	return addrs
+}
+
 func startShared() (*Server, error) {
-	if _, err := redisServer(); err != nil {
+	s, dir, err := startSharedServer()
+	if err != nil {
 		return nil, err
+	}
+	sharedDir = dir
+	return s, nil
+}
+
+// startSharedServer starts a server marked shared (no fault injection) in a
+// new temporary directory.
+func startSharedServer() (*Server, string, error) {
+	if _, err := redisServer(); err != nil {
+		return nil, "", err
 	}
 	dir, err := os.MkdirTemp("", "redistest-shared-")
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	cfg := newConfig(nil)
 	s, err := newServer(cfg.spec(dir))
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, err
+		return nil, "", err
 	}
 	s.shared = true
-	sharedDir = dir
-	return s, nil
+	return s, dir, nil
 }
 
-// stopShared stops the shared server, if one was started, and removes its
-// directory.
+// stopShared stops the shared servers, if any were started, and removes
+// their directories.
 func stopShared() {
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
@@ -92,6 +134,11 @@ func stopShared() {
 		os.RemoveAll(sharedDir)
 	}
 	sharedSrv, sharedErr, sharedDir = nil, nil, ""
+	for i, s := range sharedNodes {
+		s.stop()
+		os.RemoveAll(sharedNodeDirs[i])
+	}
+	sharedNodes, sharedNodeDirs = nil, nil
 }
 
 // Wrap returns m with a Run that, after the tests, stops the Shared server

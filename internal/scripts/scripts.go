@@ -32,6 +32,10 @@ var (
 	ownedExtend string
 	//go:embed owned_pttl.lua
 	ownedPTTL string
+	//go:embed owned_release.lua
+	ownedRelease string
+	//go:embed redlock_acquire.lua
+	redlockAcquire string
 )
 
 var (
@@ -55,6 +59,11 @@ var (
 	OwnedExtend = driver.NewScript(ownedExtend)
 	// OwnedPTTL reads an owned key's remaining time (owned_pttl.lua).
 	OwnedPTTL = driver.NewScript(ownedPTTL)
+	// OwnedRelease deletes an owned key (owned_release.lua).
+	OwnedRelease = driver.NewScript(ownedRelease)
+	// RedlockAcquire takes one Redlock node's share of a lock
+	// (redlock_acquire.lua).
+	RedlockAcquire = driver.NewScript(redlockAcquire)
 )
 
 func withLib(lib, body string) *driver.Script {

@@ -1,0 +1,18 @@
+-- redlock_acquire.lua: take one Redlock node's share of a lock.
+-- KEYS: 1 the lock key
+-- ARGV: 1 owner value, 2 ttl ms
+-- Returns: {1}: owner holds the key now, for ttl ms (set by this call, or
+--          re-armed when an earlier attempt by the same owner had set it);
+--          {0, pttl}: another owner holds it for pttl ms more.
+--          Error DLOCK_CONFLICT (or WRONGTYPE) when the key holds something
+--          that is not a lock; nothing is modified then.
+local cur = redis.call('GET', KEYS[1])
+if not cur or cur == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return {1}
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl < 0 then
+  return redis.error_reply('DLOCK_CONFLICT ' .. KEYS[1] .. ' holds a value with no expiry that no lock wrote')
+end
+return {0, pttl}

@@ -1,0 +1,51 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+)
+
+// Locker is what Mutex (a lock on one Redis deployment) and RedlockMutex (a
+// lock over independent masters) have in common, so that code which takes
+// locks can switch backends. Both return a *Lease with the same semantics,
+// except that a RedlockMutex's leases carry no fencing token. The caller must
+// Unlock every Lease it gets.
+type Locker interface {
+	// TryLock makes one attempt to take the lock; an error matching
+	// ErrNotObtained means another owner holds it.
+	TryLock(ctx context.Context) (*Lease, error)
+	// Lock takes the lock, waiting as long as ctx allows.
+	Lock(ctx context.Context) (*Lease, error)
+	// Name returns the lock's name.
+	Name() string
+}
+
+var _ Locker = (*Mutex)(nil) // and *RedlockMutex, asserted in redlock.go
+
+// do is Do for any Locker: it waits for the lock, runs fn with a context
+// that is cancelled (cause ErrLockLost) if the lock is lost, and always
+// releases the lock, even when ctx is cancelled or fn panics. It returns
+// fn's error, joined with the loss and a failed release. Client.Do has the
+// same body and could call it.
+func do(ctx context.Context, lk Locker, fn func(ctx context.Context) error) (err error) {
+	lease, err := lk.Lock(ctx)
+	if err != nil {
+		return err
+	}
+	fnCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	lease.onLoss(cancel)
+
+	defer func() {
+		unlockErr := lease.Unlock(ctx)
+		lost := lease.lossErr()
+		if lost != nil && errors.Is(unlockErr, ErrNotHeld) {
+			unlockErr = nil // the loss says it already
+		}
+		if lost != nil && errors.Is(err, ErrLockLost) {
+			lost = nil // fn returned the loss itself
+		}
+		err = joinErrors(err, lost, unlockErr)
+	}()
+	return fn(fnCtx)
+}

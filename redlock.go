@@ -1,0 +1,927 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/goredis"
+	"github.com/dlock-go/dlock/internal/scripts"
+)
+
+// Redlock makes locks over N independent Redis masters with the Redlock
+// algorithm: a lock is held while a quorum (N/2+1) of the nodes hold its key,
+// so it survives the loss of up to (N-1)/2 nodes without relying on
+// replication, at the price of fencing tokens (see the package
+// documentation, "Redlock"). It owns one watchdog that renews every lease it
+// granted. Create one per process and set of nodes and share it; it is safe
+// for concurrent use. Close it when done.
+type Redlock struct {
+	nodes []redlockNode
+	cfg   config
+	wd    *watchdog
+
+	closeOnce sync.Once
+	closed    chan struct{}
+
+	// flights counts fan-outs whose node requests are still running; Close
+	// waits for them.
+	flightMu    sync.Mutex
+	flights     int
+	flightsIdle *sync.Cond
+}
+
+type redlockNode struct {
+	addr string
+	drv  driver.Driver
+}
+
+// NewRedlock returns a Redlock over nodes, one go-redis client
+// (*redis.Client) per independent Redis master: no replication between them,
+// and no node reachable through two clients. opts set the defaults of every
+// lock made by the Redlock. Besides the common options, WithNodeTimeout,
+// WithDriftFactor and WithRetryDelay apply; WithWaitStrategy and
+// WithWaiterLease, which tune the single-node queue, are rejected.
+//
+// It returns ErrInvalidArgument, sending nothing to Redis, for: no nodes; a
+// nil node; a node that is not a standalone client (a Cluster client, a
+// Sentinel failover client, or a type it cannot take an address from); two
+// nodes with the same address; a drift factor outside [0, 1); a node timeout
+// that is not shorter than the TTL minus the drift allowance (so never as
+// long as the TTL); or any other invalid option. Nodes are identified by the
+// address in their options, as written: one server under two names
+// ("localhost:6379" and "127.0.0.1:6379") is not detected and would count
+// twice towards a quorum. Use an odd number of nodes, usually 3 or 5.
+//
+// Create the clients with ContextTimeoutEnabled: true, so that a request to
+// a node that stops answering ends at the node timeout. Without it go-redis
+// ignores context deadlines: Redlock still stops waiting at the node timeout,
+// but the request keeps its connection (and Close waits for it) until the
+// client's ReadTimeout. The Redlock does not own the clients: Close does not
+// close them.
+func NewRedlock(nodes []RedisClient, opts ...Option) (*Redlock, error) {
+	if len(nodes) == 0 {
+		return nil, invalidArgf("NewRedlock: no nodes")
+	}
+	r := &Redlock{closed: make(chan struct{})}
+	r.flightsIdle = sync.NewCond(&r.flightMu)
+	seen := make(map[string]int, len(nodes))
+	for i, rdb := range nodes {
+		addr, err := redlockNodeAddr(rdb)
+		if err != nil {
+			return nil, invalidArgf("NewRedlock: node %d: %v", i, err)
+		}
+		if j, dup := seen[addr]; dup {
+			return nil, invalidArgf("NewRedlock: nodes %d and %d both address %s: Redlock needs distinct, independent masters", j, i, addr)
+		}
+		seen[addr] = i
+		r.nodes = append(r.nodes, redlockNode{addr: addr, drv: goredis.New(rdb)})
+	}
+	cfg := defaultConfig()
+	cfg.redlock = true
+	base := cfg
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, invalidArgf("NewRedlock: nil Option")
+		}
+		opt(&cfg)
+	}
+	if err := cfg.err(); err != nil {
+		return nil, fmt.Errorf("dlock: NewRedlock: %w", err)
+	}
+	if err := checkRedlockConfig(&cfg, &base); err != nil {
+		return nil, fmt.Errorf("dlock: NewRedlock: %w", err)
+	}
+	r.cfg = cfg
+	r.wd = newWatchdog(nil)
+	return r, nil
+}
+
+// redlockNodeAddr returns the address that identifies a node, or why rdb
+// cannot be one.
+func redlockNodeAddr(rdb RedisClient) (string, error) {
+	if isNilClient(rdb) {
+		return "", errors.New("nil Redis client")
+	}
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		return "", errors.New("a Cluster client: Redlock needs independent masters, one *redis.Client each (for a Cluster, use dlock.New)")
+	case interface{ Options() *redis.Options }:
+		addr := c.Options().Addr
+		if addr == "FailoverClient" { // what go-redis's NewFailoverClient sets
+			return "", errors.New("a Sentinel failover client: a failover can replace a node's master with a replica that lacks its locks; Redlock needs independent masters")
+		}
+		return addr, nil
+	}
+	return "", fmt.Errorf("%T is not a *redis.Client: Redlock identifies each node by its address", rdb)
+}
+
+// checkRedlockConfig rejects what the options cannot express one at a time:
+// options of the single-node queue (changed from base), and a TTL, drift
+// factor and node timeout that leave no validity.
+func checkRedlockConfig(cfg, base *config) error {
+	if cfg.wait != base.wait {
+		return invalidArgf("WithWaitStrategy does not apply to Redlock, which retries after a random delay (see WithRetryDelay)")
+	}
+	if cfg.waiterLease != base.waiterLease {
+		return invalidArgf("WithWaiterLease does not apply to Redlock, which has no queue")
+	}
+	px := redlockPX(cfg)
+	d := redlockDrift(px, cfg.driftFactor)
+	if px <= d {
+		return invalidArgf("a TTL of %v leaves no validity after the drift allowance of %v (TTL × %v + 2ms)", px, d, cfg.driftFactor)
+	}
+	if nt := redlockNodeTimeout(cfg); nt >= px-d {
+		return invalidArgf("the node timeout %v must be shorter than the TTL %v minus the drift allowance %v", nt, px, d)
+	}
+	return nil
+}
+
+// quorum is how many of n nodes must agree.
+func quorum(n int) int { return n/2 + 1 }
+
+// redlockDrift is Redlock's drift allowance for a hold of px: px × factor +
+// 2ms (the Redlock paper's clock drift plus Redis's expiry resolution).
+func redlockDrift(px time.Duration, factor float64) time.Duration {
+	return time.Duration(float64(px)*factor) + 2*time.Millisecond
+}
+
+// redlockPX is the expiry a grant sets: the TTL, or the hold cap when that is
+// shorter, in whole milliseconds as Redis takes it.
+func redlockPX(cfg *config) time.Duration {
+	px := cfg.ttl
+	if cfg.maxHold > 0 && cfg.maxHold < px {
+		px = cfg.maxHold
+	}
+	return px.Truncate(time.Millisecond)
+}
+
+// redlockNodeTimeout is the node timeout in force for cfg.
+func redlockNodeTimeout(cfg *config) time.Duration {
+	if cfg.nodeTimeout > 0 {
+		return cfg.nodeTimeout
+	}
+	px := redlockPX(cfg)
+	return defaultNodeTimeout(px, redlockDrift(px, cfg.driftFactor))
+}
+
+// Mutex returns the Redlock mutual-exclusion lock called name. opts override
+// the Redlock's defaults for this lock. It sends nothing and never fails: an
+// invalid name or option is reported by the first TryLock or Lock. A
+// RedlockMutex is a cheap, immutable descriptor, safe for concurrent use;
+// any number of them may name the same lock.
+func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
+	cfg := r.cfg
+	cfg.errs = nil
+	for _, opt := range opts {
+		if opt == nil {
+			cfg.fail(invalidArgf("Redlock.Mutex(%q): nil Option", name))
+			continue
+		}
+		opt(&cfg)
+	}
+	m := &RedlockMutex{r: r, name: name, cfg: cfg, key: newLockKeys(cfg.keyPrefix, name).lock}
+	if err := checkName(name); err != nil {
+		m.err = fmt.Errorf("dlock: Redlock.Mutex: %w", err)
+	} else if err := cfg.err(); err != nil {
+		m.err = fmt.Errorf("dlock: Redlock.Mutex(%q): %w", name, err)
+	} else if err := checkRedlockConfig(&cfg, &r.cfg); err != nil {
+		m.err = fmt.Errorf("dlock: Redlock.Mutex(%q): %w", name, err)
+	}
+	return m
+}
+
+// Do runs fn while holding the Redlock lock called name: it waits for the
+// lock (like RedlockMutex.Lock), runs fn with a context that is cancelled,
+// with cause ErrLockLost, if the lock is lost, and always releases the lock,
+// even when ctx is cancelled or fn panics. It returns fn's error; when the
+// lock was lost the error also matches ErrLockLost, and when the release
+// failed it carries that failure too. When the lock is not obtained, fn does
+// not run and the error is Lock's.
+func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
+	if fn == nil {
+		return invalidArgf("Redlock.Do(%q): nil function", name)
+	}
+	return do(ctx, r.Mutex(name, opts...), fn)
+}
+
+// Close stops the Redlock's watchdog and waits for the node requests still
+// running. Waits in progress end with ErrClosed. Leases still held stop
+// being renewed: their Done channels close with ErrLockLost, and their keys
+// expire one TTL after the last renewal (Close does not release them,
+// because their holders may still be working; Unlock them first, which still
+// works after Close). Close does not close the nodes' clients. It is
+// idempotent and always returns nil.
+func (r *Redlock) Close() error {
+	r.closeOnce.Do(func() {
+		close(r.closed)
+		r.wd.close()
+		r.flightMu.Lock()
+		for r.flights > 0 {
+			r.flightsIdle.Wait()
+		}
+		r.flightMu.Unlock()
+	})
+	return nil
+}
+
+func (r *Redlock) checkOpen() error {
+	select {
+	case <-r.closed:
+		return ErrClosed
+	default:
+		return nil
+	}
+}
+
+// RedlockMutex is a mutual-exclusion lock over a Redlock's nodes: a Lease
+// holds it while a quorum of the nodes hold its key, which is the same key
+// as a Mutex's (prefix + "{" + name + "}") on every node. Get one from
+// Redlock.Mutex; it is an immutable descriptor, safe for concurrent use, and
+// cheap to create per call.
+//
+// Unlike Mutex, waiters do not queue: Lock retries after a random delay
+// (WithRetryDelay), so grants do not follow arrival order, and its leases
+// carry no fencing token (Lease.Token returns 0). Lease.TTL reports how long
+// a quorum of the nodes still hold the key.
+type RedlockMutex struct {
+	r    *Redlock
+	name string
+	key  string
+	cfg  config
+	err  error // invalid name or option, reported by TryLock and Lock
+}
+
+var _ Locker = (*RedlockMutex)(nil)
+
+// Name returns the lock's name.
+func (m *RedlockMutex) Name() string { return m.name }
+
+// TryLock makes one attempt to take the lock: it asks every node at once and
+// returns when a quorum has granted it, or when every node has answered or
+// the node timeout has passed. When it returns without a Lease, the nodes
+// that granted their share have released it again (nodes that did not
+// answer are sent a release in the background). It returns:
+//   - an error matching ErrNotObtained when another owner holds the lock on
+//     enough nodes that no quorum is left for us;
+//   - ErrQuorum when fewer than a quorum of the nodes answered (down,
+//     unreachable, slower than the node timeout, or answering with errors;
+//     each is a *NodeError in the error), or when the quorum answered too late
+//     to leave any validity.
+//
+// When both happen, ErrQuorum wins only if the nodes that answered are fewer
+// than a quorum: then even a free lock could not have been taken, and the
+// outage is what needs fixing; otherwise contention decided it, and the
+// error matches ErrNotObtained and carries the *NodeErrors as well. TryLock
+// also returns ErrInvalidArgument for an invalid name or option, ErrClosed
+// after Redlock.Close, and an error matching ErrNotObtained and the context's
+// error when ctx ends first. The caller must Unlock the returned Lease.
+func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
+	if err := m.usable(); err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		return nil, waitEnded(ctx, m.name, time.Now(), 0, nil)
+	}
+	owner, err := newOwner(m.cfg.ownerInfo)
+	if err != nil {
+		return nil, err
+	}
+	res := m.attempt(ctx, "TryLock", owner)
+	switch {
+	case res.hold != nil:
+		return m.lease(ctx, owner, res)
+	case res.err == nil: // ctx ended
+		return nil, waitEnded(ctx, m.name, res.start, 0, nil)
+	}
+	return nil, res.err
+}
+
+// Lock takes the lock, attempting as TryLock does and retrying after a
+// random delay (WithRetryDelay) as long as ctx allows: while another owner
+// holds it, and while too few nodes answer. When ctx ends first, the error
+// matches ErrNotObtained and ctx's error and carries the last attempt's
+// failure (which may match ErrQuorum). It returns at once with
+// ErrInvalidArgument, with ErrClosed (also matching ErrNotObtained) when
+// the Redlock is closed, and with ErrQuorum when more nodes than a quorum
+// can spare answer with errors that retrying cannot fix, such as
+// ErrKeyConflict. The caller must Unlock the returned Lease.
+func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
+	if err := m.usable(); err != nil {
+		return nil, err
+	}
+	began := time.Now()
+	if ctx.Err() != nil {
+		return nil, waitEnded(ctx, m.name, began, 0, nil)
+	}
+	owner, err := newOwner(m.cfg.ownerInfo)
+	if err != nil {
+		return nil, err
+	}
+	delay := newSpinDelay(SpinWait(m.cfg.retryMin, m.cfg.retryMax))
+	var (
+		holderTTL time.Duration
+		last      error
+	)
+	for {
+		res := m.attempt(ctx, "Lock", owner)
+		switch {
+		case res.hold != nil:
+			return m.lease(ctx, owner, res)
+		case res.err == nil: // ctx ended
+			return nil, waitEnded(ctx, m.name, began, holderTTL, last)
+		case res.permanent:
+			return nil, res.err
+		}
+		holderTTL, last = res.holderTTL, res.err
+		var nerr *notObtainedError
+		if errors.As(res.err, &nerr) {
+			last = nerr.last // contention is what the wait is about: keep only node failures
+		}
+		timer := time.NewTimer(delay.next())
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, waitEnded(ctx, m.name, began, holderTTL, last)
+		case <-m.r.closed:
+			timer.Stop()
+			return nil, errors.Join(ErrClosed, waitEnded(ctx, m.name, began, holderTTL, last))
+		}
+	}
+}
+
+// usable reports an invalid descriptor or a closed Redlock.
+func (m *RedlockMutex) usable() error {
+	if m.err != nil {
+		return m.err
+	}
+	return m.r.checkOpen()
+}
+
+// lease turns a granted attempt into a Lease watched by the Redlock's
+// watchdog. Its validity counts from the start of the attempt.
+func (m *RedlockMutex) lease(ctx context.Context, owner string, res acquireResult) (*Lease, error) {
+	return newLease(ctx, m.r.wd, res.hold, &m.cfg, owner, 0, res.start, res.px)
+}
+
+func (m *RedlockMutex) drift(px time.Duration) time.Duration {
+	return redlockDrift(px, m.cfg.driftFactor)
+}
+
+// acquireResult is the outcome of one acquisition attempt on every node.
+type acquireResult struct {
+	hold  *redlockHold // granted: the lease's holder
+	start time.Time    // when the attempt began; validity counts from here
+	px    time.Duration
+	// Not granted: err matches ErrNotObtained or ErrQuorum, or is nil when
+	// ctx ended; holderTTL is when enough nodes could be free (0: unknown);
+	// permanent means retrying cannot help.
+	err       error
+	holderTTL time.Duration
+	permanent bool
+}
+
+// acquireVerdict is what one attempt's tally means.
+type acquireVerdict uint8
+
+const (
+	verdictGranted    acquireVerdict = iota
+	verdictTooSlow                   // a quorum granted it, but after the validity
+	verdictContention                // another owner holds too many nodes
+	verdictNoQuorum                  // fewer than a quorum of nodes answered
+)
+
+// judgeAcquire decides an attempt on n nodes in which granted nodes gave us
+// the lock and failed ones did not answer usably (the rest are held by
+// another owner), elapsed after its start, for a validity of valid. When
+// nodes failed and others are held, the failures win only if the nodes that
+// answered are fewer than a quorum: then not even a free lock could have
+// been taken.
+func judgeAcquire(n, granted, failed int, elapsed, valid time.Duration) acquireVerdict {
+	q := quorum(n)
+	switch {
+	case granted >= q && elapsed < valid:
+		return verdictGranted
+	case granted >= q:
+		return verdictTooSlow
+	case n-failed < q:
+		return verdictNoQuorum
+	}
+	return verdictContention
+}
+
+// quorumFreeIn is how long until enough nodes could be free for a quorum,
+// when need more nodes than are free now must expire and holders are the
+// other owner's remaining times on the nodes it holds; 0 when unknown.
+func quorumFreeIn(need int, holders []time.Duration) time.Duration {
+	if need <= 0 || need > len(holders) {
+		return 0
+	}
+	h := append([]time.Duration(nil), holders...)
+	sort.Slice(h, func(i, j int) bool { return h[i] < h[j] })
+	return h[need-1]
+}
+
+// quorumRemaining is how long a quorum of nodes still hold a key, given the
+// key's remaining time on each node that holds it: the q-th longest.
+func quorumRemaining(q int, ours []time.Duration) (time.Duration, bool) {
+	if q <= 0 || len(ours) < q {
+		return 0, false
+	}
+	h := append([]time.Duration(nil), ours...)
+	sort.Slice(h, func(i, j int) bool { return h[i] > h[j] })
+	return h[q-1], true
+}
+
+// attempt asks every node for the lock for owner, and gives back what it got
+// unless a quorum granted it within the validity: validity = px − elapsed −
+// drift, elapsed measured on the monotonic clock from before the first
+// request.
+func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireResult {
+	r := m.r
+	n, q := len(r.nodes), quorum(len(r.nodes))
+	px := redlockPX(&m.cfg)
+	valid := px - m.drift(px)
+	start := time.Now()
+	wait := min(redlockNodeTimeout(&m.cfg), valid)
+	deadline := start.Add(wait)
+	calls := make([]*driver.Call, n)
+	for i := range calls {
+		calls[i] = &driver.Call{Script: scripts.RedlockAcquire, Keys: []string{m.key}, Args: []any{owner, px.Milliseconds()}}
+	}
+	replies, settled := r.fanout(ctx, deadline, calls, func(replies []nodeReply) bool {
+		granted := 0
+		for _, rep := range replies {
+			if rep.done && rep.err == nil {
+				if ok, _, err := parseAcquire(rep.reply); err == nil && ok {
+					granted++
+				}
+			}
+		}
+		return granted >= q // a quorum is all it takes: slower nodes finish in the background
+	})
+	elapsed := time.Since(start)
+
+	var (
+		granted   int
+		holders   []time.Duration
+		failed    nodeErrors
+		permanent int
+		release   = make([]bool, n)
+		grantedBy = make([]bool, n)
+	)
+	for i, rep := range replies {
+		var (
+			ok   bool
+			pttl time.Duration
+			err  = rep.err
+		)
+		if rep.done && err == nil {
+			ok, pttl, err = parseAcquire(rep.reply)
+		}
+		switch {
+		case !rep.done || err != nil:
+			ne := r.nodeError(ctx, i, rep.done, err, wait)
+			failed = append(failed, ne)
+			var rerr *driver.ReplyError
+			if errors.As(err, &rerr) {
+				// The script raised the error before writing anything.
+				if !isTransient(err) {
+					permanent++
+				}
+			} else {
+				release[i] = true // it may have been granted all the same
+			}
+		case ok:
+			granted++
+			release[i] = true
+			grantedBy[i] = true
+		default:
+			holders = append(holders, pttl)
+		}
+	}
+
+	verdict := judgeAcquire(n, granted, len(failed), elapsed, valid)
+	hold := &redlockHold{m: m, settled: settled, deadline: deadline}
+	if verdict == verdictGranted {
+		return acquireResult{hold: hold, start: start, px: px}
+	}
+	// Not granted: give back our share on every node that may hold it, after
+	// the requests still running there have ended, so the release cannot
+	// overtake them.
+	hold.awaitSettled()
+	hold.releaseShares(ctx, owner, release, grantedBy)
+	res := acquireResult{start: start}
+	if ctx.Err() != nil {
+		return res
+	}
+	switch verdict {
+	case verdictTooSlow:
+		res.err = fmt.Errorf("dlock: %s %q: %w: a quorum (%d of %d nodes) granted it only after %v, past its validity of %v",
+			op, m.name, ErrQuorum, granted, n, elapsed.Round(time.Millisecond), valid)
+		if len(failed) > 0 {
+			res.err = fmt.Errorf("%w; %w", res.err, failed)
+		}
+	case verdictNoQuorum:
+		res.err = fmt.Errorf("dlock: %s %q: %w: %d of %d answered, %d needed: %w",
+			op, m.name, ErrQuorum, n-len(failed), n, q, failed)
+		res.permanent = permanent > n-q
+	default:
+		res.holderTTL = quorumFreeIn(q-granted, holders)
+		res.err = &notObtainedError{name: m.name, holderTTL: res.holderTTL, last: failed.orNil()}
+	}
+	return res
+}
+
+// parseAcquire reads redlock_acquire's reply: granted, or the other owner's
+// remaining time.
+func parseAcquire(reply any) (granted bool, holderTTL time.Duration, err error) {
+	items, ok := reply.([]any)
+	if !ok || len(items) == 0 {
+		return false, 0, unexpectedReply(reply)
+	}
+	switch code, _ := items[0].(int64); code {
+	case 1:
+		return true, 0, nil
+	case 0:
+		if v, err := replyInts(reply, 2); err == nil {
+			return false, ms(v[1]), nil
+		}
+	}
+	return false, 0, unexpectedReply(reply)
+}
+
+// redlockHold is the holder of one Redlock lease: its renewals, release and
+// TTL go to every node.
+type redlockHold struct {
+	m *RedlockMutex
+	// settled closes when every request of the acquisition has returned;
+	// none runs past deadline (as far as the client honours deadlines).
+	settled  <-chan struct{}
+	deadline time.Time
+}
+
+var (
+	_ holder  = (*redlockHold)(nil)
+	_ drifter = (*redlockHold)(nil)
+)
+
+func (h *redlockHold) lockName() string { return h.m.name }
+
+func (h *redlockHold) drift(px time.Duration) time.Duration { return h.m.drift(px) }
+
+// awaitSettled waits until the acquisition's requests have returned, at
+// most until their deadline, even when the caller's context has ended: a
+// release sent earlier could overtake a grant still in flight.
+func (h *redlockHold) awaitSettled() {
+	select {
+	case <-h.settled:
+		return
+	default:
+	}
+	timer := time.NewTimer(time.Until(h.deadline))
+	defer timer.Stop()
+	select {
+	case <-h.settled:
+	case <-timer.C:
+	}
+}
+
+// renew re-arms the key for px on every node. It succeeds only when a quorum
+// renewed it within the validity this renewal gives (px − drift from its
+// start); it returns ErrNotHeld once so many nodes no longer hold our key
+// that no quorum is left.
+func (h *redlockHold) renew(ctx context.Context, owner string, px time.Duration) error {
+	m := h.m
+	n, q := len(m.r.nodes), quorum(len(m.r.nodes))
+	start := time.Now()
+	valid := px - m.drift(px)
+	wait := redlockNodeTimeout(&m.cfg)
+	if valid > 0 && valid < wait {
+		wait = valid
+	}
+	calls := make([]*driver.Call, n)
+	for i := range calls {
+		calls[i] = ownedExtendCall(m.key, owner, px)
+	}
+	count := func(replies []nodeReply) (renewed, gone int) {
+		for _, rep := range replies {
+			if rep.done && rep.err == nil {
+				switch v, _ := rep.reply.(int64); v {
+				case 1:
+					renewed++
+				case 0:
+					gone++
+				}
+			}
+		}
+		return renewed, gone
+	}
+	replies, _ := m.r.fanout(ctx, start.Add(wait), calls, func(replies []nodeReply) bool {
+		renewed, gone := count(replies)
+		return renewed >= q || gone > n-q
+	})
+	elapsed := time.Since(start)
+	renewed, gone := count(replies)
+	switch {
+	case renewed >= q && elapsed < valid:
+		return nil
+	case renewed >= q:
+		return fmt.Errorf("%w: a quorum (%d of %d nodes) renewed it only after %v, past the validity of %v",
+			ErrQuorum, renewed, n, elapsed.Round(time.Millisecond), valid)
+	case gone > n-q:
+		return fmt.Errorf("%w: %d of %d nodes no longer hold it", ErrNotHeld, gone, n)
+	}
+	var failed nodeErrors
+	for i, rep := range replies {
+		err := rep.err
+		if rep.done && err == nil {
+			if v, ok := rep.reply.(int64); ok && (v == 0 || v == 1) {
+				continue
+			}
+			err = unexpectedReply(rep.reply)
+		}
+		failed = append(failed, m.r.nodeError(ctx, i, rep.done, err, wait))
+	}
+	return fmt.Errorf("%w: renewed on %d of %d nodes, %d needed: %w", ErrQuorum, renewed, n, q, failed)
+}
+
+// release deletes our key on every node (Unlock). It counts as released
+// once fewer than a quorum of nodes can still hold our key; the keys on
+// nodes it could not reach expire by their TTL. It returns ErrNotHeld when
+// too many nodes had already lost our key for a quorum to be left, and
+// ErrQuorum when a quorum may still hold it.
+func (h *redlockHold) release(ctx context.Context, owner string) error {
+	h.awaitSettled() // a late grant must not land after its release
+	m := h.m
+	n, q := len(m.r.nodes), quorum(len(m.r.nodes))
+	// Wait for every node (each bounded by the node timeout), so that when
+	// Unlock returns no reachable node still holds the key.
+	released, gone, failed := m.releaseOn(ctx, owner, nil, nil)
+	switch {
+	case gone > n-q:
+		return fmt.Errorf("%w: %d of %d nodes no longer held it", ErrNotHeld, gone, n)
+	case released+gone > n-q:
+		if len(failed) > 0 {
+			m.cfg.logger.Warn("dlock: Unlock could not reach every Redlock node; the lock's key there expires by its TTL",
+				slog.String("lock", m.name), slog.Any("error", failed))
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: released on %d of %d nodes; the others may still hold a quorum: %w", ErrQuorum, released, n, failed)
+}
+
+// releaseShares gives back a failed acquisition's shares on the nodes in
+// which, detached from ctx's cancellation. It waits until the nodes that
+// granted their share have answered; releases sent to nodes that failed the
+// acquisition go on in the background (they are unreachable, or too slow to
+// matter). What it cannot reach expires by its TTL.
+func (h *redlockHold) releaseShares(ctx context.Context, owner string, which, granted []bool) {
+	some := false
+	for _, w := range which {
+		some = some || w
+	}
+	if !some {
+		return
+	}
+	m := h.m
+	rctx, cancel := detach(ctx, m.cfg.releaseTimeout)
+	defer cancel()
+	enough := func(replies []nodeReply) bool {
+		for i, rep := range replies {
+			if granted[i] && !rep.done {
+				return false
+			}
+		}
+		return true
+	}
+	if _, _, failed := m.releaseOn(rctx, owner, which, enough); len(failed) > 0 {
+		m.cfg.logger.Warn("dlock: could not release a failed Redlock acquisition on every node; the lock's key there expires by its TTL",
+			slog.String("lock", m.name), slog.Any("error", failed))
+	}
+}
+
+// releaseOn runs the compare-and-delete on the nodes in which (all when nil),
+// in parallel, each bounded by the node timeout. It waits for every answer,
+// or until enough (if not nil) says that the rest cannot matter: their
+// requests then finish in the background, and they are not counted as
+// failed.
+func (m *RedlockMutex) releaseOn(ctx context.Context, owner string, which []bool, enough func([]nodeReply) bool) (released, gone int, failed nodeErrors) {
+	calls := make([]*driver.Call, len(m.r.nodes))
+	for i := range calls {
+		if which == nil || which[i] {
+			calls[i] = &driver.Call{Script: scripts.OwnedRelease, Keys: []string{m.key}, Args: []any{owner}}
+		}
+	}
+	wait := redlockNodeTimeout(&m.cfg)
+	replies, _ := m.r.fanout(ctx, time.Now().Add(wait), calls, enough)
+	released, gone, _ = countReleases(replies)
+	early := enough != nil && enough(replies)
+	for i, rep := range replies {
+		switch {
+		case rep.skipped:
+		case !rep.done:
+			if !early {
+				failed = append(failed, m.r.nodeError(ctx, i, false, nil, wait))
+			}
+		case rep.err != nil:
+			failed = append(failed, m.r.nodeError(ctx, i, true, rep.err, wait))
+		case rep.reply != int64(0) && rep.reply != int64(1):
+			failed = append(failed, m.r.nodeError(ctx, i, true, unexpectedReply(rep.reply), wait))
+		}
+	}
+	return released, gone, failed
+}
+
+// countReleases tallies owned_release replies so far.
+func countReleases(replies []nodeReply) (released, gone, pending int) {
+	for _, rep := range replies {
+		switch {
+		case rep.skipped:
+		case !rep.done:
+			pending++
+		case rep.err == nil && rep.reply == int64(1):
+			released++
+		case rep.err == nil && rep.reply == int64(0):
+			gone++
+		}
+	}
+	return released, gone, pending
+}
+
+// remaining is how long a quorum of the nodes still hold our key: the
+// quorum-th longest of the remaining times on the nodes that hold it.
+func (h *redlockHold) remaining(ctx context.Context, owner string) (time.Duration, error) {
+	m := h.m
+	n, q := len(m.r.nodes), quorum(len(m.r.nodes))
+	calls := make([]*driver.Call, n)
+	for i := range calls {
+		calls[i] = &driver.Call{Script: scripts.OwnedPTTL, Keys: []string{m.key}, Args: []any{owner}}
+	}
+	wait := redlockNodeTimeout(&m.cfg)
+	replies, _ := m.r.fanout(ctx, time.Now().Add(wait), calls, nil)
+	var (
+		ours   []time.Duration
+		gone   int
+		failed nodeErrors
+	)
+	for i, rep := range replies {
+		err := rep.err
+		if rep.done && err == nil {
+			v, ok := rep.reply.(int64)
+			switch {
+			case !ok:
+				err = unexpectedReply(rep.reply)
+			case v == -3:
+				gone++
+				continue
+			case v < 0:
+				err = fmt.Errorf("%w: the key has no expiry", ErrKeyConflict)
+			default:
+				ours = append(ours, ms(v))
+				continue
+			}
+		}
+		failed = append(failed, m.r.nodeError(ctx, i, rep.done, err, wait))
+	}
+	if d, ok := quorumRemaining(q, ours); ok {
+		return d, nil
+	}
+	if gone > n-q {
+		return 0, fmt.Errorf("%w: %d of %d nodes no longer hold it", ErrNotHeld, gone, n)
+	}
+	return 0, fmt.Errorf("%w: %d of %d nodes hold it, %d needed: %w", ErrQuorum, len(ours), n, q, failed)
+}
+
+// nodeReply is one node's outcome in a fan-out.
+type nodeReply struct {
+	skipped bool // not asked
+	done    bool // returned before the fan-out stopped waiting
+	reply   any
+	err     error
+}
+
+// fanout sends calls[i] to node i (nil: skip the node), all in parallel,
+// each bounded by deadline and ctx. It returns when every node has returned,
+// when enough (if not nil) says the outcome is decided, when ctx ends, or at
+// the deadline, whichever comes first. Requests still running then finish
+// in the background, bounded by the deadline if the node's client honours
+// context deadlines (otherwise by its read timeout); their outcome is
+// dropped, settled closes once all have returned, and Close waits for them.
+func (r *Redlock) fanout(ctx context.Context, deadline time.Time, calls []*driver.Call, enough func([]nodeReply) bool) ([]nodeReply, <-chan struct{}) {
+	replies := make([]nodeReply, len(calls))
+	settled := make(chan struct{})
+	asked := 0
+	for i, c := range calls {
+		if c == nil {
+			replies[i].skipped = true
+		} else {
+			asked++
+		}
+	}
+	if asked == 0 {
+		close(settled)
+		return replies, settled
+	}
+	r.flightMu.Lock()
+	r.flights++
+	r.flightMu.Unlock()
+
+	results := make(chan int, asked) // buffered: a straggler never blocks
+	var left atomic.Int32
+	left.Store(int32(asked))
+	for i, c := range calls {
+		if c == nil {
+			continue
+		}
+		go func(i int, c *driver.Call) {
+			nctx, cancel := context.WithDeadline(ctx, deadline)
+			r.nodes[i].drv.Run(nctx, c)
+			cancel()
+			results <- i
+			if left.Add(-1) == 0 {
+				close(settled)
+				r.flightMu.Lock()
+				if r.flights--; r.flights == 0 {
+					r.flightsIdle.Broadcast()
+				}
+				r.flightMu.Unlock()
+			}
+		}(i, c)
+	}
+
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for got := 0; got < asked; got++ {
+		select {
+		case i := <-results:
+			replies[i] = nodeReply{done: true, reply: calls[i].Reply, err: calls[i].Err}
+			if enough != nil && enough(replies) {
+				return replies, settled
+			}
+		case <-timer.C:
+			return replies, settled
+		case <-ctx.Done():
+			return replies, settled
+		}
+	}
+	return replies, settled
+}
+
+// nodeError describes node i's failure: err, or no reply (done false)
+// within wait. A deadline of the node's own request reads as a timeout, so
+// that only the caller's context ever makes an error match its ctx error.
+func (r *Redlock) nodeError(ctx context.Context, i int, done bool, err error, wait time.Duration) *NodeError {
+	timeout := func() error {
+		return fmt.Errorf("no reply within the node timeout of %v: %w", wait.Round(time.Microsecond), os.ErrDeadlineExceeded)
+	}
+	var rerr *driver.ReplyError
+	switch {
+	case ctx.Err() != nil && (!done || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		err = ctx.Err()
+	case !done || errors.Is(err, context.DeadlineExceeded):
+		err = timeout()
+	case errors.As(err, &rerr) && isConflictReply(rerr.Msg):
+		err = fmt.Errorf("%w: %s (dlock did not write this key and leaves it untouched)", ErrKeyConflict, conflictDetail(rerr.Msg))
+	}
+	return &NodeError{Addr: r.nodes[i].addr, Err: err}
+}
+
+// nodeErrors are the failed nodes of one operation. It unwraps to each
+// *NodeError, for errors.As and errors.Is.
+type nodeErrors []*NodeError
+
+func (e nodeErrors) Error() string {
+	parts := make([]string, len(e))
+	for i, ne := range e {
+		parts[i] = ne.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (e nodeErrors) Unwrap() []error {
+	errs := make([]error, len(e))
+	for i, ne := range e {
+		errs[i] = ne
+	}
+	return errs
+}
+
+// orNil returns e as an error, or nil (not a typed nil) when empty.
+func (e nodeErrors) orNil() error {
+	if len(e) == 0 {
+		return nil
+	}
+	return e
+}

@@ -28,7 +28,24 @@ type notifier struct {
 	channels map[string]*channelState
 	closed   bool
 	lingers  sync.WaitGroup
+	// unclaimed keeps grants that arrived for an owner with no waiter yet:
+	// a Lock registers its waiter only after its first attempt, and the
+	// grant may beat it. Kept briefly, and few: a grant nobody claims
+	// expires on the server by itself.
+	unclaimed map[unclaimedKey]unclaimedGrant
 }
+
+type unclaimedKey struct{ channel, owner string }
+
+type unclaimedGrant struct {
+	grant handoff
+	at    time.Time
+}
+
+const (
+	unclaimedMax = 1024
+	unclaimedAge = 10 * time.Second
+)
 
 type channelState struct {
 	// waiters by the owner grants name; a few goroutines may share one
@@ -74,6 +91,13 @@ func (n *notifier) register(channel, owner string) *waiter {
 	}
 	cs.idle = nil
 	cs.waiters[owner] = append(cs.waiters[owner], w)
+	if g, ok := n.unclaimed[unclaimedKey{channel, owner}]; ok {
+		delete(n.unclaimed, unclaimedKey{channel, owner})
+		if time.Since(g.at) < unclaimedAge {
+			grant := g.grant
+			w.wake(&grant)
+		}
+	}
 	n.mu.Unlock()
 	return w
 }
@@ -221,15 +245,45 @@ func (n *notifier) Reset() {
 func (n *notifier) deliver(channel, owner string, fence int64, px time.Duration) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if cs := n.channels[channel]; cs != nil {
-		for i, w := range cs.waiters[owner] {
-			if i == 0 {
-				w.wake(&handoff{fence: fence, px: px})
-			} else {
-				w.wake(nil) // the owner holds it now: the others join it
-			}
+	cs := n.channels[channel]
+	if cs == nil {
+		return
+	}
+	waiters := cs.waiters[owner]
+	if len(waiters) == 0 {
+		n.keepUnclaimedLocked(unclaimedKey{channel, owner}, handoff{fence: fence, px: px})
+		return
+	}
+	for i, w := range waiters {
+		if i == 0 {
+			w.wake(&handoff{fence: fence, px: px})
+		} else {
+			w.wake(nil) // the owner holds it now: the others join it
 		}
 	}
+}
+
+// keepUnclaimedLocked stores a grant for a waiter that may register soon,
+// dropping stale ones (and, if still full, an arbitrary one) to stay small.
+func (n *notifier) keepUnclaimedLocked(k unclaimedKey, g handoff) {
+	if n.unclaimed == nil {
+		n.unclaimed = make(map[unclaimedKey]unclaimedGrant)
+	}
+	now := time.Now()
+	if len(n.unclaimed) >= unclaimedMax {
+		for key, u := range n.unclaimed {
+			if now.Sub(u.at) >= unclaimedAge {
+				delete(n.unclaimed, key)
+			}
+		}
+		for key := range n.unclaimed {
+			if len(n.unclaimed) < unclaimedMax {
+				break
+			}
+			delete(n.unclaimed, key)
+		}
+	}
+	n.unclaimed[k] = unclaimedGrant{grant: g, at: now}
 }
 
 func parseGrant(payload string) (fence int64, px time.Duration, owner string, ok bool) {

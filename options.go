@@ -265,8 +265,14 @@ func (s WaitStrategy) String() string {
 }
 
 // detach returns a context for clean-up that outlives ctx's cancellation but
-// keeps its values, bounded by the release timeout.
+// keeps its values, bounded by the release timeout. A context that can never
+// be cancelled and has no deadline (context.Background) is used as it is:
+// the client's own read and write timeouts bound the call, and Unlock then
+// costs no timer.
 func detach(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if ctx.Done() == nil {
+		return ctx, func() {}
+	}
 	return context.WithTimeout(context.WithoutCancel(ctx), timeout)
 }
 

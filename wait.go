@@ -52,15 +52,32 @@ func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait 
 		return nil, waitEnded(ctx, name, time.Now(), 0, nil)
 	}
 	if wait {
+		// The first attempt queues straight away and needs no waiter yet:
+		// most locks are free, and a grant published before the waiter
+		// registers is kept for it by the notifier.
+		channel := q.channel()
+		confirmed := !cfg.wait.spin && c.notify.confirmed(channel)
+		start := time.Now()
+		r, err := q.attempt(ctx, owner, true)
+		if err == nil && r.granted {
+			l, err := c.leaseFor(ctx, q, cfg, owner, r, start)
+			if !errors.Is(err, errGrantExpired) {
+				return l, err
+			}
+		}
 		spec := waitSpec{
 			name:    name,
-			channel: q.channel(),
+			channel: channel,
 			owner:   owner,
 			attempt: func(ctx context.Context) (attemptResult, error) { return q.attempt(ctx, owner, true) },
 			abandon: func(cause error) { c.abandon(ctx, q, cfg, owner, cause) },
 		}
+		if err == nil && !r.granted {
+			spec.first = &firstAttempt{result: r, start: start, confirmed: confirmed}
+		}
 		for {
 			r, from, err := c.waitFor(ctx, cfg, spec)
+			spec.first = nil
 			if err != nil {
 				return nil, err
 			}
@@ -110,6 +127,16 @@ type waitSpec struct {
 	// abandon cleans up after a wait that ends without success; cause is
 	// the error that ended it, nil for the context or Close. May be nil.
 	abandon func(cause error)
+	// first, when set, is an attempt already made (not granted) before the
+	// wait: waitFor starts from its outcome instead of attempting again.
+	first *firstAttempt
+}
+
+// firstAttempt is an attempt made before waitFor registered its waiter.
+type firstAttempt struct {
+	result    attemptResult
+	start     time.Time
+	confirmed bool // the channel's subscription was in place before it
 }
 
 // waitFor is the one waiting path of every primitive: attempt, and until an
@@ -149,9 +176,20 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		start := time.Now()
-		confirmedBefore := subscribed || c.notify.confirmed(spec.channel)
-		r, err := spec.attempt(ctx)
+		var (
+			start           time.Time
+			confirmedBefore bool
+			r               attemptResult
+			err             error
+		)
+		if f := spec.first; f != nil {
+			spec.first = nil
+			start, confirmedBefore, r = f.start, f.confirmed, f.result
+		} else {
+			start = time.Now()
+			confirmedBefore = subscribed || c.notify.confirmed(spec.channel)
+			r, err = spec.attempt(ctx)
+		}
 		var delay time.Duration
 		switch {
 		case err != nil:

@@ -349,11 +349,11 @@ func (w *watchdog) endUnlock(l *Lease, err error) {
 		if l.err == nil && !w.closed && l.parent == nil {
 			l.eventAt = l.nextEventLocked()
 			heap.Push(&w.leases, l)
+			defer w.poke() // its deadline may now come first
 		}
 	}
 	w.mu.Unlock()
 	runLossFuncs(funcs, l)
-	w.poke()
 }
 
 // close stops the loop, waits for renewals in flight and declares every

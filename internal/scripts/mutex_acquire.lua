@@ -34,7 +34,9 @@ if not cur then
   local head, px = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000))
   if not head or head == owner then
     local token = dlock_issue_fence(KEYS[2], now_us, ARGV[6])
-    dlock_dequeue(KEYS[3], KEYS[4], owner)
+    if head then
+      dlock_dequeue(KEYS[3], KEYS[4], owner)
+    end
     redis.call('SET', KEYS[1], owner, 'PX', ARGV[2])
     return {1, token, tonumber(ARGV[2])}
   end

@@ -7,10 +7,11 @@
 --          {2, fence, px, next}: handed over to the waiter `next`, with its
 --          fencing token and claim window.
 local owner = ARGV[1]
-dlock_dequeue(KEYS[3], KEYS[4], owner)
 if redis.call('GET', KEYS[1]) ~= owner then
+  dlock_dequeue(KEYS[3], KEYS[4], owner)
   return {0}
 end
+-- The holder is never in the queue: a grant takes it out.
 if redis.call('EXISTS', KEYS[3]) == 1 then
   local now_us = dlock_now_us()
   local head, px = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000))

@@ -80,6 +80,7 @@ func testRepliesFollowTheConventions(t *testing.T, newDriver NewDriverFunc) {
 		t.Errorf("a driver over one server reports driver.Sharded")
 	}
 	list := key(t, "list")
+	own(t, rdb, list)
 	rdb.RPush(ctx, list, "a")
 	script := newScript(t, `
 local k = ARGV[1]

@@ -50,6 +50,16 @@ func mustUnlock(t testing.TB, l *dlock.Lease) {
 	}
 }
 
+// own deletes keys that a test writes by itself, now and when it ends, so
+// the test starts afresh under -count and leaves the shared server clean.
+func own(t testing.TB, rdb *redis.Client, keys ...string) {
+	t.Helper()
+	if err := rdb.Del(context.Background(), keys...).Err(); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	t.Cleanup(func() { rdb.Del(context.Background(), keys...) })
+}
+
 // waitFor polls cond until it holds, failing after limit.
 func waitFor(t testing.TB, limit time.Duration, cond func() bool, what string) {
 	t.Helper()

@@ -71,6 +71,7 @@ func testTakeoverSeenByTTLAndExtend(t *testing.T, newClient NewClientFunc) {
 	rdb := inspector(t, srv)
 	name := lockName(t)
 	ctx := testCtx(t)
+	own(t, rdb, lockKey(name), lockKey(name+":extend"))
 	lease := mustLock(t, c, name)
 
 	rdb.Set(ctx, lockKey(name), "intruder", time.Minute)

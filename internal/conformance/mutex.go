@@ -222,6 +222,7 @@ func testListKeyConflicts(t *testing.T, newClient NewClientFunc) {
 	rdb := inspector(t, srv)
 	name := lockName(t)
 	ctx := testCtx(t)
+	own(t, rdb, lockKey(name))
 	rdb.RPush(ctx, lockKey(name), "a", "b")
 
 	start := time.Now()
@@ -250,6 +251,7 @@ func testForeignStringConflicts(t *testing.T, newClient NewClientFunc) {
 	rdb := inspector(t, srv)
 	name := lockName(t)
 	ctx := testCtx(t)
+	own(t, rdb, lockKey(name))
 	rdb.Set(ctx, lockKey(name), "someone-else", 0)
 
 	start := time.Now()
@@ -364,6 +366,7 @@ func testMutualExclusionAcrossClients(t *testing.T, newClient NewClientFunc) {
 	name := lockName(t)
 	counterKey := "counter:" + name
 	ctx := testCtx(t)
+	own(t, rdb, counterKey)
 
 	var inside, overlaps atomic.Int32
 	var wg sync.WaitGroup

@@ -98,3 +98,63 @@ var (
 	// RWDowngrade turns a writer into a reader atomically (rw_downgrade.lua).
 	RWDowngrade = withLib(lockLib+"\n"+rwLib, rwDowngrade)
 )
+
+// The semaphore's scripts share sem_lib.lua, which builds on lock_lib.lua's
+// queue; the latch's share latch_lib.lua.
+var (
+	//go:embed sem_lib.lua
+	semLib string
+	//go:embed sem_acquire.lua
+	semAcquire string
+	//go:embed sem_release.lua
+	semRelease string
+	//go:embed sem_set_permits.lua
+	semSetPermits string
+	//go:embed sem_extend.lua
+	semExtend string
+	//go:embed sem_pttl.lua
+	semPTTL string
+	//go:embed sem_available.lua
+	semAvailable string
+	//go:embed latch_lib.lua
+	latchLib string
+	//go:embed latch_try_set.lua
+	latchTrySet string
+	//go:embed latch_count_down.lua
+	latchCountDown string
+	//go:embed latch_count.lua
+	latchCount string
+)
+
+var (
+	// SemAcquire takes a semaphore's permits or joins its queue
+	// (sem_acquire.lua).
+	SemAcquire = withLib(lockLib+"\n"+semLib, semAcquire)
+	// SemRelease gives permits back and serves waiters, or leaves the queue
+	// (sem_release.lua).
+	SemRelease = withLib(lockLib+"\n"+semLib, semRelease)
+	// SemSetPermits changes a semaphore's limit (sem_set_permits.lua).
+	SemSetPermits = withLib(lockLib+"\n"+semLib, semSetPermits)
+	// SemExtend renews a holder's permits (sem_extend.lua).
+	SemExtend = withLib(lockLib+"\n"+semLib, semExtend)
+	// SemPTTL reads a holder's remaining time (sem_pttl.lua).
+	SemPTTL = withLib(lockLib+"\n"+semLib, semPTTL)
+	// SemAvailable reads a semaphore's limit and use (sem_available.lua).
+	SemAvailable = withLib(lockLib+"\n"+semLib, semAvailable)
+	// LatchTrySet sets a latch's count when it is at zero (latch_try_set.lua).
+	LatchTrySet = withLib(latchLib, latchTrySet)
+	// LatchCountDown decrements a latch's count (latch_count_down.lua).
+	LatchCountDown = withLib(latchLib, latchCountDown)
+	// LatchCount reads a latch's count (latch_count.lua).
+	LatchCount = withLib(latchLib, latchCount)
+)
+
+// Inspection reads every primitive's keys under one name at once.
+var (
+	//go:embed inspect.lua
+	inspect string
+
+	// Inspect reads the state of every kind of primitive under one name,
+	// writing nothing (inspect.lua).
+	Inspect = driver.NewScript(inspect)
+)

@@ -1,0 +1,97 @@
+package dlock_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+)
+
+// Limit how many workers, across every replica, call a fragile downstream
+// service at once.
+func ExampleSemaphore() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	c, err := dlock.New(rdb)
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+
+	sem := c.Semaphore("example:payments-api", 3) // at most 3 calls at a time
+	permits, err := sem.Acquire(ctx, 1)           // waits in line; TryAcquire doesn't wait
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("holding", permits.N(), "permit")
+
+	// Pass permits.Token() to the downstream if it can check fencing
+	// tokens; watch permits.Done() for loss while working.
+	if err := permits.Release(ctx); err != nil { // wakes the next waiter
+		panic(err)
+	}
+
+	// A big batch takes two permits at once. Raising the limit at run time
+	// applies to every process using the semaphore.
+	if err := sem.SetPermits(ctx, 4); err != nil {
+		panic(err)
+	}
+	batch, err := sem.Acquire(ctx, 2)
+	if err != nil {
+		panic(err)
+	}
+	defer batch.Release(ctx)
+	free, _ := sem.Available(ctx)
+	fmt.Println("batch holds", batch.N(), "permits; free:", free)
+	// Output:
+	// holding 1 permit
+	// batch holds 2 permits; free: 2
+}
+
+// Wait until every shard of a job has been loaded, by whichever replicas
+// loaded them.
+func ExampleLatch() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	c, err := dlock.New(rdb)
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	const shards = 3
+	latch := c.Latch("example:import-2024-06-01")
+	if ok, err := latch.TrySetCount(ctx, shards); err != nil || !ok {
+		panic(fmt.Sprint("another import is still running: ", err))
+	}
+
+	var wg sync.WaitGroup
+	for i := 0; i < shards; i++ {
+		wg.Add(1)
+		go func() { // in production, other processes
+			defer wg.Done()
+			// ... load one shard ...
+			if err := c.Latch("example:import-2024-06-01").CountDown(ctx); err != nil {
+				panic(err)
+			}
+		}()
+	}
+
+	// Returns once the count is zero; with ctx's error (and
+	// dlock.ErrNotObtained) if the deadline comes first.
+	if err := latch.Wait(ctx); err != nil {
+		panic(err)
+	}
+	n, _ := latch.Count(ctx)
+	fmt.Println("all shards loaded; count:", n)
+	wg.Wait()
+	// Output:
+	// all shards loaded; count: 0
+}

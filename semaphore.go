@@ -1,0 +1,463 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/scripts"
+)
+
+// MaxPermits is the largest number of permits a semaphore may have, and so
+// the most one acquisition may ask for.
+const MaxPermits = 1<<31 - 1
+
+// Semaphore is a distributed counting semaphore: at most its limit of
+// permits are held at a time, across every process that uses the same name
+// on the same Redis. Get one from Client.Semaphore; it is an immutable
+// descriptor, safe for concurrent use, and cheap to create per call.
+//
+// The limit is the permits given to Client.Semaphore, unless SetPermits
+// stored another one in Redis, which then applies to every process. Every
+// user of a name should pass the same permits (or rely on SetPermits).
+//
+// Each acquisition's permits are a lease like a lock's: the Client's
+// watchdog renews them every TTL/3, and they expire one TTL after the last
+// renewal, so a crashed holder's permits come back within its TTL and are
+// never leaked. Permits.Done closes when they are lost.
+//
+// Waiters queue in Redis in arrival order and are served strictly in that
+// order: a release grants permits to the first waiter if its request fits,
+// then to the next, and stops at the first that does not fit, so a large
+// request is never starved by smaller ones arriving after it. Grants are
+// handed over directly (no race among waiters) and announced through the
+// Client's shared subscription. A waiter that gives up leaves the queue at
+// once; one that dies leaves it when its waiter lease (WithWaiterLease) runs
+// out.
+type Semaphore struct {
+	c       *Client
+	name    string
+	permits int
+	cfg     config
+	keys    semKeys
+	err     error // invalid name, permits or option, reported on first use
+}
+
+// semKeys names the keys of one semaphore (see sem_lib.lua), all under the
+// hash tag {name} and apart from a lock of the same name.
+type semKeys struct {
+	holders string // zset owner -> expiry of its permits (server ms)
+	counts  string // hash owner -> "<permits> <fence>"
+	limit   string // SetPermits's limit, if any
+	fence   string // last fencing token issued
+	queue   string // waiting owners by arrival
+	waiters string // waiting owners' leases and requests
+	all     []string
+}
+
+func newSemKeys(prefix, name string) semKeys {
+	base := prefix + "{" + name + "}:sem"
+	k := semKeys{
+		holders: base,
+		counts:  base + ":n",
+		limit:   base + ":limit",
+		fence:   base + ":fence",
+		queue:   base + ":q",
+		waiters: base + ":w",
+	}
+	k.all = []string{k.holders, k.counts, k.limit, k.fence, k.queue, k.waiters}
+	return k
+}
+
+// channel is where grants and wake-ups are published: the holders key's
+// name (channels and keys are separate namespaces), in the same slot.
+func (k *semKeys) channel() string { return k.holders }
+
+// Semaphore returns the semaphore called name with permits permits (between
+// 1 and MaxPermits) unless SetPermits stored another limit. opts override
+// the Client's defaults for it; WithTTL is the lifetime of held permits
+// without renewal. It sends nothing and never fails: an invalid name,
+// permits or option is reported as ErrInvalidArgument by the first call that
+// would reach Redis. A semaphore's keys are apart from those of a Mutex of
+// the same name.
+func (c *Client) Semaphore(name string, permits int, opts ...Option) *Semaphore {
+	cfg, err := c.lockConfig("Semaphore", name, opts)
+	if err == nil && (permits < 1 || permits > MaxPermits) {
+		err = fmt.Errorf("dlock: Semaphore(%q): %w", name, invalidArgf("%d permits: want between 1 and %d", permits, MaxPermits))
+	}
+	return &Semaphore{c: c, name: name, permits: permits, cfg: cfg, keys: newSemKeys(cfg.keyPrefix, name), err: err}
+}
+
+// Name returns the semaphore's name.
+func (s *Semaphore) Name() string { return s.name }
+
+// TryAcquire makes one attempt to take n permits, in one round trip. It
+// returns an error matching ErrNotObtained when fewer than n are free or
+// other acquirers are queued first (they are served first), and
+// ErrInvalidArgument when n is below 1 (then nothing is sent), when n
+// exceeds the limit in force (found by the server: such a request can never
+// succeed), or for an invalid name, permits or option; ErrKeyConflict when a
+// key holds something dlock did not write; ErrClosed after Client.Close. The
+// caller must Release the returned Permits.
+func (s *Semaphore) TryAcquire(ctx context.Context, n int) (*Permits, error) {
+	return s.acquire(ctx, n, false)
+}
+
+// Acquire takes n permits, waiting in arrival order as long as ctx allows:
+// it is served once every earlier waiter was and n permits are free. n must
+// be between 1 and the limit in force; asking for more can never succeed,
+// and Acquire says so at once with ErrInvalidArgument (also when a lower
+// limit set by SetPermits while it waited makes it impossible). When ctx
+// ends first, the error matches both ErrNotObtained and ctx's error, and the
+// waiter has left the queue. Failures to reach Redis are retried while ctx
+// allows; other errors are returned at once: ErrInvalidArgument,
+// ErrKeyConflict, ErrClosed. The caller must Release the returned Permits.
+func (s *Semaphore) Acquire(ctx context.Context, n int) (*Permits, error) {
+	return s.acquire(ctx, n, true)
+}
+
+func (s *Semaphore) acquire(ctx context.Context, n int, wait bool) (*Permits, error) {
+	if s.err != nil {
+		return nil, s.err
+	}
+	if n < 1 || n > MaxPermits {
+		return nil, fmt.Errorf("dlock: Semaphore(%q): %w", s.name, invalidArgf("asked for %d permits: want between 1 and the limit", n))
+	}
+	l, err := s.c.acquire(ctx, &semAcquisition{s: s, n: n}, &s.cfg, wait)
+	if err != nil {
+		var e *notObtainedError
+		if errors.As(err, &e) {
+			// The attempt's pttl is when the first holder's permits
+			// would expire: a poll time, not "held for so long".
+			e.holderTTL = 0
+		}
+		return nil, err
+	}
+	return &Permits{l: l, n: n}, nil
+}
+
+// SetPermits changes the semaphore's limit to n (between 1 and MaxPermits)
+// for every process that uses it, at once: the limit is stored in Redis and
+// overrides the permits given to Client.Semaphore. Raising it serves queued
+// waiters right away. Lowering it revokes nothing: held permits stay valid
+// until released, and new acquisitions wait until usage drops below the new
+// limit; waiters asking for more than the new limit fail with
+// ErrInvalidArgument. The stored limit lives as long as the semaphore is
+// used: it expires after a week (or twice the TTL, if longer) in which
+// nobody acquired, released or renewed its permits, and the permits given
+// by callers apply again. It returns ErrInvalidArgument for n out of range
+// (nothing is sent), ErrKeyConflict, ErrClosed, or the failure to reach
+// Redis.
+func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
+	if s.err != nil {
+		return s.err
+	}
+	if n < 1 || n > MaxPermits {
+		return fmt.Errorf("dlock: SetPermits %q: %w", s.name, invalidArgf("%d permits: want between 1 and %d", n, MaxPermits))
+	}
+	if err := s.c.checkOpen(); err != nil {
+		return err
+	}
+	call := &driver.Call{
+		Script: scripts.SemSetPermits,
+		Keys:   s.keys.all,
+		Args: []any{
+			n, semLimitRetention(s.cfg.ttl).Milliseconds(), fenceRetention(s.cfg.ttl).Milliseconds(),
+			s.c.drv.PublishCommand(), s.keys.channel(),
+		},
+	}
+	s.c.drv.Run(ctx, call)
+	if _, err := s.grantsResult(call); err != nil {
+		return redisError("SetPermits", s.name, err)
+	}
+	return nil
+}
+
+// Available returns how many permits are free now: the limit in force minus
+// the permits held, or 0 when a lowered limit is still exceeded. Queued
+// waiters may take free permits at any moment, so the answer is a snapshot.
+// It changes nothing. It returns ErrInvalidArgument for an invalid
+// semaphore, ErrKeyConflict, ErrClosed, or the failure to reach Redis.
+func (s *Semaphore) Available(ctx context.Context) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	if err := s.c.checkOpen(); err != nil {
+		return 0, err
+	}
+	call := &driver.Call{Script: scripts.SemAvailable, Keys: s.keys.all[:3], Args: []any{s.permits}}
+	s.c.drv.Run(ctx, call)
+	if call.Err != nil {
+		return 0, redisError("Available", s.name, call.Err)
+	}
+	v, err := replyInts(call.Reply, 2)
+	if err != nil {
+		return 0, redisError("Available", s.name, err)
+	}
+	if free := v[0] - v[1]; free > 0 {
+		return int(free), nil
+	}
+	return 0, nil
+}
+
+// semLimitRetention is how long a limit stored by SetPermits outlives the
+// last use of its semaphore. It is configuration, so it should survive
+// quiet nights and weekends; but dlock leaves no key without an expiry, and
+// a semaphore unused for a week has probably had its code (and permits)
+// changed since.
+func semLimitRetention(ttl time.Duration) time.Duration {
+	if r := 2 * ttl; r > 7*24*time.Hour {
+		return r
+	}
+	return 7 * 24 * time.Hour
+}
+
+// grantsResult reads a reply of the form {head, fence, px, owner, ...} (the
+// release and SetPermits scripts): it tells each waiter of this Client that
+// was granted permits directly, ahead of the pub/sub message, and returns
+// head.
+func (s *Semaphore) grantsResult(call *driver.Call) (int64, error) {
+	if call.Err != nil {
+		return 0, call.Err
+	}
+	items, ok := call.Reply.([]any)
+	if !ok || len(items) == 0 || (len(items)-1)%3 != 0 {
+		return 0, unexpectedReply(call.Reply)
+	}
+	head, ok := items[0].(int64)
+	if !ok {
+		return 0, unexpectedReply(call.Reply)
+	}
+	for i := 1; i < len(items); i += 3 {
+		v, err := replyInts(items[i:i+2], 2)
+		owner, ok := items[i+2].(string)
+		if err != nil || !ok {
+			return 0, unexpectedReply(call.Reply)
+		}
+		s.c.notify.deliver(s.keys.channel(), owner, v[0], ms(v[1]))
+	}
+	return head, nil
+}
+
+// semAcquisition is one acquisition of n permits: the queuedLock and
+// holder behind its Lease, so waiting and renewal are the shared ones and n
+// travels with the lease.
+type semAcquisition struct {
+	s *Semaphore
+	n int
+}
+
+var (
+	_ queuedLock   = (*semAcquisition)(nil)
+	_ batchRenewer = (*semAcquisition)(nil)
+)
+
+func (a *semAcquisition) lockName() string { return a.s.name }
+
+func (a *semAcquisition) channel() string { return a.s.keys.channel() }
+
+func (a *semAcquisition) attempt(ctx context.Context, owner string, queue bool) (attemptResult, error) {
+	s := a.s
+	queueFlag := "0"
+	if queue {
+		queueFlag = "1"
+	}
+	call := &driver.Call{
+		Script: scripts.SemAcquire,
+		Keys:   s.keys.all,
+		Args: []any{
+			owner, a.n, s.permits, semLimitRetention(s.cfg.ttl).Milliseconds(),
+			s.cfg.initialPX().Milliseconds(), queueFlag, s.cfg.waiterLease.Milliseconds(),
+			s.cfg.claimWindow().Milliseconds(), fenceRetention(s.cfg.ttl).Milliseconds(),
+			s.c.drv.PublishCommand(), s.keys.channel(),
+		},
+	}
+	s.c.drv.Run(ctx, call)
+	return a.attemptResult(call)
+}
+
+// attemptResult reads sem_acquire's reply.
+func (a *semAcquisition) attemptResult(call *driver.Call) (attemptResult, error) {
+	if call.Err != nil {
+		var rerr *driver.ReplyError
+		if errors.As(call.Err, &rerr) {
+			if i := strings.Index(rerr.Msg, "DLOCK_LIMIT "); i >= 0 {
+				f := strings.Fields(rerr.Msg[i+len("DLOCK_LIMIT "):])
+				limit := int64(-1)
+				if len(f) > 0 {
+					if v, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+						limit = v
+					}
+				}
+				return attemptResult{}, &semLimitError{n: a.n, limit: limit, reply: rerr}
+			}
+		}
+		return attemptResult{}, call.Err
+	}
+	v, err := replyInts(call.Reply, 3)
+	if err != nil {
+		return attemptResult{}, err
+	}
+	if v[0] == 1 {
+		return attemptResult{granted: true, fence: v[1], pttl: ms(v[2])}, nil
+	}
+	return attemptResult{pttl: ms(v[1])}, nil
+}
+
+// semLimitError is the server's refusal of a request for more permits than
+// the limit. It matches ErrInvalidArgument; it also unwraps to the error
+// reply, which tells the waiting loop that retrying is pointless and that
+// nothing is left to clean up.
+type semLimitError struct {
+	n     int
+	limit int64 // -1: unknown
+	reply *driver.ReplyError
+}
+
+func (e *semLimitError) Error() string {
+	if e.limit < 0 {
+		return fmt.Sprintf("%v: %d permits asked for, more than the semaphore's limit: this can never succeed", ErrInvalidArgument, e.n)
+	}
+	return fmt.Sprintf("%v: %d permits asked for, but the semaphore's limit is %d: this can never succeed (ask for fewer, or raise the limit with SetPermits)",
+		ErrInvalidArgument, e.n, e.limit)
+}
+
+func (e *semLimitError) Unwrap() []error { return []error{ErrInvalidArgument, e.reply} }
+
+// release gives the permits back (Permits.Release), and is how an abandoned
+// waiter leaves the queue. Waiters of this Client that the release serves
+// are told directly, ahead of the pub/sub message.
+func (a *semAcquisition) release(ctx context.Context, owner string) error {
+	s := a.s
+	call := &driver.Call{
+		Script: scripts.SemRelease,
+		Keys:   s.keys.all,
+		Args: []any{
+			owner, s.permits, semLimitRetention(s.cfg.ttl).Milliseconds(), fenceRetention(s.cfg.ttl).Milliseconds(),
+			s.c.drv.PublishCommand(), s.keys.channel(),
+		},
+	}
+	s.c.drv.Run(ctx, call)
+	held, err := s.grantsResult(call)
+	switch {
+	case err != nil:
+		return err
+	case held == 0:
+		return ErrNotHeld
+	}
+	return nil
+}
+
+func (a *semAcquisition) renewCalls(owner string, px time.Duration) []*driver.Call {
+	s := a.s
+	return []*driver.Call{{
+		Script: scripts.SemExtend,
+		Keys:   s.keys.all[:3],
+		Args:   []any{owner, px.Milliseconds(), semLimitRetention(s.cfg.ttl).Milliseconds()},
+	}}
+}
+
+// renewResult reads sem_extend's replies, which are owned_extend's: 1
+// renewed, 0 not held.
+func (a *semAcquisition) renewResult(calls []*driver.Call) error { return ownedExtendResult(calls) }
+
+func (a *semAcquisition) renew(ctx context.Context, owner string, px time.Duration) error {
+	return renewVia(ctx, a.s.c.drv, a, owner, px)
+}
+
+func (a *semAcquisition) remaining(ctx context.Context, owner string) (time.Duration, error) {
+	call := &driver.Call{Script: scripts.SemPTTL, Keys: a.s.keys.all[:2], Args: []any{owner}}
+	a.s.c.drv.Run(ctx, call)
+	if call.Err != nil {
+		return 0, call.Err
+	}
+	n, ok := call.Reply.(int64)
+	switch {
+	case !ok:
+		return 0, unexpectedReply(call.Reply)
+	case n == -3:
+		return 0, ErrNotHeld
+	}
+	return ms(n), nil
+}
+
+// Permits are permits held from a Semaphore, returned by a successful
+// TryAcquire or Acquire. They stay valid until Release, or until they are
+// lost: then Done closes and Err says why. While auto-renew is on (the
+// default) the Client's watchdog renews them every TTL/3, like a lock's
+// lease. Permits are safe for concurrent use. The holder must call Release;
+// permits never released expire one TTL after their last renewal.
+type Permits struct {
+	l *Lease
+	n int
+}
+
+var errPermitsReleased = fmt.Errorf("%w: released by Release", ErrNotHeld)
+
+// Name returns the name of the semaphore the permits are from.
+func (p *Permits) Name() string { return p.l.Name() }
+
+// N returns how many permits are held.
+func (p *Permits) N() int { return p.n }
+
+// Token returns the fencing token of this acquisition. Tokens of one
+// semaphore strictly increase with every grant, so each acquisition's token
+// is unique and later ones are larger. Several holders are valid at once,
+// so a resource cannot simply refuse tokens below the highest it has seen;
+// it can where each permit guards its own slot or partition (the highest
+// token per slot), or use the token to tell a stale holder's writes apart.
+func (p *Permits) Token() int64 { return p.l.Token() }
+
+// Done returns a channel that is closed when the permits end: when they are
+// lost, or after Release.
+func (p *Permits) Done() <-chan struct{} { return p.l.Done() }
+
+// Err returns nil while the permits are held. Once they are lost it returns
+// an error matching ErrLockLost that says why; after Release, one matching
+// ErrNotHeld.
+func (p *Permits) Err() error {
+	if err := p.l.Err(); err != errReleased {
+		return err
+	}
+	return errPermitsReleased
+}
+
+// Release gives the permits back and ends them; waiters they make room for
+// are served at once, in arrival order. It first stops renewal and waits for
+// a renewal in flight, so no renewal can follow the release. It runs
+// detached from ctx's cancellation (bounded by WithReleaseTimeout), so a
+// request whose context is already cancelled still releases its permits. It
+// returns ErrNotHeld if the permits had expired or were removed (nobody
+// else's permits are touched), or if they were already released.
+func (p *Permits) Release(ctx context.Context) error {
+	l := p.l
+	name := l.Name()
+	if err := l.wd.beginUnlock(l); err != nil {
+		return fmt.Errorf("dlock: Release %q: %w", name, err)
+	}
+	rctx, cancel := detach(ctx, l.cfg.releaseTimeout)
+	defer cancel()
+	err := l.h.release(rctx, l.owner)
+	l.wd.endUnlock(l, err)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrNotHeld):
+		return fmt.Errorf("dlock: Release %q: %w: the permits expired or were removed before Release", name, ErrNotHeld)
+	}
+	return redisError("Release", name, err)
+}
+
+// Extend sets the permits' remaining time to ttl (between MinTTL and
+// MaxTTL) and makes ttl their TTL for later renewals. It returns ErrNotHeld
+// if the permits are no longer held (they are then lost); it never revives
+// expired permits.
+func (p *Permits) Extend(ctx context.Context, ttl time.Duration) error { return p.l.Extend(ctx, ttl) }
+
+// TTL returns the permits' remaining time as the Redis server sees it. It
+// returns ErrNotHeld if they are no longer held (they are then lost).
+func (p *Permits) TTL(ctx context.Context) (time.Duration, error) { return p.l.TTL(ctx) }

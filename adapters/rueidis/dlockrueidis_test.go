@@ -1,8 +1,10 @@
 package dlockrueidis_test
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -52,3 +54,34 @@ func TestNewRejectsNilClient(t *testing.T) {
 		t.Errorf("New(nil): got %v, want ErrInvalidArgument", err)
 	}
 }
+
+// TestCloseAfterTheLibraryClient closes the rueidis client under a live
+// subscription first, the wrong order: the subscription must still close
+// promptly, and leave no goroutine behind (goleak, in TestMain).
+func TestCloseAfterTheLibraryClient(t *testing.T) {
+	srv := redistest.Shared(t)
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
+	if err != nil {
+		t.Fatalf("NewClient: %v", err)
+	}
+	sub := dlockrueidis.NewDriver(client).Subscribe(nopHandler{})
+	if err := sub.Subscribe(context.Background(), "{"+t.Name()+"}"); err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	client.Close()
+	done := make(chan struct{})
+	go func() {
+		_ = sub.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close hung after the library client was closed")
+	}
+}
+
+type nopHandler struct{}
+
+func (nopHandler) Message(string, string) {}
+func (nopHandler) Reset()                 {}

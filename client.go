@@ -40,7 +40,7 @@ type Client struct {
 	instance string    // random id of this Client, scoping reentrant owners
 	anchors  anchorSet // reentrant owners' shared renewals
 
-	cleanups  sync.WaitGroup // abandoned acquires being cleaned up
+	cleanups  cleanups // abandoned acquires being cleaned up
 	closeOnce sync.Once
 	closed    chan struct{}
 }
@@ -91,7 +91,9 @@ func isNilClient(rdb RedisClient) bool {
 	return false
 }
 
-// Close stops the Client's goroutines: the watchdog and the subscription.
+// Close stops the Client's goroutines: the watchdog, the subscription, and
+// the driver's (a command abandoned at its deadline finishes within the
+// go-redis client's ReadTimeout).
 // Waits in progress end with ErrClosed, and Close waits (at most the release
 // timeout) for them to leave their queues. Leases still held stop being renewed:
 // their Done channels close with ErrLockLost, and their keys expire one TTL
@@ -101,9 +103,12 @@ func isNilClient(rdb RedisClient) bool {
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.closed)
-		c.cleanups.Wait()
+		c.cleanups.wait()
 		c.wd.close()
 		c.notify.close()
+		if closer, ok := c.drv.(interface{ Close() error }); ok {
+			_ = closer.Close()
+		}
 	})
 	return nil
 }
@@ -163,30 +168,11 @@ func (c *Client) applyOptions(kind, label string, opts []Option) (config, error)
 // the error also matches ErrLockLost, and when the release failed it carries
 // that failure too. When the lock is not obtained, fn does not run and the
 // error matches ErrNotObtained.
-func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) (err error) {
+func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
 	if fn == nil {
 		return invalidArgf("Do(%q): nil function", name)
 	}
-	lease, err := c.Mutex(name, opts...).Lock(ctx)
-	if err != nil {
-		return err
-	}
-	fnCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	lease.onLoss(cancel)
-
-	defer func() {
-		unlockErr := lease.Unlock(ctx)
-		lost := lease.lossErr()
-		if lost != nil && errors.Is(unlockErr, ErrNotHeld) {
-			unlockErr = nil // the loss says it already
-		}
-		if lost != nil && errors.Is(err, ErrLockLost) {
-			lost = nil // fn returned the loss itself
-		}
-		err = joinErrors(err, lost, unlockErr)
-	}()
-	return fn(fnCtx)
+	return do(ctx, c.Mutex(name, opts...), fn)
 }
 
 // joinErrors is errors.Join that returns a lone error unchanged, keeping its

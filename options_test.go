@@ -114,3 +114,38 @@ func TestErrorsTellContentionFromOutage(t *testing.T) {
 		t.Fatalf("Lock with Redis down: got %v, want ErrNotObtained with the last error", err)
 	}
 }
+
+// TestDeadlineBoundsCallsOnABlackholedServer: a go-redis client built
+// without ContextTimeoutEnabled waits its 3s ReadTimeout on a silent server
+// whatever the context says; dlock must still return at the deadline.
+func TestDeadlineBoundsCallsOnABlackholedServer(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()}) // default options
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := testCtx(t)
+	held, err := c.Mutex(t.Name()).TryLock(ctx) // warm the connection up
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = held.Unlock(ctx)
+
+	proxy.Blackhole(true)
+	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = c.Mutex(t.Name()).Lock(wctx)
+	if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want ErrNotObtained and DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d > 1500*time.Millisecond {
+		t.Errorf("Lock returned %v after a 200ms deadline: the 3s read timeout was not cut short", d)
+	}
+	proxy.Blackhole(false)
+}

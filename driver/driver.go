@@ -124,3 +124,15 @@ type Subscription interface {
 type Sharded interface {
 	Sharded() bool
 }
+
+// Scanner is implemented by drivers that can list the keys of the
+// deployment, which Client.List needs (the rest of dlock never lists keys).
+// It is optional: without it, List reports that it is unsupported.
+type Scanner interface {
+	// Scan calls each with every key that matches the Redis glob pattern
+	// match (SCAN's MATCH syntax), on every master of the deployment, until
+	// each returns false. As with SCAN, a key may be passed more than once,
+	// and keys created or deleted meanwhile may or may not be. each is
+	// called from one goroutine at a time. Scan returns the first failure.
+	Scan(ctx context.Context, match string, each func(key string) bool) error
+}

@@ -20,7 +20,9 @@ type Client interface {
 
 // Driver runs dlock's scripts and subscription on a go-redis client.
 type Driver struct {
-	rdb Client
+	rdb      Client
+	bounded  bool // go-redis honours context deadlines itself
+	inFlight background
 }
 
 var (
@@ -30,7 +32,14 @@ var (
 
 // New returns a Driver over rdb.
 func New(rdb Client) *Driver {
-	return &Driver{rdb: rdb}
+	return &Driver{rdb: rdb, bounded: boundsContext(rdb)}
+}
+
+// Close waits for commands that Run stopped waiting for at their deadline.
+// It does not close the go-redis client, which the caller owns.
+func (d *Driver) Close() error {
+	d.inFlight.wait()
+	return nil
 }
 
 // Sharded implements driver.Sharded: true for a Cluster client.
@@ -49,11 +58,19 @@ func (d *Driver) PublishCommand() string { return "PUBLISH" }
 func (d *Driver) Run(ctx context.Context, calls ...*driver.Call) {
 	switch {
 	case len(calls) == 0:
-	case len(calls) == 1 && calls[0].Replicas <= 0:
-		d.runOne(ctx, calls[0])
+	case !d.bounded && ctx.Done() != nil:
+		d.inFlight.runBounded(ctx, calls, d.run)
 	default:
-		d.runPipelined(ctx, calls)
+		d.run(ctx, calls)
 	}
+}
+
+func (d *Driver) run(ctx context.Context, calls []*driver.Call) {
+	if len(calls) == 1 && calls[0].Replicas <= 0 {
+		d.runOne(ctx, calls[0])
+		return
+	}
+	d.runPipelined(ctx, calls)
 }
 
 // runOne sends one call without a pipeline, the fast path for a lone lock

@@ -1,0 +1,154 @@
+-- inspect.lua: read everything dlock keeps under one name, for operators
+-- (Client.Inspect, List, ForceUnlock). It writes nothing.
+-- KEYS: 1-4   mutex: lock, fence, queue, waiters (lock_lib.lua)
+--       5-9   reentrant: lock, fence, queue, waiters, holds (reentrant_acquire.lua)
+--       10-14 read-write: holders, fence, queue, waiters, tokens (rw_lib.lua)
+--       15-20 semaphore: holders, counts, limit, fence, queue, waiters (sem_lib.lua)
+--       21    latch (latch_lib.lua)
+--       all under the name's hash tag.
+-- ARGV: none
+-- Returns: {mutex, reentrant, rw, semaphore, latch}, one part per kind:
+--          {} when none of the kind's keys exists, else
+--          {last fence, holders, waiters, limit, count, pttl} where
+--          holders  {{member, ttl ms, permits, token, {hold id, ...}}, ...}
+--                   live holders only (the mutex's and reentrant lock's key
+--                   holds the owner value; the rw member starts with its mode);
+--          waiters  {{member, lease left ms, permits asked}, ...} live waiters
+--                   in queue order;
+--          limit    the semaphore's stored limit, 0 when none;
+--          count, pttl  the latch's count and remaining ms.
+--          Error DLOCK_CONFLICT (or WRONGTYPE) when a key holds something no
+--          dlock primitive wrote (the checks the primitives' own scripts make).
+local t = redis.call('TIME')
+local now_ms = math.floor((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000)
+
+-- check raises DLOCK_CONFLICT unless key is absent or of type want, holds a
+-- number if numeric, and has an expiry if timed; it reports whether the key
+-- exists.
+local function check(key, want, numeric, timed)
+  local kind = redis.call('TYPE', key)
+  if type(kind) == 'table' then
+    kind = kind['ok']
+  end
+  if kind == 'none' then
+    return false
+  end
+  if kind ~= want then
+    error('DLOCK_CONFLICT ' .. key .. ' holds a ' .. kind .. ' that dlock did not write')
+  end
+  if numeric and not tonumber(redis.call('GET', key)) then
+    error('DLOCK_CONFLICT ' .. key .. ' does not hold a number')
+  end
+  if timed and redis.call('PTTL', key) == -1 then
+    error('DLOCK_CONFLICT ' .. key .. ' has no expiry: dlock did not write it')
+  end
+  return true
+end
+
+-- checks runs check over KEYS[first..] with specs {type, numeric, timed} and
+-- reports whether any of those keys exists.
+local function checks(first, specs)
+  local any = false
+  for i, spec in ipairs(specs) do
+    if check(KEYS[first + i - 1], spec[1], spec[2], spec[3]) then
+      any = true
+    end
+  end
+  return any
+end
+
+local function fence(key)
+  return tonumber(redis.call('GET', key) or '0') or 0
+end
+
+-- waiting lists the live waiters of a queue (lock_lib.lua's format).
+local function waiting(queue_key, waiters_key)
+  local out = {}
+  for _, member in ipairs(redis.call('ZRANGE', queue_key, 0, -1)) do
+    local entry = redis.call('HGET', waiters_key, member)
+    local expiry, extra
+    if entry then
+      expiry, extra = string.match(entry, '^(%d+) %d+ ?(.*)$')
+    end
+    if expiry and tonumber(expiry) > now_ms then
+      out[#out + 1] = {member, tonumber(expiry) - now_ms, tonumber(extra) or 0}
+    end
+  end
+  return out
+end
+
+-- owned is the part of a lock whose key holds its holder's owner value.
+local function owned(k, holds_key)
+  local holders = {}
+  local owner = redis.call('GET', KEYS[k])
+  local last = fence(KEYS[k + 1])
+  if owner then
+    local pttl = redis.call('PTTL', KEYS[k])
+    if pttl > 0 then -- -2: expired since GET (servers whose clock moves inside a script)
+      local ids = {}
+      if holds_key then
+        ids = redis.call('SMEMBERS', holds_key)
+      end
+      holders[1] = {owner, pttl, 0, last, ids}
+    end
+  end
+  return {last, holders, waiting(KEYS[k + 2], KEYS[k + 3]), 0, 0, 0}
+end
+
+-- scored lists the live members of a holders zset scored by expiry, with
+-- what token_of(member) returns: permits and token.
+local function scored(key, token_of)
+  local holders = {}
+  local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  for i = 1, #entries, 2 do
+    local member, rest = entries[i], tonumber(entries[i + 1]) - now_ms
+    if rest > 0 then
+      local permits, token = token_of(member)
+      if token then
+        holders[#holders + 1] = {member, rest, permits, token, {}}
+      end
+    end
+  end
+  return holders
+end
+
+local reply = {{}, {}, {}, {}, {}}
+
+if checks(1, {{'string', false, true}, {'string', true}, {'zset'}, {'hash'}}) then
+  reply[1] = owned(1)
+end
+
+if checks(5, {{'string', false, true}, {'string', true}, {'zset'}, {'hash'}, {'set'}}) then
+  reply[2] = owned(5, KEYS[9])
+end
+
+if checks(10, {{'zset', false, true}, {'string', true}, {'zset'}, {'hash'}, {'hash'}}) then
+  local holders = scored(KEYS[10], function(member)
+    return 0, tonumber(redis.call('HGET', KEYS[14], member) or '') or 0
+  end)
+  local last = fence(KEYS[11])
+  reply[3] = {last, holders, waiting(KEYS[12], KEYS[13]), 0, 0, 0}
+end
+
+if checks(15, {{'zset', false, true}, {'hash', false, true}, {'string', true, true}, {'string', true}, {'zset'}, {'hash'}}) then
+  local holders = scored(KEYS[15], function(member)
+    local entry = redis.call('HGET', KEYS[16], member)
+    if not entry then
+      return nil -- its count was deleted by hand: the semaphore ignores it too
+    end
+    local n, token = string.match(entry, '^(%d+) (%d+)$')
+    return tonumber(n) or 0, tonumber(token) or 0
+  end)
+  local limit = tonumber(redis.call('GET', KEYS[17]) or '0') or 0
+  reply[4] = {fence(KEYS[18]), holders, waiting(KEYS[19], KEYS[20]), limit, 0, 0}
+end
+
+if check(KEYS[21], 'string', true, true) then
+  local n = tonumber(redis.call('GET', KEYS[21]))
+  if n < 1 or n ~= math.floor(n) then
+    error('DLOCK_CONFLICT ' .. KEYS[21] .. ' does not hold a latch count')
+  end
+  reply[5] = {0, {}, {}, 0, n, redis.call('PTTL', KEYS[21])}
+end
+
+return reply

@@ -4,6 +4,8 @@ package goredis
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -28,6 +30,7 @@ type Driver struct {
 var (
 	_ driver.Driver  = (*Driver)(nil)
 	_ driver.Sharded = (*Driver)(nil)
+	_ driver.Scanner = (*Driver)(nil)
 )
 
 // New returns a Driver over rdb.
@@ -145,4 +148,64 @@ func normalize(res any, err error) (any, error) {
 func isNetworkError(err error) bool {
 	var nerr interface{ Timeout() bool }
 	return errors.As(err, &nerr)
+}
+
+// scanCount is SCAN's COUNT hint: how many keys each round trip examines.
+// Larger means fewer round trips over a big keyspace, each blocking the
+// server a little longer.
+const scanCount = 1000
+
+// keyScanner is the go-redis method Scan needs. Every go-redis client has
+// it, but Client (what dlock.New accepts) does not require it, so a wrapper
+// may lack it.
+type keyScanner interface {
+	Scan(ctx context.Context, cursor uint64, match string, count int64) *redis.ScanCmd
+}
+
+// Scan implements driver.Scanner: one SCAN cursor loop on each master of a
+// Cluster (concurrently, through ForEachMaster), or on the server itself.
+func (d *Driver) Scan(ctx context.Context, match string, each func(key string) bool) error {
+	var (
+		mu      sync.Mutex
+		stopped bool
+	)
+	// Masters are scanned concurrently; each must see one key at a time.
+	visit := func(key string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped && !each(key) {
+			stopped = true
+		}
+		return !stopped
+	}
+	if cc, ok := d.rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			return scanNode(ctx, node, match, visit)
+		})
+	}
+	s, ok := d.rdb.(keyScanner)
+	if !ok {
+		return fmt.Errorf("the Redis client %T has no Scan method, so its keys cannot be listed", d.rdb)
+	}
+	return scanNode(ctx, s, match, visit)
+}
+
+// scanNode runs one SCAN cursor loop to its end, or until visit says stop.
+func scanNode(ctx context.Context, s keyScanner, match string, visit func(string) bool) error {
+	var cursor uint64
+	for {
+		keys, next, err := s.Scan(ctx, cursor, match, scanCount).Result()
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			if !visit(k) {
+				return nil
+			}
+		}
+		if next == 0 {
+			return nil
+		}
+		cursor = next
+	}
 }

@@ -164,6 +164,7 @@ func (l *Latch) Wait(ctx context.Context) error {
 		return err
 	}
 	_, _, err = l.c.waitFor(ctx, &l.cfg, waitSpec{
+		verb:    "Wait",
 		name:    l.name,
 		channel: l.key,
 		owner:   owner,

@@ -49,7 +49,7 @@ func TestWatchdogOutlivesSeveralTTLs(t *testing.T) {
 func TestNoRenewalAfterUnlock(t *testing.T) {
 	srv := redistest.Shared(t)
 	rdb, counter := countingClient(t, srv)
-	c, err := dlock.New(rdb, dlock.WithTTL(30*time.Millisecond))
+	c, err := dlock.New(rdb, dlock.WithTTL(150*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,13 +60,13 @@ func TestNoRenewalAfterUnlock(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(15 * time.Millisecond) // let a renewal start
+		time.Sleep(60 * time.Millisecond) // past the first renewal (at 50ms)
 		if err := lease.Unlock(ctx); err != nil {
 			t.Fatalf("round %d: Unlock: %v", i, err)
 		}
 	}
 	before := counter.n.Load()
-	time.Sleep(100 * time.Millisecond) // several renewal periods
+	time.Sleep(300 * time.Millisecond) // several renewal periods
 	if after := counter.n.Load(); after != before {
 		t.Errorf("%d commands sent after every lease was unlocked", after-before)
 	}

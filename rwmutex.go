@@ -347,6 +347,13 @@ func (h *rwHalf) member(owner string) string { return string(h.mode) + owner }
 
 func (h *rwHalf) lockName() string { return h.rw.name }
 
+func (h *rwHalf) verbs() (try, wait string) {
+	if h.mode == rwRead {
+		return "TryRLock", "RLock"
+	}
+	return "TryLock", "Lock"
+}
+
 func (h *rwHalf) channel() string { return h.rw.keys.holders }
 
 // attempt runs rw_acquire.lua and translates its reply.

@@ -251,6 +251,8 @@ type semAcquisition struct {
 	n int
 }
 
+func (a *semAcquisition) verbs() (try, wait string) { return "TryAcquire", "Acquire" }
+
 var (
 	_ queuedLock   = (*semAcquisition)(nil)
 	_ batchRenewer = (*semAcquisition)(nil)

@@ -46,6 +46,7 @@ func (c *Client) acquire(ctx context.Context, q queuedLock, cfg *config, wait bo
 // one owner, a reentrant lock for the caller's identity.
 func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait bool, owner string) (*Lease, error) {
 	name := q.lockName()
+	tryVerb, waitVerb := verbsOf(q)
 	if err := c.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -68,14 +69,13 @@ func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait 
 		}
 		spec := waitSpec{
 			name:    name,
+			verb:    waitVerb,
 			channel: channel,
 			owner:   owner,
 			attempt: func(ctx context.Context) (attemptResult, error) { return q.attempt(ctx, owner, true) },
 			abandon: func(cause error) { c.abandon(ctx, q, cfg, owner, cause) },
 		}
-		if err == nil && !r.granted {
-			spec.first = &firstAttempt{result: r, start: start, confirmed: confirmed}
-		}
+		spec.first = &firstAttempt{result: r, err: err, start: start, confirmed: confirmed}
 		for {
 			r, from, err := c.waitFor(ctx, cfg, spec)
 			spec.first = nil
@@ -93,7 +93,7 @@ func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait 
 	r, err := q.attempt(ctx, owner, false)
 	if err != nil {
 		c.abandon(ctx, q, cfg, owner, err)
-		return nil, redisError("TryLock", name, err)
+		return nil, redisError(tryVerb, name, err)
 	}
 	if !r.granted {
 		return nil, &notObtainedError{name: name, holderTTL: r.pttl}
@@ -115,9 +115,23 @@ func (c *Client) leaseFor(ctx context.Context, q queuedLock, cfg *config, owner 
 	return newLease(ctx, c.wd, q, cfg, owner, r.fence, from, r.pttl)
 }
 
+// verbed is a queuedLock whose acquire has its own verbs in errors
+// ("TryAcquire"/"Acquire", "TryRLock"/"RLock"); others say TryLock/Lock.
+type verbed interface {
+	verbs() (try, wait string)
+}
+
+func verbsOf(q queuedLock) (try, wait string) {
+	if v, ok := q.(verbed); ok {
+		return v.verbs()
+	}
+	return "TryLock", "Lock"
+}
+
 // waitSpec describes one wait for waitFor.
 type waitSpec struct {
 	name    string // for errors and logs
+	verb    string // the operation, for errors: "Lock" when empty
 	channel string // where wake-ups for this wait are published
 	// owner is who grants are addressed to on channel; a wait for a
 	// condition (no grant) still needs a unique one.
@@ -136,6 +150,7 @@ type waitSpec struct {
 // firstAttempt is an attempt made before waitFor registered its waiter.
 type firstAttempt struct {
 	result    attemptResult
+	err       error
 	start     time.Time
 	confirmed bool // the channel's subscription was in place before it
 }
@@ -185,7 +200,7 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 		)
 		if f := spec.first; f != nil {
 			spec.first = nil
-			start, confirmedBefore, r = f.start, f.confirmed, f.result
+			start, confirmedBefore, r, err = f.start, f.confirmed, f.result, f.err
 		} else {
 			start = time.Now()
 			confirmedBefore = subscribed || c.notify.confirmed(spec.channel)
@@ -203,7 +218,11 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 			}
 			if !isTransient(err) {
 				abandon(err)
-				return attemptResult{}, time.Time{}, redisError("Lock", spec.name, err)
+				verb := spec.verb
+				if verb == "" {
+					verb = "Lock"
+				}
+				return attemptResult{}, time.Time{}, redisError(verb, spec.name, err)
 			}
 			lastErr = err
 			delay = errDelay.next()

@@ -25,6 +25,10 @@
 //     pooled connection that nobody else uses meanwhile; on a Cluster one
 //     dedicated connection per hash tag, pinned by rueidis to the node of
 //     the script's first key.
+//     rueidis takes that connection from its pool without a context, so the
+//     driver runs such a batch in a goroutine of its own and Run still
+//     returns at ctx's deadline; dlock's Client.Close waits for a batch
+//     left behind that way (it ends within the dial timeout).
 //   - Pub/sub uses a connection of its own from Client.Dedicate, with
 //     SetPubSubHooks delivering messages and subscription confirmations.
 //     rueidis pings it in the background and closes it when the server

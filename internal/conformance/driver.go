@@ -35,11 +35,20 @@ type NewDriverFunc func(t testing.TB, target Target) driver.Driver
 // stops on Close. Like Run, it needs TestMain to call redistest.Main. It
 // takes a few seconds, most of them starting a Cluster.
 func RunDriver(t *testing.T, newDriver NewDriverFunc) {
+	// Close the driver, as dlock.Client.Close does, before the library's
+	// client that newDriver closes.
+	closing := func(t testing.TB, target Target) driver.Driver {
+		d := newDriver(t, target)
+		if c, ok := d.(interface{ Close() error }); ok {
+			t.Cleanup(func() { _ = c.Close() })
+		}
+		return d
+	}
 	for _, tc := range driverTests {
 		tc := tc
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tc.run(t, newDriver)
+			tc.run(t, closing)
 		})
 	}
 }
@@ -52,6 +61,7 @@ var driverTests = []struct {
 	{"PipelineFallsBackOnlyForNoScript", testPipelineFallsBackOnlyForNoScript},
 	{"WaitRunsOnTheScriptsConnection", testWaitRunsOnTheScriptsConnection},
 	{"ClusterRoutesScriptsWaitsAndMessages", testClusterRoutes},
+	{"RunReturnsAtTheDeadline", testRunReturnsAtTheDeadline},
 	{"SubscribeConfirmsBeforeReturning", testSubscribeConfirmsBeforeReturning},
 	{"SubscriptionReconnectsAndResets", testSubscriptionReconnectsAndResets},
 	{"UnsubscribeStopsDelivery", testUnsubscribeStopsDelivery},
@@ -284,6 +294,53 @@ func testClusterRoutes(t *testing.T, newDriver NewDriverFunc) {
 		t.Fatalf("PUBLISH: %v", err)
 	}
 	rec.expect(t, ch, "hello")
+}
+
+// testRunReturnsAtTheDeadline silences the server behind a proxy: Run must
+// give up at ctx's deadline, pipelined, dedicated (WAIT) and single calls
+// alike, and by then ctx must say so, so callers can tell a deadline from a
+// failure of Redis.
+func testRunReturnsAtTheDeadline(t *testing.T, newDriver NewDriverFunc) {
+	srv := redistest.Shared(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	d := newDriver(t, Target{Addrs: []string{proxy.Addr()}, Password: srv.Password()})
+	incr := newScript(t, `return redis.call('INCR', KEYS[1])`)
+	k := key(t, "k")
+	own(t, inspector(t, srv), k)
+	warmup := &driver.Call{Script: incr, Keys: []string{k}}
+	d.Run(testCtx(t), warmup) // connects and loads the script
+	if warmup.Err != nil {
+		t.Fatalf("warm-up: %v", warmup.Err)
+	}
+
+	proxy.Blackhole(true)
+	// Ends, for the driver's Close, what the calls left behind (such as
+	// the dial of a new connection) sooner than the library's timeouts.
+	defer proxy.ResetAll()
+	const deadline = 200 * time.Millisecond
+	for _, batch := range [][]*driver.Call{
+		{{Script: incr, Keys: []string{k}}},
+		{{Script: incr, Keys: []string{k}}, {Script: incr, Keys: []string{k}}},
+		{{Script: incr, Keys: []string{k}, Replicas: 1, ReplicaTimeout: time.Second}},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		start := time.Now()
+		d.Run(ctx, batch...)
+		elapsed := time.Since(start)
+		ctxErr := ctx.Err()
+		cancel()
+		if elapsed > deadline+time.Second {
+			t.Errorf("Run of %d calls returned %v after a %v deadline", len(batch), elapsed, deadline)
+		}
+		if ctxErr == nil {
+			t.Errorf("Run of %d calls returned before its context ended", len(batch))
+		}
+		for i, c := range batch {
+			if c.Err == nil {
+				t.Errorf("Run of %d calls: call %d succeeded through a blackhole: %#v", len(batch), i, c.Reply)
+			}
+		}
+	}
 }
 
 func testSubscribeConfirmsBeforeReturning(t *testing.T, newDriver NewDriverFunc) {

@@ -66,6 +66,7 @@ type Lib[C any] struct {
 // Driver is a driver.Driver over a Lib. It is safe for concurrent use.
 type Driver[C any] struct {
 	lib Lib[C]
+	bg  background
 }
 
 // New returns a Driver over lib.
@@ -77,6 +78,16 @@ var (
 	_ driver.Driver  = (*Driver[int])(nil)
 	_ driver.Sharded = (*Driver[int])(nil)
 )
+
+// Close waits for the commands that Run stopped waiting for when its
+// context ended (they finish within the library's dial timeout); Run called
+// afterwards no longer leaves any behind. dlock.Client.Close calls it. It
+// neither closes the library's client nor stops subscriptions, and always
+// returns nil.
+func (d *Driver[C]) Close() error {
+	d.bg.wait()
+	return nil
+}
 
 // Sharded implements driver.Sharded: true for a Cluster client, so that
 // dlock never puts keys of several slots into one script.

@@ -119,9 +119,66 @@ func (d *Driver[C]) runBatch(ctx context.Context, b batch) {
 		d.send(ctx, d.lib.DoMulti, b.calls, false)
 		return
 	}
-	d.lib.Dedicated(func(doMulti DoMultiFunc[C]) {
-		d.send(ctx, doMulti, b.calls, true)
+	// The library takes a dedicated connection out of its pool without a
+	// context: when it has to dial one, a silent server holds it for the
+	// dial timeout. So the batch runs in a goroutine of the driver's, on
+	// copies of the calls, and Run returns when ctx ends; Close waits for it.
+	d.bg.runBounded(ctx, b.calls, func(ctx context.Context, calls []*driver.Call) {
+		d.lib.Dedicated(func(doMulti DoMultiFunc[C]) {
+			d.send(ctx, doMulti, calls, true)
+		})
 	})
+}
+
+// background tracks dedicated batches still running after Run gave up on
+// them at its context's end.
+type background struct {
+	mu      sync.Mutex
+	closing bool
+	wg      sync.WaitGroup
+}
+
+// runBounded runs calls with run and returns when they are done or ctx
+// ends; every call then has an outcome, ctx's error for those not done.
+func (b *background) runBounded(ctx context.Context, calls []*driver.Call, run func(context.Context, []*driver.Call)) {
+	b.mu.Lock()
+	if b.closing || ctx.Done() == nil {
+		b.mu.Unlock()
+		run(ctx, calls)
+		return
+	}
+	b.wg.Add(1)
+	b.mu.Unlock()
+
+	copies := make([]*driver.Call, len(calls))
+	for i, c := range calls {
+		cc := *c
+		copies[i] = &cc
+	}
+	done := make(chan struct{})
+	go func() {
+		defer b.wg.Done()
+		defer close(done)
+		run(ctx, copies)
+	}()
+	select {
+	case <-done:
+		for i, c := range calls {
+			*c = *copies[i]
+		}
+	case <-ctx.Done():
+		for _, c := range calls {
+			c.Reply, c.Acked, c.Err = nil, 0, ctx.Err()
+		}
+	}
+}
+
+// wait waits for abandoned batches; afterwards batches run in the caller.
+func (b *background) wait() {
+	b.mu.Lock()
+	b.closing = true
+	b.mu.Unlock()
+	b.wg.Wait()
 }
 
 // send runs calls through doMulti, each followed by its WAIT when withWait.

@@ -40,7 +40,8 @@ type Client struct {
 	instance string    // random id of this Client, scoping reentrant owners
 	anchors  anchorSet // reentrant owners' shared renewals
 
-	cleanups  cleanups // abandoned acquires being cleaned up
+	cleanups  cleanups    // abandoned acquires being cleaned up
+	local     localQueues // Mutex waiters sharing one contender per name
 	closeOnce sync.Once
 	closed    chan struct{}
 }
@@ -103,6 +104,7 @@ func isNilClient(rdb RedisClient) bool {
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.closed)
+		c.local.close()
 		c.cleanups.wait()
 		c.wd.close()
 		c.notify.close()

@@ -11,10 +11,12 @@ import "context"
 // waiter is woken by a release.
 //
 // A FairMutex is the same lock as the Mutex of the same name (same keys,
-// same scripts): use either, or both, on a name. What FairMutex adds is the
-// promise of strict arrival order, which Mutex keeps today too but is free
-// to relax for throughput (see the Mutex documentation). Get one from
-// Client.FairMutex; it is an immutable descriptor, safe for concurrent use.
+// same scripts): use either, or both, on a name. The difference is in how a
+// Client's goroutines wait: a Mutex queues them locally behind one shared
+// place in Redis (processes take turns), a FairMutex gives each its own
+// place (global arrival order), at the cost of one queue entry, refreshed
+// every second, per waiting goroutine. Get one from Client.FairMutex; it is
+// an immutable descriptor, safe for concurrent use.
 type FairMutex struct {
 	m *Mutex
 }
@@ -37,4 +39,9 @@ func (f *FairMutex) TryLock(ctx context.Context) (*Lease, error) { return f.m.Tr
 // Lock joins the end of the queue and waits for its turn, as long as ctx
 // allows; see Mutex.Lock for the errors. The caller must Unlock the
 // returned Lease.
-func (f *FairMutex) Lock(ctx context.Context) (*Lease, error) { return f.m.Lock(ctx) }
+func (f *FairMutex) Lock(ctx context.Context) (*Lease, error) {
+	if f.m.err != nil {
+		return nil, f.m.err
+	}
+	return f.m.c.acquire(ctx, f.m, &f.m.cfg, true)
+}

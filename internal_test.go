@@ -24,6 +24,7 @@ func TestParseGrant(t *testing.T) {
 		{"wake", false, 0, 0, ""},       // a plain wake-up
 		{"", false, 0, 0, ""},           // empty
 		{"1 -5 owner", false, 0, 0, ""}, // negative px
+		{"1 9223372036854775807 o", false, 0, 0, ""}, // px overflowing a Duration
 	}
 	for _, c := range cases {
 		fence, px, owner, ok := parseGrant(c.payload)

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -19,6 +20,12 @@ import (
 // barge in) and tells it through the Client's shared subscription. A waiter
 // that gives up leaves the queue at once; one that dies leaves it when its
 // waiter lease (WithWaiterLease) runs out.
+//
+// Goroutines of one Client waiting for the same name share one place in
+// that queue: they line up locally, in arrival order, and each grant to the
+// Client goes to the first of them, while the rest queue again at the back.
+// Processes therefore take turns, and a thousand waiting goroutines cost
+// Redis what one does. FairMutex gives every waiter its own place instead.
 type Mutex struct {
 	c    *Client
 	name string
@@ -57,7 +64,16 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	if m.err != nil {
 		return nil, m.err
 	}
-	return m.c.acquire(ctx, m, &m.cfg, true)
+	if m.cfg.wait.spin {
+		return m.c.acquire(ctx, m, &m.cfg, true)
+	}
+	if err := m.c.checkOpen(); err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		return nil, waitEnded(ctx, m.name, time.Now(), 0, nil)
+	}
+	return m.c.lockShared(ctx, m)
 }
 
 func (m *Mutex) lockName() string { return m.name }
@@ -123,6 +139,9 @@ func (m *Mutex) release(ctx context.Context, owner string) error {
 	case 1:
 		return nil
 	case 2:
+		if len(items) < 4 { // a malformed reply must not panic (FuzzScriptReplies)
+			return unexpectedReply(call.Reply)
+		}
 		v, err := replyInts(items[:3], 3)
 		next, ok := items[3].(string)
 		if err != nil || !ok {
@@ -192,7 +211,17 @@ func ownedRemaining(ctx context.Context, d driver.Driver, key, owner string) (ti
 	return ms(n), nil
 }
 
-func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+func ms(n int64) time.Duration {
+	// Saturate rather than overflow into a negative duration: a key can
+	// carry a PTTL beyond what a Duration holds (FuzzRedlockReply).
+	switch {
+	case n > math.MaxInt64/int64(time.Millisecond):
+		return math.MaxInt64
+	case n < math.MinInt64/int64(time.Millisecond):
+		return math.MinInt64
+	}
+	return time.Duration(n) * time.Millisecond
+}
 
 // replyInts reads the first n elements of an array reply as integers.
 func replyInts(reply any, n int) ([]int64, error) {

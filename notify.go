@@ -294,7 +294,9 @@ func parseGrant(payload string) (fence int64, px time.Duration, owner string, ok
 	}
 	fence, err1 := strconv.ParseInt(f, 10, 64)
 	ms, err2 := strconv.ParseInt(p, 10, 64)
-	if err1 != nil || err2 != nil || ms <= 0 {
+	// A claim window beyond what a Duration holds would overflow to a
+	// negative one (FuzzGrantMessage); no grant is longer than MaxTTL.
+	if err1 != nil || err2 != nil || ms <= 0 || ms > MaxTTL.Milliseconds() {
 		return 0, 0, "", false
 	}
 	return fence, time.Duration(ms) * time.Millisecond, owner, true

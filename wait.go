@@ -145,6 +145,9 @@ type waitSpec struct {
 	// first, when set, is an attempt already made (not granted) before the
 	// wait: waitFor starts from its outcome instead of attempting again.
 	first *firstAttempt
+	// noteErr, when set, hears each failure waitFor retries, and nil once
+	// an attempt succeeds again (a shared contender tells its waiters).
+	noteErr func(error)
 }
 
 // firstAttempt is an attempt made before waitFor registered its waiter.
@@ -225,11 +228,17 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 				return attemptResult{}, time.Time{}, redisError(verb, spec.name, err)
 			}
 			lastErr = err
+			if spec.noteErr != nil {
+				spec.noteErr(err)
+			}
 			delay = errDelay.next()
 			cfg.logger.Debug("dlock: attempt failed; retrying", slog.String("lock", spec.name), slog.Any("error", err))
 		case r.granted:
 			return r, start, nil
 		default:
+			if lastErr != nil && spec.noteErr != nil {
+				spec.noteErr(nil)
+			}
 			since, holderTTL, lastErr = start, r.pttl, nil
 			errDelay = newErrorDelay()
 			delay = c.pollDelay(cfg, r.pttl, spin)

@@ -24,6 +24,9 @@ end
 
 local cur = redis.call('GET', KEYS[1])
 if cur == owner then
+  if redis.call('TYPE', KEYS[5]).ok ~= 'set' and redis.call('EXISTS', KEYS[5]) == 1 then
+    return redis.error_reply('DLOCK_CONFLICT ' .. KEYS[5] .. ' holds something no reentrant lock wrote')
+  end
   return hold_on(redis.call('PTTL', KEYS[1]))
 end
 
@@ -42,6 +45,7 @@ if not cur then
   now_us = dlock_now_us()
   local head, px = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000))
   if not head or head == member then
+    reentrant_check_holds(KEYS[5])
     local token = dlock_issue_fence(KEYS[2], now_us, ARGV[6])
     dlock_dequeue(KEYS[3], KEYS[4], member)
     redis.call('SET', KEYS[1], owner, 'PX', ARGV[2])

@@ -138,6 +138,7 @@ func TestLocalWaitersLeaveOneByOne(t *testing.T) {
 		}()
 	}
 	waitQueued(t, srv, name, 1)
+	waitFor(t, 10*time.Second, func() bool { return dlock.LocalWaiters(c, name) == len(cancels) }, "every goroutine to line up")
 	for i, cancel := range cancels {
 		cancel()
 		if err := <-errs; !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.Canceled) {

@@ -68,3 +68,22 @@ cc:
 		echo "==> no C compiler for cgo (go test -race needs one): installing gcc"; \
 		$(call apt_install,gcc libc6-dev); \
 	fi
+
+# bench: the side-by-side benchmarks against the peers (module bench/, which
+# starts its own redis-server processes). The Go benchmarks go first (ns, B
+# and allocs per pair, BENCH_COUNT runs each), then TestReport runs every
+# scenario three times and writes docs/benchmarks.md and its chart. Raw
+# results stay in bench/results/ (ignored by git). About 15 minutes on two
+# cores; BENCHFLAGS passes flags to TestReport, e.g. '-scale 2 -reps 5'.
+BENCHFLAGS ?=
+BENCH_COUNT ?= 3
+.PHONY: bench
+
+## bench: run the benchmarks against redsync, redislock, rueidislock and a raw go-redis floor; write docs/benchmarks.md
+bench: redis
+	@mkdir -p bench/results
+	@echo "==> go test -bench Uncontended -benchmem -count $(BENCH_COUNT)   (module bench)"
+	cd bench && $(GO) test -run '^$$' -bench '^BenchmarkUncontended$$' -benchmem -count $(BENCH_COUNT) -timeout 30m . | tee results/gobench.txt
+	@echo "==> go test -run TestReport -args -report   (module bench)"
+	cd bench && $(GO) test -run '^TestReport$$' -count 1 -timeout 90m -v . -args -report -gobench results/gobench.txt -out ../docs $(BENCHFLAGS)
+	@echo "==> wrote docs/benchmarks.md and docs/benchmarks-contended.png"

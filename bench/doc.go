@@ -1,0 +1,37 @@
+// Package bench measures dlock side by side with its peers — go-redsync/redsync,
+// bsm/redislock and rueidis' rueidislock — and with a raw go-redis floor
+// (SET NX PX to lock, an EVALSHA compare-and-delete to unlock, nothing
+// else), on the same real redis-server in the same run.
+//
+// It is its own module so that the peers and the charting library never
+// appear in dlock's go.mod.
+//
+// Every library is driven through one small adapter, Locker, so every
+// scenario runs every library identically:
+//
+//  1. Uncontended: lock+unlock pairs per second on distinct keys at 1, 8 and
+//     64 goroutines sharing one client (also as BenchmarkUncontended, for
+//     ns, bytes and allocations per pair).
+//  2. Contended: 16 goroutines across 4 clients competing for one key with
+//     a tiny critical section: acquisitions per second, hand-off latency,
+//     each goroutine's waits, barging, commands per acquisition.
+//  3. Waiting load: 1,000 goroutines across 10 clients blocked on one held
+//     lock: commands per second while they wait.
+//  4. Watchdog scale: 10,000 auto-renewed leases held by one client: round
+//     trips, commands and client CPU per renewal period.
+//  5. Redlock: scenario 1 at 1 and 8 goroutines and scenario 2, over 3 and
+//     5 independent redis-servers (dlock.NewRedlock against redsync).
+//
+// `go test ./...` runs only quick sanity checks. `make bench` in the
+// repository root runs the Go benchmarks and then TestReport with -report,
+// which repeats every scenario, computes medians, ranges and ratios and
+// writes docs/benchmarks.md and its chart. TestReport takes more flags after
+// -args: -scale and -reps for longer runs, -targets to run only some
+// libraries, -render to redo the report from bench/results/results.json.
+// To see where a library spends its time, add go test's -cpuprofile:
+//
+//	go test -run TestReport -cpuprofile cpu.out . -args -report -targets dlock -reps 1 -out /tmp/r
+//
+// Speed is measured here, never asserted: no test fails because something
+// is slow.
+package bench

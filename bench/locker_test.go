@@ -1,0 +1,77 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// TestTargets checks every adapter once: a lock excludes a second client's
+// TryLock and a bounded Lock, and is free again after Unlock.
+func TestTargets(t *testing.T) {
+	srv := redistest.Start(t)
+	nodes := redistest.StartNodes(t, 3)
+	nodeAddrs := []string{nodes[0].Addr(), nodes[1].Addr(), nodes[2].Addr()}
+	for _, tg := range Targets() {
+		var setups [][]string
+		if tg.Single {
+			setups = append(setups, []string{srv.Addr()})
+		}
+		if tg.Multi {
+			setups = append(setups, nodeAddrs)
+		}
+		for _, addrs := range setups {
+			t.Run(tg.Name+"/nodes="+strconv.Itoa(len(addrs)), func(t *testing.T) {
+				checkExclusion(t, tg, addrs)
+			})
+		}
+	}
+}
+
+func checkExclusion(t *testing.T, tg Target, addrs []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var cnt Counter
+	a, err := tg.New(Config{Addrs: addrs, Counter: &cnt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := tg.New(Config{Addrs: addrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+
+	key := "bench:test:" + tg.Name
+	unlock, err := a.Lock(ctx, key)
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	if cnt.Snapshot().Commands == 0 {
+		t.Errorf("the counter saw no command")
+	}
+	if _, err := b.TryLock(ctx, key); !errors.Is(err, ErrBusy) {
+		t.Errorf("TryLock on a held key: got %v, want ErrBusy", err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 150*time.Millisecond)
+	_, err = b.Lock(short, key)
+	cancelShort()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Lock on a held key with a 150ms deadline: got %v, want a DeadlineExceeded", err)
+	}
+	if err := unlock(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	unlock, err = b.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("TryLock after Unlock: %v", err)
+	}
+	if err := unlock(ctx); err != nil {
+		t.Fatalf("second Unlock: %v", err)
+	}
+}

@@ -1,0 +1,120 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+var (
+	reportFlag  = flag.Bool("report", false, "run every scenario and write the report (slow: this is what make bench runs)")
+	reportOut   = flag.String("out", "../docs", "where to write benchmarks.md and its chart")
+	resultsDir  = flag.String("results", "results", "where to write the raw results as JSON")
+	goBenchFile = flag.String("gobench", "", "`go test -bench` output of BenchmarkUncontended to include in the report")
+	reps        = flag.Int("reps", 0, "repetitions of every scenario (0: the plan's 3)")
+	scale       = flag.Float64("scale", 1, "multiplies every warm-up and measuring window (e.g. 2 for steadier figures)")
+	targetNames = flag.String("targets", "", "comma-separated target names to run (default: all)")
+	renderFrom  = flag.String("render", "", "render the report from this results JSON instead of running anything")
+)
+
+// TestReport is the report generator behind `make bench`. It runs only with
+// -report (or -render), never in `go test ./...`.
+func TestReport(t *testing.T) {
+	if !*reportFlag && *renderFrom == "" {
+		t.Skip("slow; run with -args -report (make bench does)")
+	}
+	var res *Results
+	if *renderFrom != "" {
+		b, err := os.ReadFile(*renderFrom)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res = new(Results)
+		if err := json.Unmarshal(b, res); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		res = runReport(t)
+	}
+	if *goBenchFile != "" {
+		f, err := os.Open(*goBenchFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.GoBench, err = ParseGoBench(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := WriteReport(res, *reportOut); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s", filepath.Join(*reportOut, "benchmarks.md"))
+}
+
+func runReport(t *testing.T) *Results {
+	plan := DefaultPlan().Scale(*scale)
+	if *reps > 0 {
+		plan.Reps = *reps
+	}
+	targets := Targets()
+	if *targetNames != "" {
+		targets = nil
+		for _, n := range strings.Split(*targetNames, ",") {
+			tg, ok := TargetByName(strings.TrimSpace(n))
+			if !ok {
+				t.Fatalf("no target %q", n)
+			}
+			targets = append(targets, tg)
+		}
+	}
+	single := redistest.Start(t)
+	maxNodes := 0
+	for _, n := range plan.RedlockNodes {
+		maxNodes = max(maxNodes, n)
+	}
+	var nodes []string
+	for _, s := range redistest.StartNodes(t, maxNodes) {
+		nodes = append(nodes, s.Addr())
+	}
+	srv := NewServers(single.Addr())
+	defer srv.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
+	defer cancel()
+	s := &Suite{Plan: plan, Targets: targets, Single: srv, Nodes: nodes, Log: t.Logf}
+	loadBefore := LoadAvg()
+	res, err := s.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Machine = DescribeMachine(ctx, srv, "..")
+	res.Machine.Load = "before the run " + loadBefore + ", after it " + LoadAvg()
+	for _, tg := range targets {
+		res.Targets = append(res.Targets, TargetInfo{
+			Name: tg.Name, Module: tg.Module, Version: res.Machine.Modules[tg.Module], Settings: tg.Settings,
+			Kind: tg.Kind, Tuned: tg.Tuned, Renews: tg.Renews, Single: tg.Single, Multi: tg.Multi,
+		})
+	}
+	if err := os.MkdirAll(*resultsDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(*resultsDir, "results.json")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("raw results in %s", path)
+	return res
+}

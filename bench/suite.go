@@ -1,0 +1,191 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Plan is what a report runs: how often and how long. DefaultPlan fits a
+// full report into about 15 minutes on a two-core machine; Scale stretches
+// every duration for steadier figures.
+type Plan struct {
+	Reps int
+
+	UncontendedGoroutines []int
+	UncontendedWarm       time.Duration
+	UncontendedDur        time.Duration
+
+	Contended ContendedSpec
+	Waiting   WaitingSpec
+	Watchdog  WatchdogSpec
+
+	// RedlockNodes are the node counts of scenario 5, which runs scenario 1
+	// at RedlockGoroutines and scenario 2 over that many redis-servers.
+	RedlockNodes      []int
+	RedlockGoroutines []int
+}
+
+// DefaultPlan returns the plan `make bench` runs.
+func DefaultPlan() Plan {
+	return Plan{
+		Reps:                  3,
+		UncontendedGoroutines: []int{1, 8, 64},
+		UncontendedWarm:       500 * time.Millisecond,
+		UncontendedDur:        2 * time.Second,
+		Contended:             ContendedSpec{Clients: 4, Goroutines: 16, Warm: time.Second, Dur: 5 * time.Second},
+		Waiting:               WaitingSpec{Clients: 10, Waiters: 1000, Warm: 2 * time.Second, Dur: 4 * time.Second},
+		Watchdog:              WatchdogSpec{Leases: 10000, TTL: 3 * time.Second, Warm: 3 * time.Second, Dur: 6 * time.Second},
+		RedlockNodes:          []int{3, 5},
+		RedlockGoroutines:     []int{1, 8},
+	}
+}
+
+// Scale multiplies every warm-up and window by f (the watchdog's TTL stays).
+func (p Plan) Scale(f float64) Plan {
+	s := func(d *time.Duration) { *d = time.Duration(float64(*d) * f) }
+	s(&p.UncontendedWarm)
+	s(&p.UncontendedDur)
+	s(&p.Contended.Warm)
+	s(&p.Contended.Dur)
+	s(&p.Waiting.Warm)
+	s(&p.Waiting.Dur)
+	s(&p.Watchdog.Warm)
+	s(&p.Watchdog.Dur)
+	return p
+}
+
+// Results is everything one report run measured, every repetition of every
+// run, in the order they ran.
+type Results struct {
+	Plan        Plan
+	Machine     Machine
+	Targets     []TargetInfo
+	Started     time.Time
+	Took        time.Duration
+	Uncontended []UncontendedResult
+	Contended   []*ContendedResult
+	Waiting     []WaitingResult
+	Watchdog    []WatchdogResult
+	// GoBench is `go test -bench` output for BenchmarkUncontended, parsed.
+	GoBench []GoBenchResult
+}
+
+// TargetInfo is a Target as the report describes it.
+type TargetInfo struct {
+	Name, Module, Version, Settings string
+	Kind                            Kind
+	Tuned, Renews, Single, Multi    bool
+}
+
+// Suite runs a Plan on given servers.
+type Suite struct {
+	Plan    Plan
+	Targets []Target
+	// Single is the redis-server of scenarios 1 to 4; Nodes are at least
+	// max(Plan.RedlockNodes) independent ones for scenario 5.
+	Single *Servers
+	Nodes  []string
+	// Log receives a line per run; may be nil.
+	Log func(format string, args ...any)
+}
+
+func (s *Suite) logf(format string, args ...any) {
+	if s.Log != nil {
+		s.Log(format, args...)
+	}
+}
+
+// rotate returns ts starting at index r, so that no target always runs
+// first (or right after the same neighbour) in every repetition.
+func rotate(ts []Target, r int) []Target {
+	if len(ts) == 0 {
+		return nil
+	}
+	r %= len(ts)
+	return append(append([]Target(nil), ts[r:]...), ts[:r]...)
+}
+
+func filter(ts []Target, keep func(Target) bool) []Target {
+	var out []Target
+	for _, t := range ts {
+		if keep(t) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// Run runs every scenario Plan.Reps times, repetition by repetition, and
+// returns every result; a run that fails is kept with its error.
+func (s *Suite) Run(ctx context.Context) (*Results, error) {
+	res := &Results{Plan: s.Plan, Started: time.Now()}
+	single := filter(s.Targets, func(t Target) bool { return t.Single })
+	untuned := filter(single, func(t Target) bool { return !t.Tuned })
+	renewing := filter(single, func(t Target) bool { return t.Renews })
+	multi := filter(s.Targets, func(t Target) bool { return t.Multi })
+	p := s.Plan
+	for rep := 0; rep < p.Reps; rep++ {
+		for _, t := range rotate(untuned, rep) {
+			for _, g := range p.UncontendedGoroutines {
+				r, err := RunUncontended(ctx, t, s.Single, g, p.UncontendedWarm, p.UncontendedDur)
+				r.RunInfo = RunInfo{Rep: rep, Nodes: 1, Err: errString(err)}
+				res.Uncontended = append(res.Uncontended, r)
+				s.logf("rep %d uncontended %-16s g=%-3d %9.0f pairs/s %s", rep+1, t.Name, g, r.PairsPerSec(), r.Err)
+			}
+		}
+		for _, t := range rotate(single, rep) {
+			r, err := RunContended(ctx, t, s.Single, p.Contended)
+			r.RunInfo = RunInfo{Rep: rep, Nodes: 1, Err: errString(err)}
+			res.Contended = append(res.Contended, r)
+			s.logf("rep %d contended   %-16s %8.0f acq/s hand-off p50 %v p99 %v barging %.0f%% max wait %v %s",
+				rep+1, t.Name, r.AcqPerSec(), r.HandoffQuantile(0.5), r.HandoffQuantile(0.99), 100*r.BargingShare(), r.MaxWait(), r.Err)
+		}
+		for _, t := range rotate(single, rep) {
+			r, err := RunWaiting(ctx, t, s.Single, p.Waiting)
+			r.RunInfo = RunInfo{Rep: rep, Nodes: 1, Err: errString(err)}
+			res.Waiting = append(res.Waiting, r)
+			s.logf("rep %d waiting     %-16s %8.0f commands/s %s", rep+1, t.Name, r.CommandsPerSec(), r.Err)
+		}
+		for _, t := range rotate(renewing, rep) {
+			r, err := RunWatchdog(ctx, t, s.Single, p.Watchdog)
+			r.RunInfo = RunInfo{Rep: rep, Nodes: 1, Err: errString(err)}
+			res.Watchdog = append(res.Watchdog, r)
+			s.logf("rep %d watchdog    %-16s %6.1f round trips/period, CPU %v/period %s", rep+1, t.Name, r.RoundTripsPerPeriod(), r.CPUPerPeriod(), r.Err)
+		}
+		for _, n := range p.RedlockNodes {
+			if n > len(s.Nodes) {
+				return res, fmt.Errorf("bench: Redlock over %d nodes needs %d servers, have %d", n, n, len(s.Nodes))
+			}
+			srv := NewServers(s.Nodes[:n]...)
+			for _, t := range rotate(filter(multi, func(t Target) bool { return !t.Tuned }), rep) {
+				for _, g := range p.RedlockGoroutines {
+					r, err := RunUncontended(ctx, t, srv, g, p.UncontendedWarm, p.UncontendedDur)
+					r.RunInfo = RunInfo{Rep: rep, Nodes: n, Err: errString(err)}
+					res.Uncontended = append(res.Uncontended, r)
+					s.logf("rep %d redlock n=%d uncontended %-16s g=%-3d %9.0f pairs/s %s", rep+1, n, t.Name, g, r.PairsPerSec(), r.Err)
+				}
+			}
+			for _, t := range rotate(multi, rep) {
+				r, err := RunContended(ctx, t, srv, p.Contended)
+				r.RunInfo = RunInfo{Rep: rep, Nodes: n, Err: errString(err)}
+				res.Contended = append(res.Contended, r)
+				s.logf("rep %d redlock n=%d contended %-16s %8.0f acq/s hand-off p50 %v barging %.0f%% %s",
+					rep+1, n, t.Name, r.AcqPerSec(), r.HandoffQuantile(0.5), 100*r.BargingShare(), r.Err)
+			}
+			_ = srv.Close()
+		}
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+	}
+	res.Took = time.Since(res.Started)
+	return res, nil
+}

@@ -1,0 +1,103 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// TestSuiteSmoke runs every scenario briefly for a few targets and renders
+// the report, to show the machinery works end to end. It checks correctness
+// only (no errors, no overlapping holders, no lost lease): speed is never
+// asserted.
+func TestSuiteSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers and runs every scenario briefly")
+	}
+	single := redistest.Start(t)
+	var nodes []string
+	for _, s := range redistest.StartNodes(t, 3) {
+		nodes = append(nodes, s.Addr())
+	}
+	srv := NewServers(single.Addr())
+	defer srv.Close()
+
+	ms := time.Millisecond
+	plan := Plan{
+		Reps:                  1,
+		UncontendedGoroutines: []int{1, 4},
+		UncontendedWarm:       50 * ms,
+		UncontendedDur:        100 * ms,
+		Contended:             ContendedSpec{Clients: 2, Goroutines: 4, Warm: 50 * ms, Dur: 200 * ms},
+		Waiting:               WaitingSpec{Clients: 2, Waiters: 20, Warm: 100 * ms, Dur: 150 * ms},
+		Watchdog:              WatchdogSpec{Leases: 50, TTL: 3 * time.Second, Warm: 100 * ms, Dur: 300 * ms},
+		RedlockNodes:          []int{3},
+		RedlockGoroutines:     []int{2},
+	}
+	var targets []Target
+	for _, name := range []string{"floor", "dlock", "redsync", "rueidislock"} {
+		tg, ok := TargetByName(name)
+		if !ok {
+			t.Fatalf("no target %s", name)
+		}
+		targets = append(targets, tg)
+	}
+	s := &Suite{Plan: plan, Targets: targets, Single: srv, Nodes: nodes, Log: t.Logf}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := s.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Uncontended {
+		if r.Err != "" || r.Errors.Count > 0 || r.Pairs == 0 {
+			t.Errorf("uncontended %s g=%d nodes=%d: err %q, errors %+v, %d pairs", r.Target, r.Goroutines, r.Nodes, r.Err, r.Errors, r.Pairs)
+		}
+	}
+	for _, r := range res.Contended {
+		if r.Err != "" || r.Errors.Count > 0 || r.Overlaps > 0 || r.Grants == 0 {
+			t.Errorf("contended %s nodes=%d: err %q, errors %+v, %d overlaps, %d grants", r.Target, r.Nodes, r.Err, r.Errors, r.Overlaps, r.Grants)
+		}
+	}
+	for _, r := range res.Waiting {
+		if r.Err != "" || r.Errors.Count > 0 || r.Grants > 0 {
+			t.Errorf("waiting %s: err %q, errors %+v, %d grants while held", r.Target, r.Err, r.Errors, r.Grants)
+		}
+	}
+	if len(res.Watchdog) != 2 {
+		t.Errorf("watchdog ran %d targets, want dlock and rueidislock", len(res.Watchdog))
+	}
+	for _, r := range res.Watchdog {
+		if r.Err != "" || r.Errors.Count > 0 || r.Lost > 0 {
+			t.Errorf("watchdog %s: err %q, errors %+v, %d lost", r.Target, r.Err, r.Errors, r.Lost)
+		}
+	}
+
+	res.Machine = DescribeMachine(ctx, srv, "..")
+	for _, tg := range targets {
+		res.Targets = append(res.Targets, TargetInfo{Name: tg.Name, Module: tg.Module, Settings: tg.Settings,
+			Kind: tg.Kind, Tuned: tg.Tuned, Renews: tg.Renews, Single: tg.Single, Multi: tg.Multi})
+	}
+	dir := t.TempDir()
+	if err := WriteReport(res, dir); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "benchmarks.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"## dlock against its targets", "## 1. Uncontended", "## 2. Contended", "## 3. Waiting load",
+		"## 4. Watchdog scale", "## 5. Redlock", "### 3 nodes", ChartFile, "None: no run failed"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("benchmarks.md lacks %q", want)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(dir, ChartFile)); err != nil || fi.Size() == 0 {
+		t.Errorf("chart: %v", err)
+	}
+}

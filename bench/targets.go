@@ -1,0 +1,82 @@
+package bench
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// TightRetry is the retry interval of the peers' tight variants: the
+// interval that gave them the most acquisitions per second in the contended
+// scenario on this machine (see docs/benchmarks.md).
+const TightRetry = time.Millisecond
+
+// Module paths whose versions the report lists.
+const (
+	modDlock     = "github.com/dlock-go/dlock"
+	modGoredis   = "github.com/redis/go-redis/v9"
+	modRedsync   = "github.com/go-redsync/redsync/v4"
+	modRedislock = "github.com/bsm/redislock"
+	modRueidis   = "github.com/redis/rueidis"
+)
+
+// redlockTargets are added by files that need an API not every dlock
+// version has (dlock_redlock.go).
+var redlockTargets []Target
+
+// Targets returns every library and variant the scenarios run, floor first.
+func Targets() []Target {
+	return append([]Target{
+		{
+			Name: "floor", Module: modGoredis, Kind: KindFloor, Single: true,
+			Settings: fmt.Sprintf("go-redis SET NX PX, EVALSHA compare-and-delete; waits by retrying every %v", FloorSpin),
+			New:      newFloor,
+		},
+		{
+			Name: "dlock", Module: modDlock, Kind: KindDlock, Renews: true, RenewEvery: 1.0 / 3, Single: true,
+			Settings: "defaults: TTL 30 s, auto-renew, pub/sub hand-off",
+			New:      newDlock(),
+		},
+		{
+			Name: "dlock-norenew", Module: modDlock, Kind: KindDlock, Single: true,
+			Settings: "defaults but WithAutoRenew(false), as the peers do not renew",
+			New:      newDlock(dlock.WithAutoRenew(false)),
+		},
+		{
+			Name: "redsync", Module: modRedsync, Kind: KindPeer, Single: true, Multi: true,
+			Settings: "defaults: expiry 8 s, 32 tries 50–250 ms apart (Lock is called again when they run out)",
+			New:      newRedsync(0),
+		},
+		{
+			Name: "redsync-tight", Module: modRedsync, Kind: KindPeer, Tuned: true, Single: true, Multi: true,
+			Settings: fmt.Sprintf("WithRetryDelay(%v), WithTries(MaxInt32)", TightRetry),
+			New:      newRedsync(TightRetry),
+		},
+		{
+			Name: "redislock", Module: modRedislock, Kind: KindPeer, Single: true,
+			Settings: fmt.Sprintf("TTL 30 s, LinearBackoff(%v) (its default is no retry; this is its README's interval)", RedislockDefaultBackoff),
+			New:      newRedislock(RedislockDefaultBackoff),
+		},
+		{
+			Name: "redislock-tight", Module: modRedislock, Kind: KindPeer, Tuned: true, Single: true,
+			Settings: fmt.Sprintf("TTL 30 s, LinearBackoff(%v)", TightRetry),
+			New:      newRedislock(TightRetry),
+		},
+		{
+			Name: "rueidislock", Module: modRueidis, Kind: KindPeer, Renews: true, RenewEvery: 1.0 / 2, Single: true,
+			Settings: "defaults: KeyMajority 2 (3 keys), validity 5 s renewed every 2.5 s, client-side-caching wake-ups",
+			New:      newRueidislock,
+		},
+	}, redlockTargets...)
+}
+
+// TargetByName returns the target called name from Targets.
+func TargetByName(name string) (Target, bool) {
+	for _, t := range Targets() {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Target{}, false
+}

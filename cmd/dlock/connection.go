@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -11,13 +12,41 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
+
+	"github.com/dlock-go/dlock"
 )
 
 // Where the connection settings come from.
 const (
-	redisURLEnv      = "REDIS_URL"
-	redisPasswordEnv = "REDIS_PASSWORD"
+	redisURLEnv              = "REDIS_URL"
+	redisPasswordEnv         = "REDIS_PASSWORD"
+	redisSentinelPasswordEnv = "REDIS_SENTINEL_PASSWORD"
 )
+
+// Default ports when a URL's address has none.
+const (
+	defaultRedisPort    = "6379"
+	defaultSentinelPort = "26379"
+)
+
+// urlHelp documents the URL forms, for --help.
+const urlHelp = `Every subcommand reaches Redis through --redis URL or the REDIS_URL
+environment variable:
+
+  redis://[[user]:password@]host:port[/db]       one server (rediss:// for TLS)
+  unix://[[user]:password@]/path/to/socket[?db=N]
+  redis+sentinel://[[user]:password@]host:port[,host:port...]/master[/db]
+                                                 the master that these Sentinels
+                                                 monitor (rediss+sentinel:// for TLS)
+  redis+cluster://[[user]:password@]host:port[,host:port...]
+                                                 a Redis Cluster, from any of its
+                                                 nodes (rediss+cluster:// for TLS)
+
+Further addresses may also be given as ?addr=host:port parameters, and
+go-redis client options as parameters too (?dial_timeout=3s&pool_size=20).
+Passwords need not appear on the command line: a password not in the URL is
+read from REDIS_PASSWORD; Sentinels that require a password of their own read
+it from REDIS_SENTINEL_PASSWORD.`
 
 // pingTimeout bounds the first PING that checks the server is reachable.
 const pingTimeout = 5 * time.Second
@@ -43,7 +72,8 @@ type connOptions struct {
 
 func (o *connOptions) addFlags(root *cobra.Command) {
 	root.PersistentFlags().StringVar(&o.url, "redis", "",
-		"Redis server `URL`: redis://[[user]:password@]host:port[/db], or rediss://... for TLS\n"+
+		"Redis `URL`: redis://[[user]:password@]host:port[/db], rediss:// for TLS,\n"+
+			"redis+sentinel://host:port,.../master, redis+cluster://host:port,... (see dlock --help)\n"+
 			"(default $"+redisURLEnv+"; a password not in the URL is read from $"+redisPasswordEnv+")")
 }
 
@@ -52,21 +82,29 @@ func (o *connOptions) addFlags(root *cobra.Command) {
 // server, if one was started.
 //
 // Each call of newClient returns a client with its own connection pool, as
-// a separate process would have; the caller closes it. The kinds of
-// deployment differ only in how newClient builds a client: a Cluster
-// target (redis.ParseClusterURL, redis.NewClusterClient) or a Sentinel one
-// (redis.NewFailoverClient) is another case in resolve and newClient, and
-// every subcommand keeps working on redis.UniversalClient.
+// a separate process would have; the caller closes it. Exactly one of
+// standalone, failover and cluster is set: every subcommand works on
+// redis.UniversalClient and does not care which.
 type target struct {
 	desc string // e.g. "Redis at redis://127.0.0.1:6379/0 (from --redis)"
 
-	standalone *redis.Options       // a single server: redis://, rediss://, unix://
-	embedded   *miniredis.Miniredis // non-nil when we started it
+	standalone *redis.Options         // a single server: redis://, rediss://, unix://
+	failover   *redis.FailoverOptions // a Sentinel-managed master: redis+sentinel://
+	cluster    *redis.ClusterOptions  // a Redis Cluster: redis+cluster://
+	embedded   *miniredis.Miniredis   // non-nil when we started it
 }
 
+// newClient returns a new client. Options are copied: go-redis keeps and may
+// modify the struct it is given.
 func (t *target) newClient() redis.UniversalClient {
-	// Options are copied: go-redis keeps and may modify the struct it is
-	// given.
+	switch {
+	case t.cluster != nil:
+		opts := *t.cluster
+		return redis.NewClusterClient(&opts)
+	case t.failover != nil:
+		opts := *t.failover
+		return redis.NewFailoverClient(&opts)
+	}
 	opts := *t.standalone
 	return redis.NewClient(&opts)
 }
@@ -75,9 +113,18 @@ func (t *target) newClient() redis.UniversalClient {
 // so that an unreachable server is reported at once rather than after
 // go-redis's retries (20 dial attempts over 2s).
 func (t *target) newProbeClient() redis.UniversalClient {
+	switch {
+	case t.cluster != nil:
+		opts := *t.cluster
+		opts.MaxRetries, opts.DialerRetries = -1, 1
+		return redis.NewClusterClient(&opts)
+	case t.failover != nil:
+		opts := *t.failover
+		opts.MaxRetries, opts.DialerRetries = -1, 1
+		return redis.NewFailoverClient(&opts)
+	}
 	opts := *t.standalone
-	opts.MaxRetries = -1
-	opts.DialerRetries = 1
+	opts.MaxRetries, opts.DialerRetries = -1, 1
 	return redis.NewClient(&opts)
 }
 
@@ -125,7 +172,15 @@ func (o *connOptions) resolve() (*target, error) {
 	if raw == "" {
 		return nil, nil
 	}
+	// url.Parse rejects a list of hosts: parse the URL without it.
+	var hostList string
+	if scheme, _, ok := strings.Cut(raw, "://"); ok && (strings.HasSuffix(scheme, "+sentinel") || strings.HasSuffix(scheme, "+cluster")) {
+		raw, hostList = cutHostList(raw)
+	}
 	u, err := url.Parse(raw)
+	if hostList != "" && err == nil {
+		u.Host = hostList
+	}
 	if err != nil {
 		// url's message quotes the whole URL, which may hold a password.
 		var uerr *url.Error
@@ -134,10 +189,16 @@ func (o *connOptions) resolve() (*target, error) {
 		}
 		return nil, usageErrorf("%s is not a valid URL: %v", source, err)
 	}
+	desc := fmt.Sprintf("%s (from %s)", u.Redacted(), source)
 	switch u.Scheme {
 	case "redis", "rediss", "unix":
+	case "redis+sentinel", "rediss+sentinel":
+		return o.resolveSentinel(u, source, desc)
+	case "redis+cluster", "rediss+cluster":
+		return o.resolveCluster(u, source, desc)
 	default:
-		return nil, usageErrorf("%s: unsupported scheme %q in %s: use redis://host:port, or rediss://host:port for TLS",
+		return nil, usageErrorf("%s: unsupported scheme %q in %s: use redis://host:port (rediss:// for TLS), "+
+			"redis+sentinel://host:port,.../master or redis+cluster://host:port,... (see dlock --help)",
 			source, u.Scheme, u.Redacted())
 	}
 	opts, err := redis.ParseURL(raw)
@@ -148,10 +209,116 @@ func (o *connOptions) resolve() (*target, error) {
 	if opts.Password == "" {
 		opts.Password = o.getenv(redisPasswordEnv)
 	}
-	return &target{
-		desc:       fmt.Sprintf("Redis at %s (from %s)", u.Redacted(), source),
-		standalone: opts,
-	}, nil
+	return &target{desc: "Redis at " + desc, standalone: opts}, nil
+}
+
+// resolveSentinel resolves redis+sentinel://[[user]:password@]host:port[,host:port...]/master[/db][?options]:
+// the addresses are the Sentinels', the credentials the master's. It hands
+// the options to go-redis's own parser, in the form that expects.
+func (o *connOptions) resolveSentinel(u *url.URL, source, desc string) (*target, error) {
+	hosts, err := splitHosts(u.Host, defaultSentinelPort)
+	if err != nil {
+		return nil, usageErrorf("%s: %s: %v", source, u.Redacted(), err)
+	}
+	parts := strings.FieldsFunc(u.Path, func(r rune) bool { return r == '/' })
+	if len(parts) == 0 || len(parts) > 2 {
+		return nil, usageErrorf("%s: %s: give the name of the master the Sentinels monitor as the path, "+
+			"and optionally the database: redis+sentinel://host:26379/mymaster[/db]", source, u.Redacted())
+	}
+	q := withAddrs(u.Query(), hosts[1:])
+	q.Set("master_name", parts[0])
+	inner := &url.URL{Scheme: strings.TrimSuffix(u.Scheme, "+sentinel"), Host: hosts[0], RawQuery: q.Encode()}
+	if len(parts) == 2 {
+		inner.Path = "/" + parts[1]
+	}
+	opts, err := redis.ParseFailoverURL(inner.String())
+	if err != nil {
+		return nil, usageErrorf("%s: %s: %v", source, u.Redacted(), err)
+	}
+	// ParseFailoverURL reads the URL's credentials as the Sentinels'; ours
+	// are the master's, like the other forms' are the server's.
+	opts.SentinelUsername, opts.SentinelPassword = "", o.getenv(redisSentinelPasswordEnv)
+	if u.User != nil {
+		opts.Username = u.User.Username()
+		if pw, ok := u.User.Password(); ok {
+			opts.Password = pw
+		}
+	}
+	if opts.Password == "" {
+		opts.Password = o.getenv(redisPasswordEnv)
+	}
+	if opts.TLSConfig != nil {
+		// Verify each server by the address it is reached at: the master
+		// is found through the Sentinels.
+		opts.TLSConfig.ServerName = ""
+	}
+	return &target{desc: "Redis Sentinel master at " + desc, failover: opts}, nil
+}
+
+// resolveCluster resolves redis+cluster://[[user]:password@]host:port[,host:port...][?options].
+func (o *connOptions) resolveCluster(u *url.URL, source, desc string) (*target, error) {
+	hosts, err := splitHosts(u.Host, defaultRedisPort)
+	if err != nil {
+		return nil, usageErrorf("%s: %s: %v", source, u.Redacted(), err)
+	}
+	if strings.Trim(u.Path, "/") != "" {
+		return nil, usageErrorf("%s: %s: a Cluster URL has no path (a Cluster has only database 0)", source, u.Redacted())
+	}
+	q := withAddrs(u.Query(), hosts[1:])
+	inner := &url.URL{Scheme: strings.TrimSuffix(u.Scheme, "+cluster"), User: u.User, Host: hosts[0], RawQuery: q.Encode()}
+	opts, err := redis.ParseClusterURL(inner.String())
+	if err != nil {
+		return nil, usageErrorf("%s: %s: %v", source, u.Redacted(), err)
+	}
+	if opts.Password == "" {
+		opts.Password = o.getenv(redisPasswordEnv)
+	}
+	if opts.TLSConfig != nil {
+		opts.TLSConfig.ServerName = "" // verify each node by its own address
+	}
+	return &target{desc: "Redis Cluster at " + desc, cluster: opts}, nil
+}
+
+// withAddrs puts hosts first among q's addr parameters, which is how
+// go-redis's URL parsers take further addresses.
+func withAddrs(q url.Values, hosts []string) url.Values {
+	q["addr"] = append(append([]string(nil), hosts...), q["addr"]...)
+	if len(q["addr"]) == 0 {
+		delete(q, "addr")
+	}
+	return q
+}
+
+// cutHostList takes the host list out of a URL's authority
+// ("[user:password@]host:port,host:port..."), leaving a placeholder host.
+func cutHostList(raw string) (rest, hostList string) {
+	start := strings.Index(raw, "://") + len("://")
+	end := len(raw)
+	if i := strings.IndexAny(raw[start:], "/?#"); i >= 0 {
+		end = start + i
+	}
+	authority := raw[start:end]
+	at := strings.LastIndexByte(authority, '@') + 1 // 0 without userinfo
+	return raw[:start] + authority[:at] + "hosts" + raw[end:], authority[at:]
+}
+
+// splitHosts splits a URL's comma-separated host list, adding defaultPort
+// to the addresses without one.
+func splitHosts(hostList, defaultPort string) ([]string, error) {
+	var hosts []string
+	for _, h := range strings.Split(hostList, ",") {
+		if h == "" {
+			return nil, errors.New("empty address in the host list")
+		}
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			h = net.JoinHostPort(strings.Trim(h, "[]"), defaultPort)
+		}
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			return nil, fmt.Errorf("invalid address %q", h)
+		}
+		hosts = append(hosts, h)
+	}
+	return hosts, nil
 }
 
 // ping checks that the server answers, so that a wrong address fails at
@@ -192,4 +359,36 @@ func startEmbedded() (*target, error) {
 		standalone: &redis.Options{Addr: m.Addr()},
 		embedded:   m,
 	}, nil
+}
+
+// session is what a subcommand that uses locks opens: the target, a go-redis
+// client for it and a dlock Client over that. Close closes all three.
+type session struct {
+	target *target
+	rdb    redis.UniversalClient
+	c      *dlock.Client
+}
+
+// openSession opens the configured target (see connOptions.open) and a
+// dlock Client on it with the --key-prefix and opts.
+func (a *app) openSession(ctx context.Context, embedded bool, opts ...dlock.Option) (*session, error) {
+	t, err := a.conn.open(ctx, embedded)
+	if err != nil {
+		return nil, err
+	}
+	rdb := t.newClient()
+	c, err := dlock.New(rdb, append([]dlock.Option{dlock.WithKeyPrefix(a.keyPrefix)}, opts...)...)
+	if err != nil {
+		rdb.Close()
+		t.Close()
+		return nil, err
+	}
+	return &session{target: t, rdb: rdb, c: c}, nil
+}
+
+// Close closes the dlock Client, the go-redis client and the target.
+func (s *session) Close() {
+	s.c.Close()
+	s.rdb.Close()
+	s.target.Close()
 }

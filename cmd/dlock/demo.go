@@ -538,25 +538,45 @@ func (d *demoRun) cleanup(ctx context.Context, stderr io.Writer) {
 }
 
 // deleteByPrefix deletes every key that starts with prefix, which must hold
-// no glob characters. On a Cluster target it would run on each master
-// (ClusterClient.ForEachMaster).
+// no glob characters: on every master of a Cluster, and with one DEL per
+// key, since the keys of a batch may lie in different slots.
 func deleteByPrefix(ctx context.Context, rdb redis.UniversalClient, prefix string) error {
-	iter := rdb.Scan(ctx, 0, prefix+"*", 100).Iterator()
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			return deleteMatching(ctx, node, rdb, prefix)
+		})
+	}
+	return deleteMatching(ctx, rdb, rdb, prefix)
+}
+
+// deleteMatching deletes, through del, the keys that start with prefix on
+// the one server scan reaches, in pipelined batches.
+func deleteMatching(ctx context.Context, scan, del redis.Cmdable, prefix string) error {
+	iter := scan.Scan(ctx, 0, prefix+"*", 100).Iterator()
 	var batch []string
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		_, err := del.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, k := range batch {
+				p.Del(ctx, k)
+			}
+			return nil
+		})
+		batch = batch[:0]
+		return err
+	}
 	for iter.Next(ctx) {
 		batch = append(batch, iter.Val())
 		if len(batch) == 100 {
-			if err := rdb.Del(ctx, batch...).Err(); err != nil {
+			if err := flush(); err != nil {
 				return err
 			}
-			batch = batch[:0]
 		}
 	}
 	if err := iter.Err(); err != nil {
 		return err
 	}
-	if len(batch) > 0 {
-		return rdb.Del(ctx, batch...).Err()
-	}
-	return nil
+	return flush()
 }

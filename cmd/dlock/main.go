@@ -12,11 +12,16 @@ import (
 	"syscall"
 )
 
-func main() {
+func main() { os.Exit(dlockMain()) }
+
+// dlockMain runs the command line of the process and returns its exit code.
+// The tests run it as the "dlock" command of their scripts.
+func dlockMain() int {
 	// The first signal cancels ctx: the running subcommand stops, cleans up
 	// and returns its exit code. It also restores the default handling, so a
-	// second signal kills a process that is slow to clean up.
+	// second signal kills a process that is slow to clean up ("dlock run"
+	// handles signals itself while its command runs, and forwards them).
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	context.AfterFunc(ctx, stop)
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	return run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 }

@@ -3,14 +3,41 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rogpeppe/go-internal/testscript"
+	"go.uber.org/goleak"
+
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) {
+	// Run as "dlock" or "hold" by the scripts, this binary is that command;
+	// otherwise it runs the tests, then looks for leaked goroutines.
+	os.Exit(testscript.RunMain(leakChecked{m}, map[string]func() int{
+		"dlock": dlockMain,
+		"hold":  holdMain,
+	}))
+}
+
+// leakChecked runs the tests as redistest.Main does: stopping the shared
+// server, then failing on leaked goroutines.
+type leakChecked struct{ m *testing.M }
+
+func (l leakChecked) Run() int {
+	code := redistest.Wrap(l.m).Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: errors on a successful test run: %v\n", err)
+			return 1
+		}
+	}
+	return code
+}
 
 // result is what one run of the command line produced.
 type result struct {

@@ -19,24 +19,33 @@ const (
 	exitUsage   = 2 // the command line is wrong: unknown command or flag, invalid value
 )
 
-// app is what every subcommand shares: where its output goes and how it
-// reaches Redis. Subcommands write only to stdout and stderr, never to
-// os.Stdout, so tests can run them in-process.
+// app is what every subcommand shares: where its input and output go, how
+// it reaches Redis and the key prefix of the locks. Subcommands use only
+// these, never os.Stdin or os.Stdout, so tests can run them in-process.
 type app struct {
+	stdin          io.Reader
 	stdout, stderr io.Writer
 	conn           connOptions
+	keyPrefix      string // --key-prefix
 }
 
 // run runs the dlock command line args (without the program name) and
 // returns the process exit code. ctx ends the command early (main cancels it
 // on SIGINT and SIGTERM).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	a := &app{stdout: stdout, stderr: stderr, conn: connOptions{getenv: os.Getenv}}
+	a := &app{stdin: os.Stdin, stdout: stdout, stderr: stderr, conn: connOptions{getenv: os.Getenv}}
 	root := a.rootCmd()
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return exitOK
+	}
+	var status *exitStatus
+	if errors.As(err, &status) {
+		if status.err != nil {
+			fmt.Fprintf(stderr, "dlock: %v\n", status.err)
+		}
+		return status.code
 	}
 	var fail *failure
 	if !errors.As(err, &fail) {
@@ -59,12 +68,14 @@ func (a *app) rootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "dlock",
 		Short: "Distributed locks on Redis: try them, inspect them",
-		Long: `dlock is the command line of github.com/dlock-go/dlock, distributed locks on Redis.
+		Long: `dlock is the command line of github.com/dlock-go/dlock, distributed locks on Redis:
+run a command under a lock held across hosts (a distributed flock), see who
+holds which lock, take a lock away from a stuck holder, and measure a server.
 
-Every subcommand reaches Redis through --redis or the REDIS_URL environment
-variable: redis://[[user]:password@]host:port[/db] for plain TCP, rediss://
-for TLS. A password not in the URL is taken from REDIS_PASSWORD, so it need
-not appear on the command line.`,
+` + urlHelp + `
+
+run, ls, status and unlock need a shared server; demo and bench start an
+embedded in-process Redis when none is configured.`,
 		SilenceErrors: true, // run prints errors, with the exit code's meaning
 		SilenceUsage:  true, // a failure is not a reason to print the usage
 		// No "completion" command until the command set settles.
@@ -74,8 +85,15 @@ not appear on the command line.`,
 	root.SetErr(a.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	a.conn.addFlags(root)
+	root.PersistentFlags().StringVar(&a.keyPrefix, "key-prefix", "dlock:",
+		"`prefix` of the locks' keys: the applications' dlock.WithKeyPrefix")
 
 	root.AddCommand(
+		a.runCmd(),
+		a.lsCmd(),
+		a.statusCmd(),
+		a.unlockCmd(),
+		a.benchCmd(),
 		a.demoCmd(),
 	)
 	markFailures(root)
@@ -99,6 +117,23 @@ func (e usageError) Unwrap() error { return e.err }
 func usageErrorf(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }
+
+// exitStatus makes run exit with code, after printing err when it is not
+// nil: how "dlock run" passes its command's exit status on, and reports
+// the outcomes that have codes of their own.
+type exitStatus struct {
+	code int
+	err  error
+}
+
+func (e *exitStatus) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitStatus) Unwrap() error { return e.err }
 
 // failure is an error a command's RunE returned that is not a usage error;
 // run exits with exitFailure.
@@ -125,11 +160,13 @@ func markFailures(cmd *cobra.Command) {
 	}
 }
 
-// classify marks err as a usage error or a failure.
+// classify marks err as a usage error or a failure; exit statuses stay
+// as they are.
 func classify(err error) error {
 	var usage usageError
+	var status *exitStatus
 	switch {
-	case err == nil, errors.As(err, &usage):
+	case err == nil, errors.As(err, &usage), errors.As(err, &status):
 		return err
 	case errors.Is(err, dlock.ErrInvalidArgument):
 		return usageError{err}

@@ -1,0 +1,254 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// lockedBuffer is a bytes.Buffer safe for a process's output and a test
+// reading it meanwhile.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// dlockProcess is this test binary run as the dlock command, in a process
+// of its own, so that it can be signalled.
+type dlockProcess struct {
+	cmd    *exec.Cmd
+	stderr lockedBuffer
+	exited chan struct{}
+}
+
+// startDlock starts "dlock args..." with REDIS_URL set to srv, in a process
+// group of its own, as a shell would start a job.
+func startDlock(t *testing.T, srv *redistest.Server, args ...string) *dlockProcess {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &dlockProcess{exited: make(chan struct{})}
+	p.cmd = exec.Command(exe, args...)
+	p.cmd.Args[0] = "dlock" // testscript.RunMain runs dlockMain for it
+	p.cmd.Env = append(os.Environ(), redisURLEnv+"="+srv.URL(), "GORACE="+goraceNoExitSleep())
+	p.cmd.Stdout = &p.stderr
+	p.cmd.Stderr = &p.stderr
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A command that outlives dlock holds its output pipe open: do not wait
+	// for that.
+	p.cmd.WaitDelay = time.Second
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.exited
+	})
+	return p
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *dlockProcess) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-p.exited:
+		return p.cmd.ProcessState.ExitCode()
+	case <-time.After(30 * time.Second):
+		t.Fatalf("dlock still running after 30s; output:\n%s", p.stderr.String())
+		return 0
+	}
+}
+
+// waitForFile waits until path exists and returns its content.
+func waitForFile(t *testing.T, path string) string {
+	t.Helper()
+	var b []byte
+	waitUntil(t, "file "+path, func() bool {
+		var err error
+		b, err = os.ReadFile(path)
+		return err == nil
+	})
+	return string(b)
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// inspector returns a dlock Client to look at srv's locks.
+func inspector(t *testing.T, srv *redistest.Server) *dlock.Client {
+	c, err := dlock.New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// state returns the number of holders and waiters of name's mutex.
+func state(t *testing.T, c *dlock.Client, name string) (holders, waiters int) {
+	t.Helper()
+	infos, err := c.Inspect(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, info := range infos {
+		if info.Kind == dlock.KindMutex {
+			return len(info.Holders), len(info.Waiters)
+		}
+	}
+	return 0, 0
+}
+
+func uniqueLockName(t *testing.T) string {
+	return fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
+}
+
+// TestRunForwardsSignals sends signals to dlock alone, as kill(1) or a
+// service manager would: the command gets them, dlock exits with the
+// command's status and releases the lock.
+func TestRunForwardsSignals(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := inspector(t, srv)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
+		t.Run(sig.String(), func(t *testing.T) {
+			name, dir := uniqueLockName(t), t.TempDir()
+			p := startDlock(t, srv, "run", name, "--", "hold", dir)
+			waitForFile(t, filepath.Join(dir, "started"))
+			if err := p.cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			if code := p.wait(t); code != 128+int(sig) {
+				t.Errorf("dlock exited with %d, want %d; output:\n%s", code, 128+int(sig), p.stderr.String())
+			}
+			if got := waitForFile(t, filepath.Join(dir, "signal")); got != sig.String()+"\n" {
+				t.Errorf("the command got %q, want %s", got, sig)
+			}
+			if h, _ := state(t, c, name); h != 0 {
+				t.Errorf("the lock is still held after dlock exited")
+			}
+		})
+	}
+}
+
+// TestRunCtrlC sends SIGINT to dlock's whole process group, as a terminal
+// does for Ctrl-C: the command, in a group of its own, gets it from dlock.
+func TestRunCtrlC(t *testing.T) {
+	srv := redistest.Shared(t)
+	name, dir := uniqueLockName(t), t.TempDir()
+	p := startDlock(t, srv, "run", name, "--", "hold", dir)
+	waitForFile(t, filepath.Join(dir, "started"))
+	if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t); code != 130 {
+		t.Errorf("dlock exited with %d, want 130; output:\n%s", code, p.stderr.String())
+	}
+	if got := waitForFile(t, filepath.Join(dir, "signal")); got != "interrupt\n" {
+		t.Errorf("the command got %q, want interrupt", got)
+	}
+	if h, _ := state(t, inspector(t, srv), name); h != 0 {
+		t.Errorf("the lock is still held after dlock exited")
+	}
+}
+
+// TestRunInterruptedWhileWaiting interrupts a run that waits for the lock:
+// it exits with 130 without running its command, and leaves the queue.
+func TestRunInterruptedWhileWaiting(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := inspector(t, srv)
+	name, dir := uniqueLockName(t), t.TempDir()
+	l, err := c.Mutex(name).Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(context.Background())
+
+	p := startDlock(t, srv, "run", name, "--", "hold", dir)
+	waitUntil(t, "dlock waiting", func() bool { _, w := state(t, c, name); return w == 1 })
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t); code != 130 {
+		t.Errorf("dlock exited with %d, want 130; output:\n%s", code, p.stderr.String())
+	}
+	if !strings.Contains(p.stderr.String(), "got interrupt while waiting for") {
+		t.Errorf("dlock did not say it was interrupted while waiting:\n%s", p.stderr.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "started")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the command ran: %v", err)
+	}
+	if _, w := state(t, c, name); w != 0 {
+		t.Errorf("%d waiters left after dlock exited", w)
+	}
+}
+
+// TestRunKilledDlockKillsItsCommand kills dlock with SIGKILL: nothing will
+// renew the lock, so its command must not go on running.
+func TestRunKilledDlockKillsItsCommand(t *testing.T) {
+	srv := redistest.Shared(t)
+	name, dir := uniqueLockName(t), t.TempDir()
+	p := startDlock(t, srv, "run", name, "--", "sh", "-c", `echo $$ > "$0/pid"; exec hold "$0"`, dir)
+	waitForFile(t, filepath.Join(dir, "started"))
+	pid, err := strconv.Atoi(strings.TrimSpace(waitForFile(t, filepath.Join(dir, "pid"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t)
+	waitUntil(t, fmt.Sprintf("the command (pid %d) to die", pid), func() bool { return !running(pid) })
+}
+
+// running reports whether pid is a live process (not gone, not a zombie).
+func running(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised command name.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || (s[i+2] != 'Z' && s[i+2] != 'X')
+}

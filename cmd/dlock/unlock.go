@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dlock-go/dlock"
+)
+
+// unlockOptions are the flags of "dlock unlock".
+type unlockOptions struct {
+	force bool
+}
+
+func (a *app) unlockCmd() *cobra.Command {
+	o := &unlockOptions{}
+	cmd := &cobra.Command{
+		Use:   "unlock --force NAME",
+		Short: "Release a lock held by someone else (for operators)",
+		Long: `unlock --force releases everything held under the lock NAME: the holder of its
+mutex, every hold of its reentrant lock, every reader or the writer of its
+read-write lock, and every holder of its semaphore's permits (latches hold
+nothing and are left alone). Each lock passes to its first waiters, as if its
+holder had released it.
+
+It is for a holder that is stuck or gone while its lock keeps being renewed,
+or whose TTL is too long to wait out. The holder is not told at once: it
+notices at its next renewal, within a third of its TTL, and then stops
+(a "dlock run" terminates its command, see --on-lost). Until then it may
+still be working, unprotected: the fencing tokens are there for that.
+
+Without --force, unlock refuses and changes nothing.
+
+Exit status: 0 (also when nothing was held), 1 when Redis fails or a key
+holds something dlock did not write, 2 without --force, for invalid flags or
+with no Redis server configured.`,
+		Example: `  dlock status nightly-report          # who holds it?
+  dlock unlock --force nightly-report`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageErrorf("unlock takes one lock name, got %d arguments", len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.unlock(cmd.Context(), o, args[0])
+		},
+	}
+	cmd.Flags().BoolVar(&o.force, "force", false, "release the lock even though this process does not hold it (required)")
+	return cmd
+}
+
+func (a *app) unlock(ctx context.Context, o *unlockOptions, name string) error {
+	if !o.force {
+		return usageErrorf("refusing to release %q without --force: it takes the lock away from whoever holds it "+
+			"(see \"dlock status %s\" first)", name, name)
+	}
+	s, err := a.openSession(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	before, _ := s.c.Inspect(ctx, name) // to say whom it released; ForceUnlock reports the errors
+	n, err := s.c.ForceUnlock(ctx, name)
+	if n == 0 && err == nil {
+		fmt.Fprintf(a.stdout, "%q: nothing was held\n", name)
+		return nil
+	}
+	if n > 0 {
+		fmt.Fprintf(a.stdout, "%q: released %s; it was held by:\n", name, plural(int64(n), "holder", "holders"))
+		for _, info := range before {
+			for _, h := range info.Holders {
+				fmt.Fprintf(a.stdout, "  %s: %s (token %s)\n", info.Kind, ownerLabel(h.Owner, h.Info), formatToken(h.Token))
+			}
+		}
+		a.printWaitersServed(ctx, s.c, name)
+	}
+	return err
+}
+
+// printWaitersServed says who holds the lock now, if a waiter got it.
+func (a *app) printWaitersServed(ctx context.Context, c *dlock.Client, name string) {
+	infos, err := c.Inspect(ctx, name)
+	if err != nil {
+		return
+	}
+	for _, info := range infos {
+		if len(info.Holders) > 0 && info.Kind != dlock.KindLatch {
+			fmt.Fprintf(a.stdout, "%q %s: now held by %s\n", name, info.Kind, holderList(info.Holders))
+		}
+	}
+}

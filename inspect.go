@@ -51,7 +51,10 @@ type LockInfo struct {
 	// number of readers for an RWMutex, every acquisition for a Semaphore.
 	// Empty when nobody holds it; always empty for a Latch.
 	Holders []Holder
-	// Waiters are the live waiters in the order they will be served.
+	// Waiters are the live waiters in the order they will be served, as
+	// Redis sees them: the goroutines of one Client waiting for a Mutex
+	// share one place in its queue (see Mutex), so they show as one
+	// waiter; FairMutex waiters each have their own.
 	Waiters []Waiter
 	// LastToken is the last fencing token issued for this kind under the
 	// name, 0 when it is no longer remembered (it is kept for at least an

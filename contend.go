@@ -71,11 +71,11 @@ func (lq *localQueues) close() {
 func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
 	key := localQueueKey{lock: m.keys.lock, ttl: m.cfg.ttl, maxHold: m.cfg.maxHold, waiterLease: m.cfg.waiterLease}
 	began := time.Now()
-	w := &localWaiter{m: m, ready: make(chan localResult, 1)}
 
 	c.local.mu.Lock()
 	q := c.local.queues[key]
 	if q != nil {
+		w := newLocalWaiter(m)
 		q.waiters = append(q.waiters, w)
 		c.local.mu.Unlock()
 		return c.awaitLocal(ctx, q, w, began)
@@ -110,6 +110,7 @@ func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
 		return nil, redisError("Lock", m.name, first.err)
 	}
 
+	w := newLocalWaiter(m)
 	c.local.mu.Lock()
 	if q = c.local.queues[key]; q != nil {
 		// Another goroutine became the contender meanwhile: join it, and
@@ -133,6 +134,10 @@ func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
 	c.local.mu.Unlock()
 	go c.contend(q, owner, first)
 	return c.awaitLocal(ctx, q, w, began)
+}
+
+func newLocalWaiter(m *Mutex) *localWaiter {
+	return &localWaiter{m: m, ready: make(chan localResult, 1)}
 }
 
 // awaitLocal waits for the contender to hand w a lease, or for ctx.

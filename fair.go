@@ -25,7 +25,9 @@ type FairMutex struct {
 // defaults. It sends nothing and never fails: an invalid name or option is
 // reported by the first TryLock or Lock.
 func (c *Client) FairMutex(name string, opts ...Option) *FairMutex {
-	return &FairMutex{m: c.Mutex(name, opts...)}
+	m := c.Mutex(name, opts...)
+	m.fair = true
+	return &FairMutex{m: m}
 }
 
 // Name returns the lock's name.

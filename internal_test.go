@@ -18,12 +18,12 @@ func TestParseGrant(t *testing.T) {
 	}{
 		{"1795286337723686 3000 abc;host=h pid=1", true, 1795286337723686, 3 * time.Second, "abc;host=h pid=1"},
 		{"7 1 o", true, 7, time.Millisecond, "o"},
-		{"7 0 o", false, 0, 0, ""},      // a grant without a claim window is invalid
-		{"7 1 ", false, 0, 0, ""},       // no owner
-		{"x 1 o", false, 0, 0, ""},      // not a number
-		{"wake", false, 0, 0, ""},       // a plain wake-up
-		{"", false, 0, 0, ""},           // empty
-		{"1 -5 owner", false, 0, 0, ""}, // negative px
+		{"7 0 o", false, 0, 0, ""},                   // a grant without a claim window is invalid
+		{"7 1 ", false, 0, 0, ""},                    // no owner
+		{"x 1 o", false, 0, 0, ""},                   // not a number
+		{"wake", false, 0, 0, ""},                    // a plain wake-up
+		{"", false, 0, 0, ""},                        // empty
+		{"1 -5 owner", false, 0, 0, ""},              // negative px
 		{"1 9223372036854775807 o", false, 0, 0, ""}, // px overflowing a Duration
 	}
 	for _, c := range cases {

@@ -32,6 +32,7 @@ type Mutex struct {
 	cfg  config
 	keys lockKeys
 	err  error // invalid name or option, reported by TryLock and Lock
+	fair bool  // a FairMutex's: never take a free lock past a queued waiter
 }
 
 var (
@@ -98,7 +99,7 @@ func (m *Mutex) attempt(ctx context.Context, owner string, queue bool) (attemptR
 		Keys:   m.keys.all,
 		Args: []any{
 			owner, ttl.Milliseconds(), queueFlag(queue), m.cfg.waiterLease.Milliseconds(), grantPX.Milliseconds(),
-			fenceRetention(m.cfg.ttl).Milliseconds(), m.c.drv.PublishCommand(), m.keys.channel(),
+			fenceRetention(m.cfg.ttl).Milliseconds(), m.c.drv.PublishCommand(), m.keys.channel(), strictFlag(m.fair),
 		},
 	}
 	m.c.drv.Run(ctx, call)
@@ -113,6 +114,13 @@ func (m *Mutex) attempt(ctx context.Context, owner string, queue bool) (attemptR
 		return attemptResult{granted: true, fence: v[1], pttl: ms(v[2])}, nil
 	}
 	return attemptResult{pttl: ms(v[1])}, nil
+}
+
+func strictFlag(fair bool) string {
+	if fair {
+		return "1"
+	}
+	return "0"
 }
 
 // release is Unlock's script, and how an abandoned waiter leaves the queue.

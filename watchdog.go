@@ -21,10 +21,11 @@ type watchdog struct {
 	// drv runs the pipelined renewals of batchRenewer holders.
 	drv driver.Driver
 
-	mu      sync.Mutex
-	leases  leaseHeap // by next event: renewal or deadline
-	started bool
-	closed  bool
+	mu       sync.Mutex
+	leases   leaseHeap // by next event: renewal or deadline
+	nextWake time.Time // when the loop will wake up by itself
+	started  bool
+	closed   bool
 
 	wake    chan struct{}
 	stop    chan struct{}
@@ -50,13 +51,17 @@ func (w *watchdog) track(l *Lease) error {
 	}
 	l.eventAt = l.nextEventLocked()
 	heap.Push(&w.leases, l)
-	first := w.leases[0] == l
+	// Wake the loop only if it would sleep past this lease's event: most
+	// new leases are due after ones already watched (or just released),
+	// and a wake-up per acquisition costs the scheduler more than the
+	// whole bookkeeping.
+	early := w.started && l.eventAt.Before(w.nextWake)
 	if !w.started {
 		w.started = true
 		go w.run()
 	}
 	w.mu.Unlock()
-	if first {
+	if early {
 		w.poke()
 	}
 	return nil
@@ -143,6 +148,7 @@ func (w *watchdog) step(now time.Time) time.Duration {
 	if len(w.leases) > 0 {
 		sleep = w.leases[0].eventAt.Sub(now)
 	}
+	w.nextWake = now.Add(sleep)
 	if len(batch) > 0 {
 		w.batches.Add(1)
 		go w.renew(batch)

@@ -18,19 +18,42 @@ local function dlock_now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- dlock_issue_fence returns the next fencing token: one more than the last,
--- and never below the server clock in µs, so the sequence stays increasing
--- even after the counter key has expired. Call it before any other write of
--- a grant: it raises DLOCK_CONFLICT when the key holds something else, and
--- a script's earlier writes would not be rolled back. (Conflicts are raised
--- as plain strings: Redis and miniredis both keep the text of those.)
+-- dlock_now_us_digits returns the server's clock in microseconds as a
+-- string, built from TIME's parts (formatting a number costs more).
+local function dlock_now_us_digits()
+  local t = redis.call('TIME')
+  return t[1] .. string.sub('00000' .. t[2], -6)
+end
+
+-- dlock_issue_fence returns the next fencing token: one more than the
+-- last. A fresh counter (never used, or expired after retention_ms) starts
+-- at the server clock in µs instead of 1, so tokens keep increasing across
+-- its expiry: a counter created at T0 stood at most at T0 µs plus one per
+-- grant since, far below the clock an hour later. Grants made here (hand-
+-- offs, and acquires that found waiters) push the expiry back, because a
+-- waiter may read this token later (dlock_last_fence); the uncontended
+-- acquire in mutex_acquire.lua does not, since it returns its token itself.
+-- Call it before any other write of a grant: it raises DLOCK_CONFLICT when
+-- the key holds something else, and a script's earlier writes would not be
+-- rolled back. (Conflicts are raised as plain strings: Redis and miniredis
+-- both keep the text of those.) now_us may be nil.
 local function dlock_issue_fence(fence_key, now_us, retention_ms)
-  local last = tonumber(redis.call('GET', fence_key) or '0')
-  if last == nil then
+  local token = redis.pcall('INCR', fence_key)
+  if type(token) ~= 'number' then
     error('DLOCK_CONFLICT the fencing key ' .. fence_key .. ' does not hold a number')
   end
-  local token = math.max(last + 1, now_us)
-  redis.call('SET', fence_key, string.format('%.0f', token), 'PX', retention_ms)
+  if token == 1 then
+    local digits
+    if now_us then
+      digits = string.format('%.0f', now_us)
+    else
+      digits = dlock_now_us_digits()
+    end
+    redis.call('SET', fence_key, digits, 'PX', retention_ms)
+    token = tonumber(digits)
+  else
+    redis.call('PEXPIRE', fence_key, retention_ms)
+  end
   return token
 end
 

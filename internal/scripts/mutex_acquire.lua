@@ -3,7 +3,8 @@
 -- ARGV: 1 owner value, 2 ttl ms, 3 "1" to join (or stay in) the queue when
 --       not granted, "0" not to, 4 waiter lease ms, 5 grant px (the claim
 --       window a hand-off gives this owner), 6 fence retention ms,
---       7 publish command, 8 channel
+--       7 publish command, 8 channel, 9 "1" for strict arrival order (a
+--       free lock is never taken past a queued waiter), "0" otherwise
 -- Returns: {1, fence, pttl}: owner holds the lock now (taken by this call,
 --          or handed over earlier while it waited); pttl is the key's
 --          remaining ms.
@@ -12,7 +13,30 @@
 --          Error DLOCK_CONFLICT (or WRONGTYPE) when the key holds something
 --          that is not a lock; nothing is modified then.
 local owner = ARGV[1]
+
+-- The common case first, before lock_lib's helpers are even defined (that
+-- costs more than this whole path): the lock free. While anyone waits a
+-- release hands the lock over instead of freeing it, so a free lock with
+-- waiters queued only happens after a holder died; outside strict order, a
+-- newcomer may take it then rather than pay a queue check on every acquire.
+if (ARGV[9] ~= '1' or redis.call('EXISTS', KEYS[3]) == 0) and redis.call('SET', KEYS[1], owner, 'NX', 'PX', ARGV[2]) then
+  local token = redis.pcall('INCR', KEYS[2])
+  if type(token) ~= 'number' then
+    redis.call('DEL', KEYS[1]) -- undo, within this same atomic script
+    return redis.error_reply('DLOCK_CONFLICT the fencing key ' .. KEYS[2] .. ' does not hold a number')
+  end
+  if token == 1 then -- a fresh counter starts at the clock (see dlock_issue_fence)
+    local t = redis.call('TIME')
+    local digits = t[1] .. string.sub('00000' .. t[2], -6) -- µs, without formatting a number
+    redis.call('SET', KEYS[2], digits, 'PX', ARGV[6])
+    token = tonumber(digits)
+  end
+  return {1, token, tonumber(ARGV[2])}
+end
+
 local cur = redis.call('GET', KEYS[1])
+--@lib
+
 if cur == owner then
   dlock_dequeue(KEYS[3], KEYS[4], owner)
   return {1, dlock_last_fence(KEYS[2]), redis.call('PTTL', KEYS[1])}

@@ -7,18 +7,27 @@
 --          {2, fence, px, next}: handed over to the waiter `next`, with its
 --          fencing token and claim window.
 local owner = ARGV[1]
-if redis.call('GET', KEYS[1]) ~= owner then
+local cur = redis.call('GET', KEYS[1])
+
+-- The common case first, before lock_lib's helpers are defined: ours, and
+-- nobody waiting.
+if cur == owner and redis.call('EXISTS', KEYS[3]) == 0 then
+  redis.call('DEL', KEYS[1])
+  return {1}
+end
+
+--@lib
+
+if cur ~= owner then
   dlock_dequeue(KEYS[3], KEYS[4], owner)
   return {0}
 end
 -- The holder is never in the queue: a grant takes it out.
-if redis.call('EXISTS', KEYS[3]) == 1 then
-  local now_us = dlock_now_us()
-  local head, px = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000))
-  if head then
-    local token = dlock_grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head, px, now_us, ARGV[2], ARGV[3], ARGV[4])
-    return {2, token, tonumber(px), head}
-  end
+local now_us = dlock_now_us()
+local head, px = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000))
+if head then
+  local token = dlock_grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head, px, now_us, ARGV[2], ARGV[3], ARGV[4])
+  return {2, token, tonumber(px), head}
 end
 redis.call('DEL', KEYS[1])
 return {1}

@@ -7,6 +7,7 @@ package scripts
 
 import (
 	_ "embed"
+	"strings"
 
 	"github.com/dlock-go/dlock/driver"
 )
@@ -66,7 +67,15 @@ var (
 	RedlockAcquire = driver.NewScript(redlockAcquire)
 )
 
+// withLib builds a script from helpers and a body. A body with a line
+// "--@lib" gets the helpers there instead of at the top: code above it (a
+// fast path that returns early) runs without paying for defining them,
+// which costs more than a few Redis commands.
 func withLib(lib, body string) *driver.Script {
+	const marker = "\n--@lib\n"
+	if i := strings.Index(body, marker); i >= 0 {
+		return driver.NewScript(body[:i+1] + lib + "\n" + body[i+len(marker):])
+	}
 	return driver.NewScript(lib + "\n" + body)
 }
 

@@ -21,6 +21,7 @@ if rw_foreign(KEYS[1]) then
   return redis.error_reply('DLOCK_CONFLICT ' .. KEYS[1] .. ' holds a value with no expiry that no lock wrote')
 end
 local now_us, now_ms = rw_time()
+rw_check_keys(KEYS)
 rw_prune(KEYS, now_ms)
 
 local score = redis.call('ZSCORE', KEYS[1], member)

@@ -11,6 +11,7 @@ if rw_foreign(KEYS[1]) then
   return {0}
 end
 local now_us, now_ms = rw_time()
+rw_check_keys(KEYS)
 rw_prune(KEYS, now_ms)
 if not rw_drop(KEYS, ARGV[1]) then
   return {0}

@@ -28,6 +28,21 @@ local function rw_foreign(holders_key)
   return redis.call('PTTL', holders_key) == -1
 end
 
+-- rw_check_keys raises DLOCK_CONFLICT when the fencing counter or the
+-- tokens hash holds something no rw script wrote. Scripts call it before
+-- their first write: a script's writes are not rolled back by a later error,
+-- and a foreign key must be left exactly as it was.
+local function rw_check_keys(keys)
+  local fence = redis.call('TYPE', keys[2]).ok
+  if fence ~= 'none' and (fence ~= 'string' or tonumber(redis.call('GET', keys[2])) == nil) then
+    error('DLOCK_CONFLICT the fencing key ' .. keys[2] .. ' does not hold a number')
+  end
+  local tokens = redis.call('TYPE', keys[5]).ok
+  if tokens ~= 'none' and tokens ~= 'hash' then
+    error('DLOCK_CONFLICT ' .. keys[5] .. ' holds a ' .. tokens .. ' that no read-write lock wrote')
+  end
+end
+
 -- rw_prune drops the holders whose expiry has passed. On a key of another
 -- type it raises WRONGTYPE before anything is written.
 local function rw_prune(keys, now_ms)

@@ -13,6 +13,7 @@ if rw_foreign(KEYS[1]) then
   return {0}
 end
 local now_us, now_ms = rw_time()
+rw_check_keys(KEYS)
 rw_prune(KEYS, now_ms)
 local reply = {0}
 if rw_drop(KEYS, member) then

@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -82,6 +83,21 @@ func ccdf(sorted []time.Duration, n int) plotter.XYs {
 	return pts
 }
 
+// powerTicks are plot.LogTicks labelled cleanly: LogTicks computes its
+// powers of ten in floating point and prints 1e-4 as 9.999999999999999e-05.
+type powerTicks struct{}
+
+func (powerTicks) Ticks(min, max float64) []plot.Tick {
+	ts := plot.LogTicks{Prec: -1}.Ticks(min, max)
+	for i := range ts {
+		if ts[i].Label != "" {
+			v := math.Pow10(int(math.Round(math.Log10(ts[i].Value))))
+			ts[i].Label = strconv.FormatFloat(v, 'g', -1, 64)
+		}
+	}
+	return ts
+}
+
 // ccdfPlot draws one panel: a line per series, log-log, with dashed grey
 // lines at the thresholds (ms).
 func ccdfPlot(title, xlabel, ylabel string, series []Series, thresholds []float64) (*plot.Plot, error) {
@@ -93,8 +109,8 @@ func ccdfPlot(title, xlabel, ylabel string, series []Series, thresholds []float6
 	p.Y.Label.Position = draw.PosTop
 	p.X.Scale = plot.LogScale{}
 	p.Y.Scale = plot.LogScale{}
-	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.X.Tick.Marker = powerTicks{}
+	p.Y.Tick.Marker = powerTicks{}
 	p.Add(plotter.NewGrid())
 	// The lower left is empty on these charts: nothing is both fast and rare.
 	p.Legend.Top = false

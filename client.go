@@ -17,7 +17,7 @@ import (
 // and *redis.ClusterClient implement it, and so do wrappers that add hooks
 // for tracing or metrics.
 type RedisClient interface {
-	redis.Scripter
+	Do(ctx context.Context, args ...interface{}) *redis.Cmd
 	Pipeline() redis.Pipeliner
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub

@@ -26,6 +26,7 @@ type localQueueKey struct {
 	ttl         time.Duration
 	maxHold     time.Duration
 	waiterLease time.Duration
+	replicaAck  int // the contender's attempts wait for as many replicas
 }
 
 // localQueue is one Client's waiters for one lock.
@@ -69,7 +70,7 @@ func (lq *localQueues) close() {
 // lockShared is Mutex.Lock: take the lock at once if nobody of this Client
 // waits for it, else wait in the local queue.
 func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
-	key := localQueueKey{lock: m.keys.lock, ttl: m.cfg.ttl, maxHold: m.cfg.maxHold, waiterLease: m.cfg.waiterLease}
+	key := localQueueKey{lock: m.keys.lock, ttl: m.cfg.ttl, maxHold: m.cfg.maxHold, waiterLease: m.cfg.waiterLease, replicaAck: m.cfg.replicaAck}
 	began := time.Now()
 
 	c.local.mu.Lock()
@@ -87,14 +88,21 @@ func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	first := &firstAttempt{start: time.Now(), confirmed: c.notify.confirmed(m.channel())}
+	channel := m.channel()
+	first := &firstAttempt{start: time.Now(), confirmed: c.notify.expect(channel, owner)}
 	first.result, first.err = m.attempt(ctx, owner, true)
 	if first.err == nil && first.result.granted {
+		if first.confirmed {
+			c.notify.forget(channel, owner)
+		}
 		l, err := c.leaseFor(ctx, m, &m.cfg, owner, first.result, first.start)
 		if !errors.Is(err, errGrantExpired) {
 			return l, err
 		}
 		first.result.granted = false // wait again, as a contender
+	}
+	if first.confirmed && first.err != nil {
+		c.notify.forget(channel, owner)
 	}
 	switch {
 	case first.err == nil:
@@ -117,11 +125,13 @@ func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
 		// give up this second place in Redis.
 		q.waiters = append(q.waiters, w)
 		c.local.mu.Unlock()
+		c.notify.forget(channel, owner)
 		c.abandon(ctx, m, &m.cfg, owner, nil)
 		return c.awaitLocal(ctx, q, w, began)
 	}
 	if c.local.closing {
 		c.local.mu.Unlock()
+		c.notify.forget(channel, owner)
 		c.abandon(ctx, m, &m.cfg, owner, nil)
 		return nil, errors.Join(ErrClosed, waitEnded(ctx, m.name, began, 0, nil))
 	}

@@ -88,7 +88,7 @@ func TestValidityAndRenewalSchedule(t *testing.T) {
 		wantCapped bool
 	}{
 		{"full grant renews at a third", 30 * time.Second, 30 * time.Second, true, 0, 30*time.Second - 302*time.Millisecond, 10 * time.Second, false},
-		{"claim window renews at once", 30 * time.Second, 3 * time.Second, true, 0, 3*time.Second - 32*time.Millisecond, 0, false},
+		{"claim window renews at a third of it", 30 * time.Second, 3 * time.Second, true, 0, 3*time.Second - 32*time.Millisecond, time.Second, false},
 		{"no auto-renew", 30 * time.Second, 30 * time.Second, false, 0, 30*time.Second - 302*time.Millisecond, -1, false},
 		{"grant reaching the hold cap", 30 * time.Second, 5 * time.Second, true, 5 * time.Second, 5*time.Second - 52*time.Millisecond, -1, true},
 	}

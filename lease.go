@@ -195,7 +195,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("dlock: Extend %q: %w: the maximum hold time (WithMaxHold) is reached", name, ErrNotHeld)
 	}
 
-	err := l.h.renew(ctx, l.owner, px)
+	err := l.renewHold(ctx, px)
 
 	wd.mu.Lock()
 	var lost []func(error)
@@ -282,6 +282,16 @@ func (l *Lease) cappedLocked(px time.Duration, now time.Time) time.Duration {
 // millisecond resolution (the Redlock paper's TTL/100 + 2ms).
 func drift(px time.Duration) time.Duration { return px/100 + 2*time.Millisecond }
 
+// validityDeadline is when a grant or renewal of px, requested at from,
+// stops being trustworthy: px after the request was sent (the server's
+// expiry counts from later, so the time the request and its reply took is
+// subtracted), less the drift allowance. It is a variable only so that the
+// reliability suite can swap in a broken version and prove that its checks
+// catch it (export_test.go, docs/reliability.md); nothing else sets it.
+var validityDeadline = func(from time.Time, px, drift time.Duration) time.Time {
+	return from.Add(px - drift)
+}
+
 // drifter is a holder whose leases need another drift allowance than drift:
 // Redlock's drift factor is an option.
 type drifter interface {
@@ -302,7 +312,7 @@ func (l *Lease) driftFor(px time.Duration) time.Duration {
 // so the validity shrinks to what it asked for, and an auto-renewing lease
 // renews at once to restore its TTL.
 func (l *Lease) distrustLocked(from time.Time, px time.Duration) {
-	until := from.Add(px - l.driftFor(px))
+	until := validityDeadline(from, px, l.driftFor(px))
 	if !until.Before(l.validUntil) {
 		return
 	}
@@ -320,20 +330,21 @@ func (l *Lease) applyValidityLocked(from time.Time, px time.Duration) {
 		return
 	}
 	l.validFrom = from
-	l.validUntil = from.Add(px - l.driftFor(px))
+	l.validUntil = validityDeadline(from, px, l.driftFor(px))
 	l.nextRenew = time.Time{}
 	l.capped = !l.holdUntil.IsZero() && !from.Add(px).Before(l.holdUntil.Add(-time.Millisecond))
 	if !l.autoRenew || l.capped {
 		return
 	}
-	// Renew once a third of the TTL has passed, i.e. while two thirds are
-	// left: a key granted with less (a hand-off's claim window) is renewed
-	// at once.
-	next := from.Add(px - 2*l.ttl/3)
-	if next.Before(from) {
-		next = from
+	// Renew once a third of the grant's life has passed: of the TTL for a
+	// full grant (two more tries fit before the key could expire), of the
+	// claim window for a hand-off's short grant, so a short critical
+	// section after a hand-off ends before any renewal is due.
+	life := px
+	if l.ttl < life {
+		life = l.ttl
 	}
-	l.nextRenew = next
+	l.nextRenew = from.Add(life / 3)
 }
 
 // claim re-arms a key that was handed over with a short claim window to the
@@ -341,7 +352,7 @@ func (l *Lease) applyValidityLocked(from time.Time, px time.Duration) {
 func (l *Lease) claim(ctx context.Context) error {
 	start := time.Now()
 	px := l.cappedLocked(l.ttl, start) // not shared yet: no lock needed
-	if err := l.h.renew(ctx, l.owner, px); err != nil {
+	if err := l.renewHold(ctx, px); err != nil {
 		return err
 	}
 	l.applyValidityLocked(start, px)
@@ -380,10 +391,12 @@ func newLease(ctx context.Context, wd *watchdog, h holder, cfg *config, owner st
 	l.applyValidityLocked(from, px)
 	var err error
 	// A grant shorter than the TTL is a hand-off's claim window. The
-	// watchdog renews it at once, but a lease that won't be renewed, or
-	// whose conservative validity is nearly spent (this process was slow to
-	// hear of the grant), claims the full TTL before it is returned.
-	if px < l.cappedLocked(l.ttl, from) && (!l.autoRenew || time.Until(l.validUntil) < px/4) {
+	// watchdog renews it soon, but a lease that won't be renewed, or whose
+	// conservative validity is nearly spent (this process was slow to hear
+	// of the grant), claims the full TTL before it is returned; so does one
+	// that replicas must acknowledge, since the releaser's connection wrote
+	// the grant and only a write of ours can be waited for (replicaack.go).
+	if px < l.cappedLocked(l.ttl, from) && (!l.autoRenew || cfg.replicaAck > 0 || time.Until(l.validUntil) < px/4) {
 		err = l.claim(ctx)
 		if errors.Is(err, ErrNotHeld) {
 			return nil, errGrantExpired

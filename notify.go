@@ -28,24 +28,15 @@ type notifier struct {
 	channels map[string]*channelState
 	closed   bool
 	lingers  sync.WaitGroup
-	// unclaimed keeps grants that arrived for an owner with no waiter yet:
-	// a Lock registers its waiter only after its first attempt, and the
-	// grant may beat it. Kept briefly, and few: a grant nobody claims
-	// expires on the server by itself.
-	unclaimed map[unclaimedKey]unclaimedGrant
+	// expected holds the owners whose first attempt is in flight on a
+	// channel already subscribed: a Lock registers its waiter only after
+	// that attempt, and a grant to it may arrive first. The value is the
+	// grant once it came. Every other client on the channel hears the same
+	// grant and drops it at once.
+	expected map[expectKey]*handoff
 }
 
-type unclaimedKey struct{ channel, owner string }
-
-type unclaimedGrant struct {
-	grant handoff
-	at    time.Time
-}
-
-const (
-	unclaimedMax = 1024
-	unclaimedAge = 10 * time.Second
-)
+type expectKey struct{ channel, owner string }
 
 type channelState struct {
 	// waiters by the owner grants name; a few goroutines may share one
@@ -91,11 +82,11 @@ func (n *notifier) register(channel, owner string) *waiter {
 	}
 	cs.idle = nil
 	cs.waiters[owner] = append(cs.waiters[owner], w)
-	if g, ok := n.unclaimed[unclaimedKey{channel, owner}]; ok {
-		delete(n.unclaimed, unclaimedKey{channel, owner})
-		if time.Since(g.at) < unclaimedAge {
-			grant := g.grant
-			w.wake(&grant)
+	k := expectKey{channel, owner}
+	if g, ok := n.expected[k]; ok {
+		delete(n.expected, k)
+		if g != nil {
+			w.wake(g)
 		}
 	}
 	n.mu.Unlock()
@@ -153,6 +144,32 @@ func (n *notifier) expire(channel string, cs *channelState) {
 	if err := sub.Unsubscribe(ctx, channel); err != nil {
 		n.c.cfg.logger.Debug("dlock: unsubscribe failed", slog.String("channel", channel), slog.Any("error", err))
 	}
+}
+
+// expect reports whether channel's subscription is in place, so that a
+// message published from now on reaches this client, and if so keeps any
+// grant to owner that arrives before owner's waiter registers. Call it
+// right before an attempt that may queue owner, and forget when the
+// attempt ends without a wait.
+func (n *notifier) expect(channel, owner string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cs := n.channels[channel]
+	if cs == nil || !cs.confirmed {
+		return false
+	}
+	if n.expected == nil {
+		n.expected = make(map[expectKey]*handoff)
+	}
+	n.expected[expectKey{channel, owner}] = nil
+	return true
+}
+
+// forget drops what expect arranged for owner.
+func (n *notifier) forget(channel, owner string) {
+	n.mu.Lock()
+	delete(n.expected, expectKey{channel, owner})
+	n.mu.Unlock()
 }
 
 // confirmed reports whether channel's subscription is in place, so that a
@@ -251,7 +268,9 @@ func (n *notifier) deliver(channel, owner string, fence int64, px time.Duration)
 	}
 	waiters := cs.waiters[owner]
 	if len(waiters) == 0 {
-		n.keepUnclaimedLocked(unclaimedKey{channel, owner}, handoff{fence: fence, px: px})
+		if _, ok := n.expected[expectKey{channel, owner}]; ok {
+			n.expected[expectKey{channel, owner}] = &handoff{fence: fence, px: px}
+		}
 		return
 	}
 	for i, w := range waiters {
@@ -261,29 +280,6 @@ func (n *notifier) deliver(channel, owner string, fence int64, px time.Duration)
 			w.wake(nil) // the owner holds it now: the others join it
 		}
 	}
-}
-
-// keepUnclaimedLocked stores a grant for a waiter that may register soon,
-// dropping stale ones (and, if still full, an arbitrary one) to stay small.
-func (n *notifier) keepUnclaimedLocked(k unclaimedKey, g handoff) {
-	if n.unclaimed == nil {
-		n.unclaimed = make(map[unclaimedKey]unclaimedGrant)
-	}
-	now := time.Now()
-	if len(n.unclaimed) >= unclaimedMax {
-		for key, u := range n.unclaimed {
-			if now.Sub(u.at) >= unclaimedAge {
-				delete(n.unclaimed, key)
-			}
-		}
-		for key := range n.unclaimed {
-			if len(n.unclaimed) < unclaimedMax {
-				break
-			}
-			delete(n.unclaimed, key)
-		}
-	}
-	n.unclaimed[k] = unclaimedGrant{grant: g, at: now}
 }
 
 func parseGrant(payload string) (fence int64, px time.Duration, owner string, ok bool) {

@@ -58,9 +58,12 @@ func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait 
 		// most locks are free, and a grant published before the waiter
 		// registers is kept for it by the notifier.
 		channel := q.channel()
-		confirmed := !cfg.wait.spin && c.notify.confirmed(channel)
+		confirmed := !cfg.wait.spin && c.notify.expect(channel, owner)
 		start := time.Now()
 		r, err := q.attempt(ctx, owner, true)
+		if confirmed && (err != nil || r.granted) {
+			c.notify.forget(channel, owner)
+		}
 		if err == nil && r.granted {
 			l, err := c.leaseFor(ctx, q, cfg, owner, r, start)
 			if !errors.Is(err, errGrantExpired) {
@@ -304,8 +307,8 @@ func newErrorDelay() *spinDelay { return newSpinDelay(SpinWait(5*time.Millisecon
 // clean-up.
 func (c *Client) abandon(ctx context.Context, q queuedLock, cfg *config, owner string, cause error) {
 	var rerr *driver.ReplyError
-	if cause != nil && errors.As(cause, &rerr) {
-		return
+	if cause != nil && (errors.As(cause, &rerr) || errors.Is(cause, ErrReplicaAck)) {
+		return // or released already (grantAcked)
 	}
 	rctx, cancel := detach(ctx, cfg.releaseTimeout)
 	c.cleanups.run(func() {

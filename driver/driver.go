@@ -41,7 +41,10 @@ func (s *Script) Hash() string { return s.hash }
 type Call struct {
 	Script *Script
 	Keys   []string
-	// Args are strings or integers (int, int64).
+	// Args are strings or integers (int, int64), or pointers to a string
+	// or an int64, which a caller may use to pass values it keeps anyway
+	// without boxing each one (a pointer fits in an interface without an
+	// allocation). They are read during Run only.
 	Args []any
 
 	// Replicas, when positive, asks the driver to send WAIT Replicas

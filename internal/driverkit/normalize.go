@@ -61,18 +61,22 @@ func Normalize(v any) any {
 	return fmt.Sprint(v)
 }
 
-// Args formats a call's arguments, strings or integers, as the strings a
-// command builder takes.
+// Args formats a call's arguments, strings or integers (or pointers to
+// them), as the strings a command builder takes.
 func Args(in []any) []string {
 	out := make([]string, len(in))
 	for i, a := range in {
 		switch a := a.(type) {
 		case string:
 			out[i] = a
+		case *string:
+			out[i] = *a
 		case int:
 			out[i] = strconv.Itoa(a)
 		case int64:
 			out[i] = strconv.FormatInt(a, 10)
+		case *int64:
+			out[i] = strconv.FormatInt(*a, 10)
 		case []byte:
 			out[i] = string(a)
 		default:

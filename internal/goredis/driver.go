@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
@@ -15,7 +16,7 @@ import (
 // Client is the part of a go-redis v9 client the driver uses. *redis.Client,
 // *redis.ClusterClient and the failover client implement it.
 type Client interface {
-	redis.Scripter
+	Do(ctx context.Context, args ...interface{}) *redis.Cmd
 	Pipeline() redis.Pipeliner
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
@@ -25,6 +26,8 @@ type Driver struct {
 	rdb      Client
 	bounded  bool // go-redis honours context deadlines itself
 	inFlight background
+	active   atomic.Int32 // Run calls in progress
+	batch    batcher
 }
 
 var (
@@ -35,12 +38,15 @@ var (
 
 // New returns a Driver over rdb.
 func New(rdb Client) *Driver {
-	return &Driver{rdb: rdb, bounded: boundsContext(rdb)}
+	d := &Driver{rdb: rdb, bounded: boundsContext(rdb)}
+	d.batch.run = d.runPipelined
+	return d
 }
 
 // Close waits for commands that Run stopped waiting for at their deadline.
 // It does not close the go-redis client, which the caller owns.
 func (d *Driver) Close() error {
+	d.batch.close()
 	d.inFlight.wait()
 	return nil
 }
@@ -59,13 +65,31 @@ func (d *Driver) PublishCommand() string { return "PUBLISH" }
 
 // Run implements driver.Driver.
 func (d *Driver) Run(ctx context.Context, calls ...*driver.Call) {
-	switch {
-	case len(calls) == 0:
-	case !d.bounded && ctx.Done() != nil:
-		d.inFlight.runBounded(ctx, calls, d.run)
-	default:
-		d.run(ctx, calls)
+	if len(calls) == 0 {
+		return
 	}
+	active := d.active.Add(1)
+	defer d.active.Add(-1)
+	if active > 1 && !needsWait(calls) {
+		// Others' commands are in flight: join the next pipeline (batch.go).
+		// Calls with WAIT never do: WAIT must follow its own script.
+		d.batch.submit(ctx, calls)
+		return
+	}
+	if !d.bounded && ctx.Done() != nil {
+		d.inFlight.runBounded(ctx, calls, d.run)
+		return
+	}
+	d.run(ctx, calls)
+}
+
+func needsWait(calls []*driver.Call) bool {
+	for _, c := range calls {
+		if c.Replicas > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (d *Driver) run(ctx context.Context, calls []*driver.Call) {
@@ -79,9 +103,9 @@ func (d *Driver) run(ctx context.Context, calls []*driver.Call) {
 // runOne sends one call without a pipeline, the fast path for a lone lock
 // operation: EVALSHA, and EVAL only when the server lost the script.
 func (d *Driver) runOne(ctx context.Context, c *driver.Call) {
-	res, err := d.rdb.EvalSha(ctx, c.Script.Hash(), c.Keys, c.Args...).Result()
+	res, err := d.rdb.Do(ctx, evalArgs(c, false)...).Result()
 	if isNoScript(err) {
-		res, err = d.rdb.Eval(ctx, c.Script.Source(), c.Keys, c.Args...).Result()
+		res, err = d.rdb.Do(ctx, evalArgs(c, true)...).Result()
 	}
 	c.Reply, c.Err = normalize(res, err)
 }
@@ -96,11 +120,7 @@ func (d *Driver) runPipelined(ctx context.Context, calls []*driver.Call) {
 		cmds := make([]*redis.Cmd, len(pending))
 		waits := make([]*redis.Cmd, len(pending))
 		for i, c := range pending {
-			if attempt == 0 {
-				cmds[i] = pipe.EvalSha(ctx, c.Script.Hash(), c.Keys, c.Args...)
-			} else {
-				cmds[i] = pipe.Eval(ctx, c.Script.Source(), c.Keys, c.Args...)
-			}
+			cmds[i] = pipe.Do(ctx, evalArgs(c, attempt > 0)...)
 			if c.Replicas > 0 {
 				waits[i] = pipe.Do(ctx, "wait", c.Replicas, c.ReplicaTimeout.Milliseconds())
 			}

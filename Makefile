@@ -87,3 +87,40 @@ bench: redis
 	@echo "==> go test -run TestReport -args -report   (module bench)"
 	cd bench && $(GO) test -run '^TestReport$$' -count 1 -timeout 90m -v . -args -report -gobench results/gobench.txt -out ../docs $(BENCHFLAGS)
 	@echo "==> wrote docs/benchmarks.md and docs/benchmarks-contended.png"
+
+# chaos: the long tier of the fault-injection suite (chaos*_test.go, see
+# docs/reliability.md). Every scenario runs at the trial counts the document
+# publishes, then the figures it measured are written into
+# docs/reliability.md (between its chaos:begin/end markers), and each fuzz
+# target runs for CHAOS_FUZZTIME. `make test` runs the same scenarios as a
+# short tier. The long tier runs without -race by default, since the race
+# detector's slowdown would distort the timing figures; CHAOS_FLAGS=-race
+# adds it. CHAOS_SEED replays a run; CHAOS_RUN selects scenarios.
+CHAOS_TIMEOUT ?= 60m
+CHAOS_FUZZTIME ?= 30s
+CHAOS_FLAGS ?=
+CHAOS_RUN ?= ^TestChaos
+CHAOS_SEED ?=
+CHAOS_DIR := .cache/chaos
+.PHONY: chaos
+
+## chaos: run the fault-injection suite's long tier and fuzzers; update the figures in docs/reliability.md
+chaos: redis cc
+	@rm -rf $(CHAOS_DIR) && mkdir -p $(CHAOS_DIR)
+	@echo "==> go test -run '$(CHAOS_RUN)' with DLOCK_CHAOS=long   (figures into $(CHAOS_DIR), log in $(CHAOS_DIR)/test.log)"
+	@set +e; start=$$(date +%s); \
+	DLOCK_CHAOS=long DLOCK_CHAOS_REPORT=$(CURDIR)/$(CHAOS_DIR) DLOCK_CHAOS_SEED=$(CHAOS_SEED) \
+		$(GO) test $(CHAOS_FLAGS) -count=1 -timeout $(CHAOS_TIMEOUT) -run '$(CHAOS_RUN)' -v . \
+		2>&1 | tee $(CHAOS_DIR)/test.log | grep --line-buffered -E '^(=== RUN|--- |\s+--- |PASS|FAIL|ok|panic)|chaos: seed'; \
+	status=$${PIPESTATUS[0]}; took=$$(( $$(date +%s) - start )); \
+	$(GO) run ./internal/chaos/cmd/chaosreport -dir $(CHAOS_DIR) -doc docs/reliability.md -took $${took}s || status=1; \
+	for f in FuzzScriptReplies FuzzArguments FuzzGrantMessage FuzzRedlockReply; do \
+		echo "==> go test -fuzz $$f -fuzztime $(CHAOS_FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(CHAOS_FUZZTIME) . || status=1; \
+	done; \
+	for f in FuzzParseReplies FuzzMarkKey; do \
+		echo "==> go test -fuzz $$f -fuzztime $(CHAOS_FUZZTIME)   (package fence)"; \
+		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(CHAOS_FUZZTIME) ./fence || status=1; \
+	done; \
+	if [ $$status -ne 0 ]; then echo "==> chaos: FAILED (test log: $(CHAOS_DIR)/test.log); figures written to docs/reliability.md"; exit $$status; fi; \
+	echo "==> chaos: passed; figures written to docs/reliability.md"

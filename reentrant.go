@@ -225,6 +225,9 @@ func (h *reentrantHold) release(ctx context.Context, member string) error {
 		return nil
 	case 2:
 		h.detach()
+		if len(items) < 4 { // a malformed reply must not panic (FuzzScriptReplies)
+			return unexpectedReply(call.Reply)
+		}
 		v, err := replyInts(items[:3], 3)
 		next, ok := items[3].(string)
 		if err != nil || !ok {

@@ -1,0 +1,36 @@
+package dlock
+
+import "time"
+
+// Hooks for the reliability suite (chaos_*_test.go, package dlock_test),
+// which lives outside the package so that it uses only the public API
+// besides these.
+
+// LeaseOwner returns the owner value a lease's key holds, so that the
+// suite can tell whose lock a script call (seen by a go-redis hook) or a
+// key's value belongs to.
+func LeaseOwner(l *Lease) string { return l.owner }
+
+// PermitsLease returns the lease that holds a semaphore's permits, so that
+// the suite records them like any lease.
+func PermitsLease(p *Permits) *Lease { return p.l }
+
+// LeaseValidUntil returns the lease's local validity deadline.
+func LeaseValidUntil(l *Lease) time.Time {
+	l.wd.mu.Lock()
+	defer l.wd.mu.Unlock()
+	return l.validUntil
+}
+
+// MutateValidityIgnoringElapsed makes every validity count from when the
+// reply arrived rather than from when the request was sent: the "validity
+// without subtracting elapsed time" mutant. It returns the function that
+// puts the correct computation back. Call it before any Client exists, and
+// restore it after every Client is closed.
+func MutateValidityIgnoringElapsed() (restore func()) {
+	orig := validityDeadline
+	validityDeadline = func(from time.Time, px, drift time.Duration) time.Time {
+		return time.Now().Add(px - drift)
+	}
+	return func() { validityDeadline = orig }
+}

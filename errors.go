@@ -41,6 +41,12 @@ var (
 
 	// ErrClosed means the Client was closed.
 	ErrClosed = errors.New("dlock: client closed")
+
+	// ErrReplicaAck means a lock's write reached fewer replicas than
+	// WithReplicaAck requires within its timeout. An acquire that gets it
+	// has released the lock again; a renewal that gets it did not extend
+	// the lease. The error says how many replicas acknowledged.
+	ErrReplicaAck = errors.New("dlock: the lock's write reached fewer replicas than required")
 )
 
 // invalidArgf returns an ErrInvalidArgument with a message saying what was
@@ -140,7 +146,7 @@ func conflictDetail(msg string) string {
 // connection failures and the replies a server gives while it loads data,
 // fails over or reshards. Other error replies are permanent.
 func isTransient(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrReplicaAck) {
 		return false
 	}
 	var rerr *driver.ReplyError

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync"
@@ -138,8 +139,16 @@ func (m *MultiLock) takeAtOnce(ctx context.Context, owner string) ([]*Lease, err
 		for _, mu := range group {
 			call.Keys = append(call.Keys, mu.keys.all...)
 		}
+		m.cfg.askAck(call)
 		m.c.drv.Run(ctx, call)
 		fences, err := m.parseTake(call, group)
+		if err == nil {
+			if err = ackErr(call); err != nil {
+				// Taken, but too few replicas have it: give it back.
+				m.releaseGroup(ctx, group, owner)
+				err = redisError("MultiLock", strings.Join(m.names, ","), err)
+			}
+		}
 		if err != nil {
 			if call.Err != nil {
 				// The script may have run: release its locks too.
@@ -205,6 +214,19 @@ func (m *MultiLock) slotGroups() [][]*Mutex {
 		groups[i] = append(groups[i], mu)
 	}
 	return groups
+}
+
+// releaseGroup releases owner's locks of group, which one script took,
+// before any lease was made of them; detached from ctx.
+func (m *MultiLock) releaseGroup(ctx context.Context, group []*Mutex, owner string) {
+	rctx, cancel := detach(ctx, m.cfg.releaseTimeout)
+	defer cancel()
+	for _, mu := range group {
+		if err := mu.release(rctx, owner); err != nil && !errors.Is(err, ErrNotHeld) {
+			m.cfg.logger.Warn("dlock: releasing a lock that too few replicas acknowledged failed; it expires by its TTL",
+				slog.String("lock", mu.name), slog.Any("error", err))
+		}
+	}
 }
 
 // releaseAll unlocks parts concurrently, detached from ctx.

@@ -102,6 +102,7 @@ func (m *Mutex) attempt(ctx context.Context, owner string, queue bool) (attemptR
 			fenceRetention(m.cfg.ttl).Milliseconds(), m.c.drv.PublishCommand(), m.keys.channel(), strictFlag(m.fair),
 		},
 	}
+	m.cfg.askAck(call)
 	m.c.drv.Run(ctx, call)
 	if call.Err != nil {
 		return attemptResult{}, call.Err
@@ -111,7 +112,7 @@ func (m *Mutex) attempt(ctx context.Context, owner string, queue bool) (attemptR
 		return attemptResult{}, err
 	}
 	if v[0] == 1 {
-		return attemptResult{granted: true, fence: v[1], pttl: ms(v[2])}, nil
+		return grantAcked(ctx, m, &m.cfg, owner, call, attemptResult{granted: true, fence: v[1], pttl: ms(v[2])})
 	}
 	return attemptResult{pttl: ms(v[1])}, nil
 }

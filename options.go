@@ -46,6 +46,12 @@ type config struct {
 	logger         *slog.Logger
 	errs           []error
 
+	// replicaAck is how many replicas must acknowledge a grant or renewal
+	// (WAIT after the script, on its connection); 0: none. See
+	// WithReplicaAck and replicaack.go.
+	replicaAck        int
+	replicaAckTimeout time.Duration
+
 	// Redlock only: NewRedlock sets redlock, and the options below are
 	// rejected (ErrInvalidArgument) where it is not set.
 	redlock     bool
@@ -63,6 +69,14 @@ func (c *config) claimWindow() time.Duration {
 	w := c.initialPX()
 	if c.waiterLease < w {
 		w = c.waiterLease
+	}
+	if c.replicaAck > 0 && w > c.initialPX()-time.Millisecond {
+		// Shorter than a fresh grant by at least a millisecond, so a
+		// grant this owner found in place (a hand-off, written by the
+		// releaser's connection: it must be claimed with WAIT) is never
+		// mistaken for one its own call just wrote (covered by the call's
+		// own WAIT). See grantAcked.
+		w = c.initialPX() - time.Millisecond
 	}
 	return w
 }
@@ -90,6 +104,9 @@ func defaultConfig() config {
 		releaseTimeout: 5 * time.Second,
 		logger:         slog.New(discardHandler{}),
 
+		replicaAck:        0, // off
+		replicaAckTimeout: time.Second,
+
 		// Redlock only.
 		nodeTimeout: 0, // derived from the TTL: see defaultNodeTimeout
 		driftFactor: 0.01,
@@ -108,10 +125,14 @@ func defaultOwnerInfo() string {
 
 func (c *config) fail(err error) { c.errs = append(c.errs, err) }
 
-// err returns the first invalid option, if any.
+// err returns the first invalid option, if any, or a combination of
+// options that cannot be checked one at a time.
 func (c *config) err() error {
 	if len(c.errs) > 0 {
 		return c.errs[0]
+	}
+	if c.replicaAck > 0 && c.replicaAckTimeout >= c.ttl {
+		return invalidArgf("WithReplicaAck: the timeout %v must be shorter than the TTL %v", c.replicaAckTimeout, c.ttl)
 	}
 	return nil
 }
@@ -359,4 +380,47 @@ func WithRetryDelay(min, max time.Duration) Option {
 
 func redlockOnly(option string) error {
 	return invalidArgf("%s applies to Redlock only (NewRedlock, Redlock.Mutex, Redlock.Do)", option)
+}
+
+// WithReplicaAck makes a grant count only once replicas replicas hold it: an
+// acquire sends WAIT replicas timeout on its script's connection right after
+// the script, and so does every renewal and Extend. With acknowledgement from
+// every replica of the master, a failover to any of them keeps the lock (see
+// the README's table of deployments); without it, the master can die before
+// a grant it replied to reaches the replica that takes over.
+//
+// An acquire acknowledged by fewer replicas releases the lock again (it
+// passes to the next waiter) and fails with an error matching ErrReplicaAck;
+// Lock does not retry it. A renewal acknowledged by fewer does not extend the
+// lease's validity: it is retried like a failed renewal, and the lease is
+// lost at its deadline if none is acknowledged (Extend returns the error). A
+// lock handed over by a release was written by the releaser's connection, so
+// the new holder re-arms it with WAIT before Lock returns; replication is
+// ordered, so that acknowledgement covers the grant too.
+//
+// replicas 0 turns it off. It should not exceed the number of replicas the
+// master has, or every acquire waits out the timeout and fails. timeout
+// bounds each WAIT, zero meaning the default; it must be shorter than the
+// TTL, and shorter than the Redis client's read timeout (go-redis: 3s by
+// default), or a WAIT that runs out is read as a broken connection. Works
+// with Sentinel-managed masters (redis.NewFailoverClient) and on Cluster,
+// where each WAIT goes to the master of its call's key. Latches grant
+// nothing and ignore it; Redlock rejects it with ErrInvalidArgument (its
+// nodes have no replicas). Default: 0 (off), with a timeout of 1s.
+func WithReplicaAck(replicas int, timeout time.Duration) Option {
+	return func(c *config) {
+		switch {
+		case c.redlock:
+			c.fail(invalidArgf("WithReplicaAck does not apply to Redlock, whose nodes are independent masters without replicas"))
+		case replicas < 0:
+			c.fail(invalidArgf("WithReplicaAck(%d, %v): replicas must not be negative (0 turns it off)", replicas, timeout))
+		case timeout < 0:
+			c.fail(invalidArgf("WithReplicaAck(%d, %v): the timeout must not be negative (0 means the default)", replicas, timeout))
+		default:
+			if timeout == 0 {
+				timeout = defaultConfig().replicaAckTimeout
+			}
+			c.replicaAck, c.replicaAckTimeout = replicas, timeout
+		}
+	}
 }

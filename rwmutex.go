@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -202,8 +203,10 @@ var errDowngraded = fmt.Errorf("%w: downgraded to a read lease", ErrNotHeld)
 // unlocked or downgraded already; it then ends). When Redis cannot be
 // reached, write stays held and renewed; if the downgrade did reach Redis
 // after all, write's next renewal reports it lost, and the read lease
-// created is released in the background. Downgrade is safe for concurrent
-// use; the caller must Unlock the returned Lease.
+// created is released in the background. With WithReplicaAck, a downgrade
+// that too few replicas acknowledged ends write and releases the read lease
+// again, returning an error matching ErrReplicaAck. Downgrade is safe for
+// concurrent use; the caller must Unlock the returned Lease.
 func (rw *RWMutex) Downgrade(ctx context.Context, write *Lease) (*Lease, error) {
 	if rw.err != nil {
 		return nil, rw.err
@@ -259,13 +262,24 @@ func (rw *RWMutex) Downgrade(ctx context.Context, write *Lease) (*Lease, error) 
 	fence, err := rw.downgrade(dctx, write.owner, owner, px)
 	cancel()
 	switch {
-	case err == nil:
+	case err == nil || errors.Is(err, ErrReplicaAck):
 		wd.mu.Lock()
 		write.state = leaseReleased
 		write.err = errDowngraded
 		write.closeDoneLocked()
 		wd.mu.Unlock()
 		wd.poke()
+		if err != nil {
+			// Downgraded, but too few replicas have the read lease: give
+			// it back, as an acquire would.
+			rctx, cancel := detach(ctx, cfg.releaseTimeout)
+			defer cancel()
+			if rerr := rw.reader.release(rctx, owner); rerr != nil && !errors.Is(rerr, ErrNotHeld) {
+				cfg.logger.Warn("dlock: releasing a read lease that too few replicas acknowledged failed; it expires by its TTL",
+					slog.String("lock", rw.name), slog.Any("error", rerr))
+			}
+			return nil, redisError("Downgrade", rw.name, err)
+		}
 		return newLease(ctx, wd, rw.reader, cfg, owner, fence, start, px)
 	case errors.Is(err, ErrNotHeld):
 		wd.mu.Lock()
@@ -295,8 +309,10 @@ func rwResume(wd *watchdog, l *Lease) {
 }
 
 // downgrade runs rw_downgrade.lua and translates its reply: the read
-// lease's fencing token, or ErrNotHeld. Waiters of this Client that it
-// granted are told directly.
+// lease's fencing token, or ErrNotHeld; with replica acknowledgement, an
+// error matching ErrReplicaAck when the downgrade happened but too few
+// replicas acknowledged it. Waiters of this Client that it granted are told
+// directly.
 func (rw *RWMutex) downgrade(ctx context.Context, writeOwner, readOwner string, px time.Duration) (int64, error) {
 	call := &driver.Call{
 		Script: scripts.RWDowngrade,
@@ -306,6 +322,7 @@ func (rw *RWMutex) downgrade(ctx context.Context, writeOwner, readOwner string, 
 			fenceRetention(rw.cfg.ttl).Milliseconds(), rw.c.drv.PublishCommand(), rw.keys.holders,
 		},
 	}
+	rw.cfg.askAck(call)
 	rw.c.drv.Run(ctx, call)
 	if call.Err != nil {
 		return 0, call.Err
@@ -321,7 +338,7 @@ func (rw *RWMutex) downgrade(ctx context.Context, writeOwner, readOwner string, 
 	if err != nil || v[0] != 1 || !rw.deliver(items[2:]) {
 		return 0, unexpectedReply(call.Reply)
 	}
-	return v[1], nil
+	return v[1], ackErr(call)
 }
 
 // deliver tells this Client's waiters of the grants a script reports as
@@ -372,6 +389,7 @@ func (h *rwHalf) attempt(ctx context.Context, owner string, queue bool) (attempt
 			rw.c.drv.PublishCommand(), rw.keys.holders,
 		},
 	}
+	rw.cfg.askAck(call)
 	rw.c.drv.Run(ctx, call)
 	if call.Err != nil {
 		return attemptResult{}, call.Err
@@ -381,7 +399,7 @@ func (h *rwHalf) attempt(ctx context.Context, owner string, queue bool) (attempt
 		return attemptResult{}, err
 	}
 	if v[0] == 1 {
-		return attemptResult{granted: true, fence: v[1], pttl: ms(v[2])}, nil
+		return grantAcked(ctx, h, &rw.cfg, owner, call, attemptResult{granted: true, fence: v[1], pttl: ms(v[2])})
 	}
 	return attemptResult{pttl: ms(v[1])}, nil
 }

@@ -278,8 +278,13 @@ func (a *semAcquisition) attempt(ctx context.Context, owner string, queue bool) 
 			s.c.drv.PublishCommand(), s.keys.channel(),
 		},
 	}
+	s.cfg.askAck(call)
 	s.c.drv.Run(ctx, call)
-	return a.attemptResult(call)
+	r, err := a.attemptResult(call)
+	if err != nil {
+		return r, err
+	}
+	return grantAcked(ctx, a, &s.cfg, owner, call, r)
 }
 
 // attemptResult reads sem_acquire's reply.

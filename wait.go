@@ -304,11 +304,12 @@ func newErrorDelay() *spinDelay { return newSpinDelay(SpinWait(5*time.Millisecon
 // cancelled) and bounded by the release timeout, so the caller returns at
 // its deadline even when Redis is slow or down; Close waits for it. A
 // failure that proves the script never ran (an error reply) needs no
-// clean-up.
+// clean-up, nor does a grant too few replicas acknowledged (grantAcked
+// released it before returning).
 func (c *Client) abandon(ctx context.Context, q queuedLock, cfg *config, owner string, cause error) {
 	var rerr *driver.ReplyError
 	if cause != nil && (errors.As(cause, &rerr) || errors.Is(cause, ErrReplicaAck)) {
-		return // or released already (grantAcked)
+		return
 	}
 	rctx, cancel := detach(ctx, cfg.releaseTimeout)
 	c.cleanups.run(func() {

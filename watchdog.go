@@ -190,6 +190,7 @@ func (w *watchdog) renew(batch []*Lease) {
 		pxs[i] = l.cappedLocked(l.ttl, start)
 		if b, ok := l.h.(batchRenewer); ok {
 			perLease[i] = b.renewCalls(l.owner, pxs[i])
+			l.cfg.askAck(perLease[i]...) // WithReplicaAck: see replicaack.go
 			calls = append(calls, perLease[i]...)
 		} else {
 			solo = append(solo, i)
@@ -217,6 +218,11 @@ func (w *watchdog) renew(batch []*Lease) {
 	for i, l := range batch {
 		if b, ok := l.h.(batchRenewer); ok {
 			results[i] = b.renewResult(perLease[i])
+			if results[i] == nil {
+				// Re-armed on the master but not on enough replicas: not
+				// a renewal the lease may count on (retried below).
+				results[i] = ackErr(perLease[i]...)
+			}
 		}
 	}
 

@@ -184,6 +184,7 @@ func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) 
 			m.c.drv.PublishCommand(), m.keys.channel(),
 		},
 	}
+	m.cfg.askAck(call)
 	m.c.drv.Run(ctx, call)
 	if call.Err != nil {
 		return attemptResult{}, call.Err
@@ -193,7 +194,7 @@ func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) 
 		return attemptResult{}, err
 	}
 	if v[0] == 1 {
-		return attemptResult{granted: true, fence: v[1], pttl: ms(v[2])}, nil
+		return grantAcked(ctx, h, &m.cfg, member, call, attemptResult{granted: true, fence: v[1], pttl: ms(v[2])})
 	}
 	return attemptResult{pttl: ms(v[1])}, nil
 }

@@ -80,8 +80,22 @@ func TestChaosMutants(t *testing.T) {
 			// the reply was held.
 			checks: func(h chaos.History) []chaos.Violation { return chaos.All(h, 1, int64(100*time.Millisecond)) },
 		},
-		// "ignore-replica-acks" joins here with the replica-ack option
-		// (issue 4); see TestChaosFailoverWithReplicaAck.
+		{
+			mutant: "ignore-replica-acks", where: "in-process", scenario: "failover after a grant the replica never received, with WithReplicaAck(1)",
+			want: chaos.CheckOverlap,
+			run: func(t *testing.T, r *rand.Rand, mutant string) chaos.History {
+				if mutant != "" {
+					installMutant(t, mutant)
+				}
+				var rec chaos.Recorder
+				for i := 0; i < 2; i++ {
+					runFailoverTrial(t, &rec, fmt.Sprintf("%s-%d", t.Name(), i),
+						failoverCase{stall: true, detect: 200 * time.Millisecond, ack: 1, trials: 1})
+				}
+				return rec.History()
+			},
+			checks: func(h chaos.History) []chaos.Violation { return chaos.All(h, 1, 0) },
+		},
 	}
 	r := chaos.Rand(seed)
 	var rows [][]string
@@ -104,7 +118,6 @@ func TestChaosMutants(t *testing.T) {
 				map[bool]string{true: "clean", false: "FLAGGED"}[len(c.checks(control)) == 0]})
 		})
 	}
-	rows = append(rows, []string{"`ignore-replica-acks`", "—", "failover with replica acknowledgement", "overlapping holds", "not run: the replica-ack option (issue 4) has not landed", "—"})
 
 	s := chaos.NewSection("mutants")
 	s.Printf("%s", seedLine(t, seed, started))

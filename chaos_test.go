@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -175,6 +176,9 @@ func newChaosWorker(spec chaosSpec, rec *chaos.Recorder) (*chaosWorker, error) {
 		rdb := redis.NewClient(o)
 		if spec.Hooks {
 			rdb.AddHook(newCmdHook(rec, spec.Proc))
+		}
+		if ignoreReplicaAcks.Load() {
+			rdb.AddHook(ackLiar{})
 		}
 		w.lockRDBs = append(w.lockRDBs, rdb)
 	}
@@ -521,17 +525,31 @@ func (h *cmdHook) classify(cmd redis.Cmder) (op, owner string) {
 	if len(args) < 3 {
 		return "", ""
 	}
-	if name, _ := args[0].(string); !strings.EqualFold(name, "evalsha") && !strings.EqualFold(name, "eval") {
+	if name := argString(args[0]); !strings.EqualFold(name, "evalsha") && !strings.EqualFold(name, "eval") {
 		return "", ""
 	}
-	body, _ := args[1].(string)
-	op = h.ops[body]
-	numKeys, ok := args[2].(int)
-	if op == "" || !ok || len(args) <= 3+numKeys {
+	op = h.ops[argString(args[1])]
+	numKeys, err := strconv.Atoi(argString(args[2]))
+	if op == "" || err != nil || len(args) <= 3+numKeys {
 		return "", ""
 	}
-	owner, _ = args[3+numKeys].(string)
-	return op, owner
+	return op, argString(args[3+numKeys])
+}
+
+// argString reads a command argument as go-redis writes it: drivers pass
+// strings, pointers to strings (to save allocations), and integers.
+func argString(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case *string:
+		return *v
+	case []byte:
+		return string(v)
+	case *int64:
+		return strconv.FormatInt(*v, 10)
+	}
+	return fmt.Sprint(v)
 }
 
 func (h *cmdHook) record(op, owner string, t0 int64, cmd redis.Cmder) {
@@ -666,10 +684,58 @@ var chaosMutants = map[string]func() (restore func()){
 		`redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1`),
 	// Validity counted from the reply, not from the request.
 	"validity-ignores-elapsed": dlock.MutateValidityIgnoringElapsed,
-	// "ignore-replica-acks": the replica-acknowledgement option (issue 4)
-	// has not landed; when it does, its mutant (a grant accepted whatever
-	// WAIT answered) goes here and TestChaosMutantIgnoringReplicaAcks in
-	// chaos_failover_test.go runs it.
+	// Grants and renewals counted whatever WAIT answered: the clients the
+	// suite makes then carry ackLiar.
+	"ignore-replica-acks": func() func() {
+		ignoreReplicaAcks.Store(true)
+		return func() { ignoreReplicaAcks.Store(false) }
+	},
+}
+
+// ignoreReplicaAcks is set by the "ignore-replica-acks" mutant.
+var ignoreReplicaAcks atomic.Bool
+
+// ackLiar is the "ignore-replica-acks" mutant: a go-redis hook that makes
+// every WAIT report as many replicas as it asked for, which is what a
+// library that ignored WAIT's answer would act on. The library itself needs
+// no seam for it: WAIT's reply is all it reads.
+type ackLiar struct{}
+
+func (ackLiar) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (ackLiar) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if ackLie(cmd) {
+			return nil
+		}
+		return err
+	}
+}
+
+func (ackLiar) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			ackLie(cmd)
+		}
+		return err
+	}
+}
+
+// ackLie rewrites a WAIT's reply to the number of replicas it asked for.
+func ackLie(cmd redis.Cmder) bool {
+	c, ok := cmd.(*redis.Cmd)
+	args := cmd.Args()
+	if !ok || len(args) < 2 || !strings.EqualFold(argString(args[0]), "wait") || c.Err() != nil {
+		return false
+	}
+	asked, err := strconv.ParseInt(argString(args[1]), 10, 64)
+	if err != nil {
+		return false
+	}
+	c.SetVal(asked)
+	return true
 }
 
 func swapScript(target **driver.Script, src string) func() func() {

@@ -81,6 +81,9 @@ func TestChaosWatchdogHealthy(t *testing.T) {
 	}
 	holds := h.Count(chaos.Acquire, func(e chaos.Event) bool { return e.OK })
 	renewals := h.Count(chaos.Cmd, func(e chaos.Event) bool { return e.Note == "renew" })
+	if renewals == 0 || h.Count(chaos.Cmd, func(e chaos.Event) bool { return e.Note == "release" }) == 0 {
+		t.Error("the go-redis hook recorded no renewal or release: the renewal-after-Unlock check proved nothing")
+	}
 	var held chaos.Durations
 	for _, e := range h.Of(chaos.Release) {
 		held.Add(time.Duration(e.T0 - acquiredAt(h, e.Hold)))

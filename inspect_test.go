@@ -727,10 +727,12 @@ func TestForceUnlockWithNothingHeld(t *testing.T) {
 	}
 }
 
-func TestInspectListAndForceUnlockOnCluster(t *testing.T) {
-	cl := redistest.StartCluster(t, 3, 0)
+// testInspectListAndForceUnlockOnCluster is run by TestCluster
+// (cluster_test.go), which starts one cluster for every Cluster test. Its
+// own key prefix keeps the other tests' locks out of its List.
+func testInspectListAndForceUnlockOnCluster(t *testing.T, cl *redistest.Cluster) {
 	ctx := testCtx(t)
-	c, err := dlock.New(cl.Client(t), dlock.WithOwnerInfo("on cluster"))
+	c, err := dlock.New(cl.Client(t), dlock.WithOwnerInfo("on cluster"), dlock.WithKeyPrefix(uniquePrefix(t, "inspect:")))
 	if err != nil {
 		t.Fatal(err)
 	}

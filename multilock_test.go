@@ -206,8 +206,9 @@ func TestMultiLockRejectsBadNames(t *testing.T) {
 	}
 }
 
-func TestMultiLockOnCluster(t *testing.T) {
-	cluster := redistest.StartCluster(t, 3, 0)
+// testMultiLockOnCluster is run by TestCluster (cluster_test.go), which
+// starts one cluster for every Cluster test.
+func testMultiLockOnCluster(t *testing.T, cluster *redistest.Cluster) {
 	c, err := dlock.New(cluster.Client(t))
 	if err != nil {
 		t.Fatal(err)

@@ -240,7 +240,8 @@ func testWaitRunsOnTheScriptsConnection(t *testing.T, newDriver NewDriverFunc) {
 
 // testClusterRoutes sends one Run with calls on several slots, half of them
 // asking for WAIT, with a script no node has yet, then checks that a
-// subscription on the Cluster hears a PUBLISH.
+// subscription on the Cluster hears what a script publishes with the
+// driver's PublishCommand.
 func testClusterRoutes(t *testing.T, newDriver NewDriverFunc) {
 	cl := redistest.StartCluster(t, 3, 1)
 	d := newDriver(t, Target{Addrs: cl.Addrs(), Cluster: true})
@@ -289,9 +290,15 @@ func testClusterRoutes(t *testing.T, newDriver NewDriverFunc) {
 	if err := sub.Subscribe(ctx, ch); err != nil {
 		t.Fatalf("Subscribe: %v", err)
 	}
-	// A PUBLISH on any node reaches subscribers on every node.
-	if err := rdb.Publish(ctx, ch, "hello").Err(); err != nil {
-		t.Fatalf("PUBLISH: %v", err)
+	// A script publishing with the driver's PublishCommand, as dlock's do
+	// (on the channel named like a key of its slot), reaches subscribers:
+	// PUBLISH, broadcast to every node, or SPUBLISH, which only the
+	// slot's nodes deliver.
+	pub := newScript(t, `return redis.call(ARGV[1], KEYS[1], ARGV[2])`)
+	c := &driver.Call{Script: pub, Keys: []string{ch}, Args: []any{d.PublishCommand(), "hello"}}
+	d.Run(ctx, c)
+	if c.Err != nil {
+		t.Fatalf("%s from a script: %v", d.PublishCommand(), c.Err)
 	}
 	rec.expect(t, ch, "hello")
 }

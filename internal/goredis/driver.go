@@ -28,6 +28,7 @@ type Driver struct {
 	inFlight background
 	active   atomic.Int32 // Run calls in progress
 	batch    batcher
+	pubsub   pubsubKind // Cluster: sharded pub/sub or not (cluster.go)
 }
 
 var (
@@ -57,11 +58,10 @@ func (d *Driver) Sharded() bool {
 	return ok
 }
 
-// PublishCommand implements driver.Driver.
-//
-// Plain PUBLISH reaches a subscriber connected to any node, Cluster included
-// (where the message is broadcast over the cluster bus).
-func (d *Driver) PublishCommand() string { return "PUBLISH" }
+// PublishCommand implements driver.Driver: SPUBLISH on a Cluster whose
+// servers have sharded pub/sub (Redis 7.0 and later), PUBLISH otherwise
+// (see cluster.go).
+func (d *Driver) PublishCommand() string { return d.publishCommand() }
 
 // Run implements driver.Driver.
 func (d *Driver) Run(ctx context.Context, calls ...*driver.Call) {
@@ -114,7 +114,7 @@ func (d *Driver) runOne(ctx context.Context, c *driver.Call) {
 // on Cluster), each followed by its WAIT when asked; calls that met NOSCRIPT
 // are sent again with EVAL in a second pipeline.
 func (d *Driver) runPipelined(ctx context.Context, calls []*driver.Call) {
-	pending := calls
+	pending := d.routeWaits(ctx, calls) // on Cluster, calls with WAIT go to their key's master (cluster.go)
 	for attempt := 0; len(pending) > 0 && attempt < 2; attempt++ {
 		pipe := d.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(pending))

@@ -18,10 +18,19 @@ import (
 // and the subscription reconnects.
 const healthInterval = 5 * time.Second
 
-// Subscribe implements driver.Driver.
+// Subscribe implements driver.Driver. On a Cluster whose servers have
+// sharded pub/sub the subscription uses SSUBSCRIBE at each channel's master
+// (sharded.go); elsewhere SUBSCRIBE on one connection.
 func (d *Driver) Subscribe(h driver.Handler) driver.Subscription {
+	if cc, ok := d.rdb.(*redis.ClusterClient); ok {
+		return &clusterSubscription{d: d, cc: cc, h: h}
+	}
+	return newSubscription(d.rdb, h)
+}
+
+func newSubscription(rdb Client, h driver.Handler) *subscription {
 	return &subscription{
-		rdb:      d.rdb,
+		rdb:      rdb,
 		h:        h,
 		channels: make(map[string]struct{}),
 		waiting:  make(map[string][]chan struct{}),

@@ -1,0 +1,592 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// TestCluster runs every primitive on one Redis Cluster of three masters
+// with a replica each, started once for all its subtests (a cluster takes
+// about 2 s to start): contention between two clients with a hand-off,
+// sharded pub/sub, WAIT routed to each key's master, and resharding while
+// locks are taken, held and released.
+func TestCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 1)
+	for _, tc := range []struct {
+		name string
+		run  func(*testing.T, *redistest.Cluster)
+	}{
+		{"Mutex", testClusterMutex},
+		{"FairMutex", testClusterFairMutex},
+		{"ReentrantMutex", testClusterReentrantMutex},
+		{"RWMutex", testClusterRWMutex},
+		{"Semaphore", testClusterSemaphore},
+		{"Latch", testClusterLatch},
+		{"MultiLock", testMultiLockOnCluster},
+		{"InspectListForceUnlock", testInspectListAndForceUnlockOnCluster},
+		{"ShardedPubSub", testClusterShardedPubSub},
+		{"ReplicaAck", testClusterReplicaAck},
+		{"SlotMigrationDuringWait", testClusterSlotMigrationDuringWait},
+		{"Resharding", testClusterResharding},
+	} {
+		tc := tc
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, cl) })
+	}
+}
+
+// clusterClient returns a dlock Client over a go-redis cluster client of
+// its own, as another process would have; both are closed when the test
+// ends.
+func clusterClient(t testing.TB, cl *redistest.Cluster, opts ...dlock.Option) *dlock.Client {
+	t.Helper()
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := dlock.New(rdb, opts...)
+	if err != nil {
+		t.Fatalf("dlock.New: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// patient makes a waiter poll only every 10 s, so that a waiter served
+// within a few seconds was woken by a message, not by its poll.
+var patient = dlock.WithWaiterLease(30 * time.Second)
+
+// promptly bounds a hand-off heard by message; generous for -race on a
+// loaded machine, and still far below a patient waiter's 10 s poll.
+const promptly = 4 * time.Second
+
+// spreadNames returns one name per master, each made from base.
+func spreadNames(t *testing.T, cl *redistest.Cluster, base string) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	var names []string
+	for i := 0; len(names) < 3; i++ {
+		if i > 100 {
+			t.Fatalf("no names on three masters among 100")
+		}
+		name := fmt.Sprintf("%s%d", base, i)
+		if m := cl.MasterForSlot(t, redistest.KeySlot(lockKey(name))).Addr(); !seen[m] {
+			seen[m] = true
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// handOff unlocks held and expects next, waiting for the lock, to get it
+// promptly with a larger token.
+func handOff(t *testing.T, held *dlock.Lease, next *async[*dlock.Lease]) *dlock.Lease {
+	t.Helper()
+	start := time.Now()
+	if err := held.Unlock(context.Background()); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	l := next.await(t, promptly, "the waiter after the release")
+	t.Logf("%s: handed over in %v", held.Name(), time.Since(start).Round(time.Microsecond))
+	if l.Token() <= held.Token() {
+		t.Errorf("token after the hand-off %d, not above the releaser's %d", l.Token(), held.Token())
+	}
+	return l
+}
+
+func testClusterMutex(t *testing.T, cl *redistest.Cluster) {
+	ctx := testCtx(t)
+	a := clusterClient(t, cl, dlock.WithOwnerInfo("a"))
+	b := clusterClient(t, cl, dlock.WithOwnerInfo("b"), patient)
+	for _, name := range spreadNames(t, cl, uniqueName(t)) {
+		held, err := a.Mutex(name).TryLock(ctx)
+		if err != nil {
+			t.Fatalf("TryLock(%q): %v", name, err)
+		}
+		if _, err := b.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("TryLock of a held lock: %v, want ErrNotObtained", err)
+		}
+		next := goLock(t, b.Mutex(name).Lock)
+		waitWaiters(t, a, name, dlock.KindMutex, 1)
+		l := handOff(t, held, next)
+		if _, err := a.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("TryLock after the hand-off: %v, want ErrNotObtained", err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Errorf("Unlock: %v", err)
+		}
+	}
+}
+
+func testClusterFairMutex(t *testing.T, cl *redistest.Cluster) {
+	ctx := testCtx(t)
+	a := clusterClient(t, cl)
+	b := clusterClient(t, cl, patient)
+	name := uniqueName(t)
+	held, err := a.FairMutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	first := goLock(t, b.FairMutex(name).Lock)
+	waitWaiters(t, a, name, dlock.KindMutex, 1)
+	second := goLock(t, b.FairMutex(name).Lock) // same client: a place of its own
+	waitWaiters(t, a, name, dlock.KindMutex, 2)
+	l := handOff(t, held, first)
+	if !second.pending() {
+		t.Errorf("the second waiter got the lock with the first")
+	}
+	handOff(t, l, second)
+}
+
+func testClusterReentrantMutex(t *testing.T, cl *redistest.Cluster) {
+	ctx := testCtx(t)
+	a := clusterClient(t, cl)
+	b := clusterClient(t, cl, patient)
+	name := uniqueName(t)
+	ctxA := dlock.WithOwner(ctx, "job-a")
+	outer, err := a.ReentrantMutex(name).Lock(ctxA)
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	inner, err := a.ReentrantMutex(name).TryLock(ctxA)
+	if err != nil {
+		t.Fatalf("nested TryLock: %v", err)
+	}
+	if n, err := a.ReentrantMutex(name).HoldCount(ctxA); n != 2 || err != nil {
+		t.Errorf("HoldCount = %d, %v; want 2", n, err)
+	}
+	next := goLock(t, func(ctx context.Context) (*dlock.Lease, error) {
+		return b.ReentrantMutex(name).Lock(dlock.WithOwner(ctx, "job-b"))
+	})
+	waitWaiters(t, a, name, dlock.KindReentrant, 1)
+	if err := inner.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock of the nested hold: %v", err)
+	}
+	if _, err := b.ReentrantMutex(name).TryLock(dlock.WithOwner(ctx, "job-c")); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("TryLock with the outer hold left: %v, want ErrNotObtained", err)
+	}
+	handOff(t, outer, next)
+}
+
+func testClusterRWMutex(t *testing.T, cl *redistest.Cluster) {
+	ctx := testCtx(t)
+	a := clusterClient(t, cl)
+	b := clusterClient(t, cl, patient)
+	name := uniqueName(t)
+	r1, err := a.RWMutex(name).RLock(ctx)
+	if err != nil {
+		t.Fatalf("RLock: %v", err)
+	}
+	r2, err := b.RWMutex(name).TryRLock(ctx)
+	if err != nil {
+		t.Fatalf("a second reader: %v", err)
+	}
+	writer := goLock(t, b.RWMutex(name).Lock)
+	waitWaiters(t, a, name, dlock.KindRWMutex, 1)
+	if _, err := a.RWMutex(name).TryRLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("a reader while a writer waits: %v, want ErrNotObtained", err)
+	}
+	if err := r2.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := handOff(t, r1, writer)
+	reader := goLock(t, a.RWMutex(name, patient).RLock)
+	waitWaiters(t, a, name, dlock.KindRWMutex, 1)
+	start := time.Now()
+	r, err := b.RWMutex(name).Downgrade(ctx, w)
+	if err != nil {
+		t.Fatalf("Downgrade: %v", err)
+	}
+	other := reader.await(t, promptly, "the reader queued behind the downgraded writer")
+	t.Logf("reader granted %v after the downgrade", time.Since(start).Round(time.Microsecond))
+	for _, l := range []*dlock.Lease{r, other} {
+		if err := l.Unlock(ctx); err != nil {
+			t.Errorf("Unlock: %v", err)
+		}
+	}
+}
+
+func testClusterSemaphore(t *testing.T, cl *redistest.Cluster) {
+	ctx := testCtx(t)
+	a := clusterClient(t, cl)
+	b := clusterClient(t, cl, patient)
+	name := uniqueName(t)
+	held, err := a.Semaphore(name, 2).Acquire(ctx, 2)
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	next := goAcquire(t, func(ctx context.Context) (*dlock.Permits, error) { return b.Semaphore(name, 2).Acquire(ctx, 1) }, releasePermits)
+	waitWaiters(t, a, name, dlock.KindSemaphore, 1)
+	if _, err := b.Semaphore(name, 2).TryAcquire(ctx, 1); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("TryAcquire with every permit held: %v, want ErrNotObtained", err)
+	}
+	start := time.Now()
+	if err := held.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	p := next.await(t, promptly, "the waiter after the release")
+	t.Logf("permits handed over in %v", time.Since(start).Round(time.Microsecond))
+	if n, err := a.Semaphore(name, 2).Available(ctx); n != 1 || err != nil {
+		t.Errorf("Available = %d, %v; want 1", n, err)
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Errorf("Release: %v", err)
+	}
+}
+
+func testClusterLatch(t *testing.T, cl *redistest.Cluster) {
+	ctx := testCtx(t)
+	a := clusterClient(t, cl)
+	b := clusterClient(t, cl, patient)
+	name := uniqueName(t)
+	if ok, err := a.Latch(name).TrySetCount(ctx, 2); !ok || err != nil {
+		t.Fatalf("TrySetCount = %v, %v", ok, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- b.Latch(name).Wait(ctx) }()
+	waitShardSubscribers(t, cl, latchKey(name), 1)
+	for i := 0; i < 2; i++ {
+		if err := a.Latch(name).CountDown(ctx); err != nil {
+			t.Fatalf("CountDown: %v", err)
+		}
+	}
+	start := time.Now()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Wait: %v", err)
+		}
+		t.Logf("waiter released %v after the last CountDown", time.Since(start).Round(time.Microsecond))
+	case <-time.After(promptly):
+		t.Fatalf("Wait did not return within %v of the last CountDown", promptly)
+	}
+}
+
+// shardSubscribers returns how many clients are subscribed to channel with
+// SSUBSCRIBE and with SUBSCRIBE on srv.
+func shardSubscribers(t testing.TB, srv *redistest.Server, channel string) (sharded, plain int64) {
+	t.Helper()
+	count := func(v any) int64 {
+		list, _ := v.([]any)
+		if len(list) != 2 {
+			t.Fatalf("PUBSUB reply %#v", v)
+		}
+		n, _ := list[1].(int64)
+		return n
+	}
+	return count(srv.Do(t, "PUBSUB", "SHARDNUMSUB", channel)), count(srv.Do(t, "PUBSUB", "NUMSUB", channel))
+}
+
+// waitShardSubscribers waits until the master that serves channel counts
+// n sharded subscribers of it.
+func waitShardSubscribers(t testing.TB, cl *redistest.Cluster, channel string, n int64) {
+	t.Helper()
+	waitFor(t, 10*time.Second, func() bool {
+		sharded, _ := shardSubscribers(t, cl.MasterForSlot(t, redistest.KeySlot(channel)), channel)
+		return sharded == n
+	}, fmt.Sprintf("%d sharded subscribers of %q", n, channel))
+}
+
+// testClusterShardedPubSub checks that waiters subscribe with SSUBSCRIBE at
+// the master of their lock's slot (and nowhere with SUBSCRIBE), and that a
+// release reaches them by SPUBLISH: a patient waiter (polling every 10 s)
+// is served promptly only if the message arrives.
+func testClusterShardedPubSub(t *testing.T, cl *redistest.Cluster) {
+	ctx := testCtx(t)
+	a := clusterClient(t, cl)
+	b := clusterClient(t, cl, patient)
+	for _, name := range spreadNames(t, cl, uniqueName(t)) {
+		held := mustLock(t, a, name)
+		next := goLock(t, b.Mutex(name).Lock)
+		waitShardSubscribers(t, cl, lockKey(name), 1)
+		for _, m := range cl.Masters(t) {
+			sharded, plain := shardSubscribers(t, m, lockKey(name))
+			if plain != 0 {
+				t.Errorf("%s: %d plain subscribers of %q on %s, want 0", name, plain, lockKey(name), m.Addr())
+			}
+			if owner := cl.MasterForSlot(t, redistest.KeySlot(lockKey(name))); m != owner && sharded != 0 {
+				t.Errorf("%s: %d sharded subscribers on %s, which does not serve its slot", name, sharded, m.Addr())
+			}
+		}
+		l := handOff(t, held, next)
+		if err := l.Unlock(ctx); err != nil {
+			t.Errorf("Unlock: %v", err)
+		}
+	}
+}
+
+// replicaOf returns the replica of master.
+func replicaOf(t testing.TB, cl *redistest.Cluster, master *redistest.Server) *redistest.Server {
+	t.Helper()
+	for _, r := range cl.Replicas(t) {
+		info, _ := r.Do(t, "INFO", "replication").(string)
+		if strings.Contains(info, fmt.Sprintf("master_port:%d\r\n", master.Port())) {
+			return r
+		}
+	}
+	t.Fatalf("no replica follows %s", master.Addr())
+	return nil
+}
+
+// testClusterReplicaAck pauses the replica of one master: acquisitions of
+// locks on that master fail with ErrReplicaAck and leave nothing held,
+// while those on the other masters succeed, which they could not if WAIT
+// ran anywhere but on the connection that wrote the lock. Renewals and
+// hand-offs with WAIT work across the masters too.
+func testClusterReplicaAck(t *testing.T, cl *redistest.Cluster) {
+	ctx := testCtx(t)
+	ack := dlock.WithReplicaAck(1, 300*time.Millisecond)
+	a := clusterClient(t, cl, ack, dlock.WithTTL(2*time.Second))
+	b := clusterClient(t, cl, ack, patient)
+	names := spreadNames(t, cl, uniqueName(t))
+	masterOf := func(name string) *redistest.Server {
+		return cl.MasterForSlot(t, redistest.KeySlot(lockKey(name)))
+	}
+
+	// Held across the pause, on another master: renewed with WAIT there.
+	kept := mustLock(t, a, names[1])
+	replica := replicaOf(t, cl, masterOf(names[0]))
+	replica.Pause()
+	defer replica.Resume()
+	_, err := a.Mutex(names[0]).TryLock(ctx)
+	if !errors.Is(err, dlock.ErrReplicaAck) {
+		t.Fatalf("TryLock with the master's replica paused: %v, want ErrReplicaAck", err)
+	}
+	if infos := mustInspect(t, a, names[0]); len(infos) == 1 && len(infos[0].Holders) != 0 {
+		t.Errorf("a lock too few replicas acknowledged is still held: %+v", infos[0].Holders)
+	}
+	if l, err := a.Mutex(names[2]).TryLock(ctx); err != nil {
+		t.Errorf("TryLock on %s, whose replica runs: %v", masterOf(names[2]).Addr(), err)
+	} else {
+		unlockLease(l)
+	}
+	// Two renewals of kept (TTL 2s) fall within the pause.
+	deadline := dlock.LeaseValidUntil(kept)
+	waitFor(t, 10*time.Second, func() bool { return dlock.LeaseValidUntil(kept).After(deadline.Add(time.Second)) },
+		"kept's renewals on a master whose replica runs")
+	replica.Resume()
+
+	// A hand-off to a waiter that wants WAIT: it claims the lock through
+	// its own connection to the master before Lock returns.
+	next := goLock(t, b.Mutex(names[1]).Lock)
+	waitWaiters(t, a, names[1], dlock.KindMutex, 1)
+	l := handOff(t, kept, next)
+	if err := l.Unlock(ctx); err != nil {
+		t.Errorf("Unlock: %v", err)
+	}
+	if l, err := a.Mutex(names[0]).TryLock(ctx); err != nil {
+		t.Errorf("TryLock after the replica resumed: %v", err)
+	} else {
+		unlockLease(l)
+	}
+
+	// A slot moved since the client last looked: the first call with WAIT
+	// meets MOVED, which the driver follows itself.
+	c := clusterClient(t, cl, ack)
+	if l, err := c.Mutex(names[2]).TryLock(ctx); err != nil {
+		t.Fatalf("TryLock: %v", err)
+	} else {
+		unlockLease(l)
+	}
+	slot := redistest.KeySlot(lockKey(names[2]))
+	cl.MigrateSlot(t, slot, otherMaster(t, cl, slot))
+	l, err = c.Mutex(names[2]).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock after its slot moved: %v", err)
+	}
+	if err := l.Extend(ctx, time.Second); err != nil {
+		t.Errorf("Extend after its slot moved: %v", err)
+	}
+	unlockLease(l)
+}
+
+// otherMaster returns a master that does not serve slot.
+func otherMaster(t testing.TB, cl *redistest.Cluster, slot int) *redistest.Server {
+	t.Helper()
+	owner := cl.MasterForSlot(t, slot)
+	for _, m := range cl.Masters(t) {
+		if m != owner {
+			return m
+		}
+	}
+	t.Fatalf("no master besides %s", owner.Addr())
+	return nil
+}
+
+// testClusterSlotMigrationDuringWait moves the slot of a lock while a
+// patient waiter waits for it: the waiter's subscription must follow the
+// slot to its new master (Redis drops it at the old one), so that the
+// release, published there, still wakes it promptly.
+func testClusterSlotMigrationDuringWait(t *testing.T, cl *redistest.Cluster) {
+	ctx := testCtx(t)
+	a := clusterClient(t, cl)
+	b := clusterClient(t, cl, patient)
+	name := uniqueName(t)
+	channel := lockKey(name)
+	slot := redistest.KeySlot(channel)
+	held := mustLock(t, a, name)
+	next := goLock(t, b.Mutex(name).Lock)
+	waitShardSubscribers(t, cl, channel, 1)
+	from := cl.MasterForSlot(t, slot)
+	to := otherMaster(t, cl, slot)
+	cl.MigrateSlot(t, slot, to)
+	waitShardSubscribers(t, cl, channel, 1) // at the new master
+	if n, _ := shardSubscribers(t, from, channel); n != 0 {
+		t.Errorf("the old master still counts %d subscribers", n)
+	}
+	if !next.pending() {
+		t.Fatalf("the waiter got the lock while it was held")
+	}
+	l := handOff(t, held, next)
+	if err := l.Unlock(ctx); err != nil {
+		t.Errorf("Unlock: %v", err)
+	}
+}
+
+// redirected reports whether err shows a Cluster redirection, which must
+// never reach a caller.
+func redirected(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "MOVED") || strings.Contains(err.Error(), "ASK "))
+}
+
+// testClusterResharding moves the slot of two locks between masters while
+// goroutines of two clients (one with replica acknowledgement, whose calls
+// follow redirections in the driver, one without, where go-redis follows
+// them) take, extend and release one of them, and a lease of each client
+// on the other is renewed. Between the moves the slot stays half-migrated
+// for a while (ASK), with the held leases' keys already on the target. No
+// redirection may reach a caller, no two goroutines may hold the lock at
+// once, and the held leases must survive.
+func testClusterResharding(t *testing.T, cl *redistest.Cluster) {
+	ctx := testCtx(t)
+	a := clusterClient(t, cl, dlock.WithReplicaAck(1, 500*time.Millisecond))
+	b := clusterClient(t, cl)
+	tag := strings.TrimSuffix(uniqueName(t), ":")
+	busy := "{" + tag + "}:busy"
+	held := []string{"{" + tag + "}:held-a", "{" + tag + "}:held-b"}
+	slot := redistest.KeySlot(lockKey(busy))
+
+	short := dlock.WithTTL(600 * time.Millisecond) // renewed every 200 ms
+	var leases []*dlock.Lease
+	for i, c := range []*dlock.Client{a, b} {
+		leases = append(leases, mustLock(t, c, held[i], short))
+	}
+
+	var (
+		inside, sections, overlaps, transient atomic.Int64
+		mu                                    sync.Mutex
+		failures                              []error
+		paused                                sync.RWMutex // held for writing while the slot is half-migrated
+		stop                                  = make(chan struct{})
+		wg                                    sync.WaitGroup
+	)
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		failures = append(failures, err)
+	}
+	// TRYAGAIN (the keys of a script split between two nodes for a moment)
+	// may reach TryLock and Unlock if it outlasts go-redis's retries; it is
+	// transient and counted, but a redirection is a failure.
+	check := func(what string, err error) bool {
+		switch {
+		case err == nil:
+			return true
+		case redirected(err):
+			fail(fmt.Errorf("%s: a redirection reached the caller: %w", what, err))
+		case strings.Contains(err.Error(), "TRYAGAIN"):
+			transient.Add(1)
+		default:
+			fail(fmt.Errorf("%s: %w", what, err))
+		}
+		return false
+	}
+	for i := 0; i < 4; i++ {
+		c := []*dlock.Client{a, b}[i%2]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				paused.RLock()
+				lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				l, err := c.Mutex(busy, short).Lock(lctx)
+				cancel()
+				if check("Lock", err) {
+					if inside.Add(1) != 1 {
+						overlaps.Add(1)
+					}
+					sections.Add(1)
+					time.Sleep(time.Millisecond)
+					if sections.Load()%3 == 0 {
+						check("Extend", l.Extend(ctx, 600*time.Millisecond))
+					}
+					inside.Add(-1)
+					check("Unlock", l.Unlock(ctx))
+				}
+				paused.RUnlock()
+			}
+		}()
+	}
+
+	movedAfter := func(l *dlock.Lease, at time.Time) func() bool {
+		// A renewal that started after at succeeded: validity is the
+		// renewal's start + 600 ms - drift (600/100 + 2 ms).
+		return func() bool { return dlock.LeaseValidUntil(l).After(at.Add(592 * time.Millisecond)) }
+	}
+	for round := 0; round < 3; round++ {
+		before := sections.Load()
+		waitFor(t, 10*time.Second, func() bool { return sections.Load() >= before+5 }, "sections between the moves")
+		cl.MigrateSlot(t, slot, otherMaster(t, cl, slot))
+
+		// Half-migrated: the held leases' keys on the target, the rest on
+		// the source. Their renewals (one key each) go there by ASK.
+		paused.Lock()
+		m := cl.StartMigration(t, slot, otherMaster(t, cl, slot))
+		m.MoveKeys(t, lockKey(held[0]), lockKey(held[1]))
+		at := time.Now()
+		for _, l := range leases {
+			waitFor(t, 10*time.Second, movedAfter(l, at), "a renewal of "+l.Name()+" by ASK")
+			if _, err := l.TTL(ctx); err != nil {
+				t.Errorf("TTL of %s by ASK: %v", l.Name(), err)
+			}
+			if err := l.Extend(ctx, 600*time.Millisecond); err != nil {
+				t.Errorf("Extend of %s by ASK: %v", l.Name(), err)
+			}
+		}
+		m.Finish(t)
+		paused.Unlock()
+	}
+	before := sections.Load()
+	waitFor(t, 10*time.Second, func() bool { return sections.Load() >= before+5 }, "sections after the last move")
+	close(stop)
+	wg.Wait()
+
+	for _, l := range leases {
+		if err := l.Err(); err != nil {
+			t.Errorf("%s was lost while its slot moved: %v", l.Name(), err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Errorf("Unlock of %s: %v", l.Name(), err)
+		}
+	}
+	t.Logf("%d critical sections, %d TRYAGAIN replies seen by callers", sections.Load(), transient.Load())
+	if n := overlaps.Load(); n != 0 {
+		t.Errorf("%d critical sections overlapped", n)
+	}
+	for _, err := range failures {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,554 @@
+package goredis
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/keyslot"
+)
+
+// Sharded pub/sub on a Cluster.
+//
+// SSUBSCRIBE must reach a node that serves the channel's slot, and one
+// SSUBSCRIBE may only name channels of a single slot. dlock's channels are
+// lock keys, so each lives in its lock's slot. The subscription keeps one
+// connection (a go-redis PubSub on the master's node client) per master
+// that serves a subscribed channel, read by a goroutine of its own, and
+// subscribes each slot's channels with a command of their own.
+//
+// When a slot moves to another master, Redis 7 unsubscribes the old
+// master's subscribers of the slot's channels, which arrives as an
+// "sunsubscribe" nobody asked for; when a connection breaks (a node died,
+// a failover), its channels are left without a subscription. In both cases
+// a manager goroutine reloads the Cluster's state, subscribes the channels
+// again where they now live, and calls Reset once the server confirmed them,
+// because messages published in between are lost.
+
+// confirmTimeout bounds the wait for the server to confirm a subscription;
+// a Subscribe that times out fails, and the waiter polls meanwhile.
+const confirmTimeout = healthInterval
+
+// clusterSubscription is the Subscription of a Cluster client: sharded when
+// the servers have sharded pub/sub, which it learns at the first Subscribe,
+// plain otherwise.
+type clusterSubscription struct {
+	d  *Driver
+	cc *redis.ClusterClient
+	h  driver.Handler
+
+	mu     sync.Mutex
+	sub    driver.Subscription // chosen by the first Subscribe
+	closed bool
+}
+
+func (c *clusterSubscription) current(ctx context.Context) (driver.Subscription, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		return nil, errClosed
+	case c.sub != nil:
+		return c.sub, nil
+	}
+	sharded, err := c.d.shardedPubSub(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if sharded {
+		c.sub = newShardedSubscription(c.cc, c.h)
+	} else {
+		c.sub = newSubscription(c.cc, c.h)
+	}
+	return c.sub, nil
+}
+
+// Subscribe implements driver.Subscription.
+func (c *clusterSubscription) Subscribe(ctx context.Context, channels ...string) error {
+	sub, err := c.current(ctx)
+	if err != nil {
+		return err
+	}
+	return sub.Subscribe(ctx, channels...)
+}
+
+// Unsubscribe implements driver.Subscription.
+func (c *clusterSubscription) Unsubscribe(ctx context.Context, channels ...string) error {
+	c.mu.Lock()
+	sub := c.sub
+	c.mu.Unlock()
+	if sub == nil {
+		return nil
+	}
+	return sub.Unsubscribe(ctx, channels...)
+}
+
+// Close implements driver.Subscription.
+func (c *clusterSubscription) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	sub := c.sub
+	c.mu.Unlock()
+	if sub == nil {
+		return nil
+	}
+	return sub.Close()
+}
+
+// shardedSubscription subscribes each channel with SSUBSCRIBE at the master
+// that serves its slot.
+type shardedSubscription struct {
+	cc *redis.ClusterClient
+	h  driver.Handler
+
+	hmu sync.Mutex // one handler call at a time, across the goroutines
+
+	mu      sync.Mutex
+	wanted  map[string]*shardConn // subscribed channels -> where; nil while being placed
+	conns   map[string]*shardConn // by master address
+	waiting map[string][]chan struct{}
+	events  []shardEvent
+	started bool // the manager runs
+	closed  bool
+
+	wake   chan struct{} // capacity 1: events are queued
+	stop   chan struct{}
+	ctx    context.Context // ends with Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// shardConn is the connection to one master.
+type shardConn struct {
+	addr string
+	ps   *redis.PubSub
+	dead bool // broken or closed: its channels go elsewhere (guarded by mu)
+}
+
+// shardEvent is what a connection's reader tells the manager: the
+// connection broke (channel empty), or the server dropped channel because
+// its slot moved away.
+type shardEvent struct {
+	conn    *shardConn
+	channel string
+}
+
+func newShardedSubscription(cc *redis.ClusterClient, h driver.Handler) *shardedSubscription {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &shardedSubscription{
+		cc:      cc,
+		h:       h,
+		wanted:  make(map[string]*shardConn),
+		conns:   make(map[string]*shardConn),
+		waiting: make(map[string][]chan struct{}),
+		wake:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		ctx:     ctx,
+		cancel:  cancel,
+	}
+}
+
+// Subscribe implements driver.Subscription.
+func (s *shardedSubscription) Subscribe(ctx context.Context, channels ...string) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errClosed
+	}
+	if !s.started {
+		s.started = true
+		s.wg.Add(1)
+		go s.manage()
+	}
+	for _, ch := range channels {
+		if _, ok := s.wanted[ch]; !ok {
+			s.wanted[ch] = nil
+		}
+	}
+	confirmed := s.expectLocked(channels)
+	s.mu.Unlock()
+	if err := s.place(ctx, channels); err != nil {
+		s.forget(channels, confirmed)
+		return err
+	}
+	return s.await(ctx, channels, confirmed)
+}
+
+// expectLocked registers a confirmation waiter for each channel.
+func (s *shardedSubscription) expectLocked(channels []string) []chan struct{} {
+	confirmed := make([]chan struct{}, len(channels))
+	for i, ch := range channels {
+		confirmed[i] = make(chan struct{})
+		s.waiting[ch] = append(s.waiting[ch], confirmed[i])
+	}
+	return confirmed
+}
+
+// await waits for the server to confirm every channel, at most
+// confirmTimeout.
+func (s *shardedSubscription) await(ctx context.Context, channels []string, confirmed []chan struct{}) error {
+	timer := time.NewTimer(confirmTimeout)
+	defer timer.Stop()
+	for _, c := range confirmed {
+		select {
+		case <-c:
+		case <-ctx.Done():
+			s.forget(channels, confirmed)
+			return ctx.Err()
+		case <-timer.C:
+			s.forget(channels, confirmed)
+			return fmt.Errorf("dlock: no confirmation of SSUBSCRIBE within %v", confirmTimeout)
+		case <-s.stop:
+			return errClosed
+		}
+	}
+	return nil
+}
+
+// forget drops the confirmation waiters of a subscribe that failed.
+func (s *shardedSubscription) forget(channels []string, confirmed []chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, ch := range channels {
+		list := s.waiting[ch]
+		for j, c := range list {
+			if c == confirmed[i] {
+				list = append(list[:j], list[j+1:]...)
+				break
+			}
+		}
+		if len(list) == 0 {
+			delete(s.waiting, ch)
+		} else {
+			s.waiting[ch] = list
+		}
+	}
+}
+
+// place sends SSUBSCRIBE for channels to the masters that serve them now,
+// as far as the client's view of the Cluster knows, one command per slot.
+// Channels unsubscribed meanwhile are skipped.
+func (s *shardedSubscription) place(ctx context.Context, channels []string) error {
+	type group struct {
+		node  *redis.Client
+		slots map[int][]string
+	}
+	groups := make(map[string]*group)
+	for _, ch := range channels {
+		node, err := s.cc.MasterForKey(ctx, ch)
+		if err != nil {
+			return err
+		}
+		addr := node.Options().Addr
+		g := groups[addr]
+		if g == nil {
+			g = &group{node: node, slots: make(map[int][]string)}
+			groups[addr] = g
+		}
+		slot := keyslot.Of(ch)
+		g.slots[slot] = append(g.slots[slot], ch)
+	}
+	type send struct {
+		conn *shardConn
+		chs  []string
+	}
+	var sends []send
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errClosed
+	}
+	for addr, g := range groups {
+		conn := s.conns[addr]
+		if conn == nil {
+			conn = &shardConn{addr: addr, ps: g.node.SSubscribe(context.Background())}
+			s.conns[addr] = conn
+			s.wg.Add(1)
+			go s.read(conn)
+		}
+		for _, chs := range g.slots {
+			var keep []string
+			for _, ch := range chs {
+				if _, ok := s.wanted[ch]; ok {
+					s.wanted[ch] = conn
+					keep = append(keep, ch)
+				}
+			}
+			if len(keep) > 0 {
+				sends = append(sends, send{conn, keep})
+			}
+		}
+	}
+	s.mu.Unlock()
+	var first error
+	for _, sd := range sends {
+		if err := sd.conn.ps.SSubscribe(ctx, sd.chs...); err != nil {
+			s.report(shardEvent{conn: sd.conn})
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	return first
+}
+
+// Unsubscribe implements driver.Subscription.
+func (s *shardedSubscription) Unsubscribe(ctx context.Context, channels ...string) error {
+	type key struct {
+		conn *shardConn
+		slot int
+	}
+	groups := make(map[key][]string)
+	s.mu.Lock()
+	for _, ch := range channels {
+		conn, ok := s.wanted[ch]
+		delete(s.wanted, ch)
+		if ok && conn != nil && !conn.dead {
+			k := key{conn, keyslot.Of(ch)}
+			groups[k] = append(groups[k], ch)
+		}
+	}
+	s.mu.Unlock()
+	var first error
+	for k, chs := range groups {
+		if err := k.conn.ps.SUnsubscribe(ctx, chs...); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Close implements driver.Subscription.
+func (s *shardedSubscription) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.stop)
+	s.cancel()
+	conns := make([]*shardConn, 0, len(s.conns))
+	for _, c := range s.conns {
+		c.dead = true
+		conns = append(conns, c)
+	}
+	s.conns = nil
+	s.mu.Unlock()
+	var first error
+	for _, c := range conns {
+		if err := c.ps.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	s.wg.Wait()
+	return first
+}
+
+// read reads one master's connection until it breaks or is closed.
+func (s *shardedSubscription) read(conn *shardConn) {
+	defer s.wg.Done()
+	pinged := false
+	for {
+		msg, err := conn.ps.ReceiveTimeout(s.ctx, healthInterval)
+		if s.isDead(conn) {
+			return
+		}
+		if err != nil {
+			if isTimeout(err) && !pinged {
+				pinged = true
+				if conn.ps.Ping(s.ctx) == nil {
+					continue
+				}
+			}
+			s.report(shardEvent{conn: conn})
+			return
+		}
+		pinged = false
+		switch m := msg.(type) {
+		case *redis.Message:
+			s.hmu.Lock()
+			s.h.Message(m.Channel, m.Payload)
+			s.hmu.Unlock()
+		case *redis.Subscription:
+			switch m.Kind {
+			case "ssubscribe":
+				s.confirm(m.Channel)
+			case "sunsubscribe":
+				// Ours, if the channel is still wanted here: the server
+				// dropped it because its slot moved to another master.
+				s.mu.Lock()
+				moved := s.wanted[m.Channel] == conn
+				s.mu.Unlock()
+				if moved {
+					s.report(shardEvent{conn: conn, channel: m.Channel})
+				}
+			}
+		}
+	}
+}
+
+func (s *shardedSubscription) isDead(conn *shardConn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return conn.dead
+}
+
+func (s *shardedSubscription) confirm(channel string) {
+	s.mu.Lock()
+	list := s.waiting[channel]
+	delete(s.waiting, channel)
+	s.mu.Unlock()
+	for _, c := range list {
+		close(c)
+	}
+}
+
+// report queues an event for the manager.
+func (s *shardedSubscription) report(ev shardEvent) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.events = append(s.events, ev)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// lost is a channel left without a subscription, and the master it was
+// dropped by when its slot moved ("" when its connection broke).
+type lost struct{ movedFrom string }
+
+// manage re-subscribes channels that lost their subscription, until Close.
+func (s *shardedSubscription) manage() {
+	defer s.wg.Done()
+	pending := make(map[string]lost)
+	backoff := newBackoff()
+	for {
+		if len(pending) == 0 {
+			select {
+			case <-s.wake:
+			case <-s.stop:
+				return
+			}
+		}
+		for ch, l := range s.collect() {
+			pending[ch] = l
+		}
+		if len(pending) == 0 {
+			continue
+		}
+		if s.resubscribe(pending) {
+			pending = make(map[string]lost)
+			backoff.reset()
+			s.hmu.Lock()
+			s.h.Reset()
+			s.hmu.Unlock()
+			continue
+		}
+		if !backoff.sleep(s.stop) {
+			return
+		}
+	}
+}
+
+// collect applies the queued events: broken connections are closed and
+// forgotten, and every channel they carried, like every channel a master
+// dropped, is returned to be subscribed again.
+func (s *shardedSubscription) collect() map[string]lost {
+	s.mu.Lock()
+	events := s.events
+	s.events = nil
+	out := make(map[string]lost)
+	var closing []*shardConn
+	for _, ev := range events {
+		if ev.channel != "" {
+			if s.wanted[ev.channel] == ev.conn && !ev.conn.dead {
+				s.wanted[ev.channel] = nil
+				out[ev.channel] = lost{movedFrom: ev.conn.addr}
+			}
+			continue
+		}
+		if !ev.conn.dead {
+			ev.conn.dead = true
+			closing = append(closing, ev.conn)
+			if s.conns[ev.conn.addr] == ev.conn {
+				delete(s.conns, ev.conn.addr)
+			}
+		}
+		// Also after it was closed: a Subscribe may have placed channels
+		// on it just before.
+		for ch, c := range s.wanted {
+			if c == ev.conn {
+				s.wanted[ch] = nil
+				out[ch] = lost{}
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range closing {
+		_ = c.ps.Close()
+	}
+	return out
+}
+
+// resubscribe subscribes the pending channels (those still wanted and not
+// placed again meanwhile) where they live now, and waits for the server's
+// confirmation; false if that failed, to be tried again.
+func (s *shardedSubscription) resubscribe(pending map[string]lost) bool {
+	ctx, cancel := context.WithTimeout(s.ctx, 2*confirmTimeout)
+	defer cancel()
+	s.refreshState(ctx, pending)
+	var channels []string
+	s.mu.Lock()
+	for ch := range pending {
+		if c, ok := s.wanted[ch]; ok && c == nil {
+			channels = append(channels, ch)
+		}
+	}
+	if len(channels) == 0 {
+		s.mu.Unlock()
+		return true
+	}
+	confirmed := s.expectLocked(channels)
+	s.mu.Unlock()
+	if err := s.place(ctx, channels); err != nil {
+		s.forget(channels, confirmed)
+		return false
+	}
+	return s.await(ctx, channels, confirmed) == nil
+}
+
+// refreshState reloads the client's view of the Cluster (ForEachMaster
+// reloads it first), again for a while when a channel whose slot moved
+// still maps to the master that dropped it: the node asked may not know of
+// the move yet.
+func (s *shardedSubscription) refreshState(ctx context.Context, pending map[string]lost) {
+	for try := 0; try < 10; try++ {
+		if err := s.cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil }); err != nil {
+			return
+		}
+		stale := false
+		for ch, l := range pending {
+			if l.movedFrom == "" {
+				continue
+			}
+			node, err := s.cc.MasterForKey(ctx, ch)
+			if err == nil && node.Options().Addr == l.movedFrom {
+				stale = true
+				break
+			}
+		}
+		if !stale || !sleepCtx(ctx, 50*time.Millisecond) {
+			return
+		}
+	}
+}

@@ -34,15 +34,17 @@ type localQueue struct {
 	key     localQueueKey
 	m       *Mutex // the descriptor the contender attempts with
 	waiters []*localWaiter
-	cancel  context.CancelFunc // stops the contender's current wait
-	lastErr error              // the failure the contender keeps meeting, if any
+	cancel   context.CancelFunc // stops the contender's current wait
+	lastErr  error              // the failure the contender keeps meeting, if any
+	attempts int64              // made by the contender, for waiters' Observers
 }
 
 // localWaiter is one Lock call waiting in a localQueue.
 type localWaiter struct {
-	m     *Mutex // its own descriptor: its lease gets its options
-	ready chan localResult
-	done  bool // given a result, or gave up
+	m      *Mutex // its own descriptor: its lease gets its options
+	ready  chan localResult
+	done   bool  // given a result, or gave up
+	joined int64 // the queue's attempts when it joined, for its Observer
 }
 
 type localResult struct {
@@ -77,6 +79,7 @@ func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
 	q := c.local.queues[key]
 	if q != nil {
 		w := newLocalWaiter(m)
+		w.joined = q.attempts
 		q.waiters = append(q.waiters, w)
 		c.local.mu.Unlock()
 		return c.awaitLocal(ctx, q, w, began)
@@ -90,6 +93,7 @@ func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
 	}
 	channel := m.channel()
 	first := &firstAttempt{start: time.Now(), confirmed: c.notify.expect(channel, owner)}
+	countAttempt(ctx, &m.cfg)
 	first.result, first.err = m.attempt(ctx, owner, true)
 	if first.err == nil && first.result.granted {
 		if first.confirmed {
@@ -123,6 +127,7 @@ func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
 	if q = c.local.queues[key]; q != nil {
 		// Another goroutine became the contender meanwhile: join it, and
 		// give up this second place in Redis.
+		w.joined = q.attempts
 		q.waiters = append(q.waiters, w)
 		c.local.mu.Unlock()
 		c.notify.forget(channel, owner)
@@ -154,6 +159,12 @@ func newLocalWaiter(m *Mutex) *localWaiter {
 func (c *Client) awaitLocal(ctx context.Context, q *localQueue, w *localWaiter, began time.Time) (*Lease, error) {
 	select {
 	case r := <-w.ready:
+		if w.m.cfg.observer != nil {
+			c.local.mu.Lock()
+			n := q.attempts - w.joined
+			c.local.mu.Unlock()
+			addAttempts(ctx, &w.m.cfg, n)
+		}
 		return r.lease, r.err
 	case <-ctx.Done():
 	}
@@ -209,7 +220,12 @@ func (c *Client) contend(q *localQueue, owner string, first *firstAttempt) {
 				q.lastErr = err
 				c.local.mu.Unlock()
 			},
-			attempt: func(ctx context.Context) (attemptResult, error) { return m.attempt(ctx, owner, true) },
+			attempt: func(ctx context.Context) (attemptResult, error) {
+				c.local.mu.Lock()
+				q.attempts++
+				c.local.mu.Unlock()
+				return m.attempt(ctx, owner, true)
+			},
 			abandon: func(cause error) { c.abandon(ctx, m, &m.cfg, owner, cause) },
 		})
 		first = nil

@@ -562,6 +562,14 @@ func TestListKeepsOtherNamesOnAConflict(t *testing.T) {
 // noScanDriver is a driver that cannot list keys.
 type noScanDriver struct{ driver.Driver }
 
+// Close passes Client.Close on to the wrapped driver, which has goroutines.
+func (d noScanDriver) Close() error {
+	if c, ok := d.Driver.(interface{ Close() error }); ok {
+		return c.Close()
+	}
+	return nil
+}
+
 func TestListWithoutScanner(t *testing.T) {
 	srv := redistest.Shared(t)
 	c, err := dlock.NewWithDriver(noScanDriver{goredis.New(srv.Client(t))})

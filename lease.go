@@ -66,6 +66,9 @@ type Lease struct {
 	owner string
 	token int64
 	done  chan struct{}
+	kind      Kind
+	grantedAt time.Time     // when this process got the lease
+	handoff   time.Duration // grant on the server to arrival here; 0 unknown
 	// parent, when set, is the lease that renews this one's lock: a nested
 	// hold of a reentrant lock. Extend and TTL act on it; its loss is this
 	// lease's loss.
@@ -160,11 +163,20 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	l.wd.endUnlock(l, err)
 	switch {
 	case err == nil:
-		return nil
 	case errors.Is(err, ErrNotHeld):
-		return fmt.Errorf("dlock: Unlock %q: %w: it expired or was taken over before Unlock", name, ErrNotHeld)
+		err = fmt.Errorf("dlock: Unlock %q: %w: it expired or was taken over before Unlock", name, ErrNotHeld)
+	default:
+		err = redisError("Unlock", name, err)
 	}
-	return redisError("Unlock", name, err)
+	l.observeRelease(ctx, err)
+	return err
+}
+
+// observeRelease tells the Observer, if any, how a release went.
+func (l *Lease) observeRelease(ctx context.Context, err error) {
+	if o := l.cfg.observer; o != nil {
+		o.Released(ctx, l.info(), err)
+	}
 }
 
 // Extend sets the lock's remaining time to ttl (between MinTTL and MaxTTL)
@@ -381,6 +393,8 @@ func newLease(ctx context.Context, wd *watchdog, h holder, cfg *config, owner st
 		owner:     owner,
 		token:     fence,
 		done:      make(chan struct{}),
+		kind:      kindOf(h),
+		grantedAt: time.Now(),
 		ttl:       cfg.ttl,
 		autoRenew: cfg.autoRenew,
 		heapIndex: -1,
@@ -420,3 +434,16 @@ func newLease(ctx context.Context, wd *watchdog, h holder, cfg *config, owner st
 // errGrantExpired means a lock handed to this owner expired before it could
 // be claimed; a waiting Lock goes back to waiting.
 var errGrantExpired = errors.New("dlock: the grant expired before it was claimed")
+
+// kindOf names the kind of lock a holder holds, for Observer events.
+func kindOf(h holder) Kind {
+	switch h.(type) {
+	case *reentrantHold, *reentrantOwner:
+		return KindReentrant
+	case *rwHalf:
+		return KindRWMutex
+	case *semAcquisition:
+		return KindSemaphore
+	}
+	return KindMutex
+}

@@ -75,8 +75,12 @@ func (c *Client) multiLock(names []string, opts []Option) *MultiLock {
 	}
 	m.err = err
 	if err == nil {
+		// The set reports to the Observer as one lock; its locks' own
+		// leases do not.
+		partCfg := cfg
+		partCfg.observer = nil
 		for _, name := range sorted {
-			m.locks = append(m.locks, &Mutex{c: c, name: name, cfg: cfg, keys: newLockKeys(cfg.keyPrefix, name)})
+			m.locks = append(m.locks, &Mutex{c: c, name: name, cfg: partCfg, keys: newLockKeys(cfg.keyPrefix, name)})
 		}
 	}
 	return m
@@ -99,6 +103,19 @@ func (m *MultiLock) lock(ctx context.Context, wait bool) (*Lease, error) {
 	if m.err != nil {
 		return nil, m.err
 	}
+	if m.cfg.observer != nil {
+		op := "TryLock"
+		if wait {
+			op = "Lock"
+		}
+		return observeAcquire(ctx, &m.cfg, KindMutex, strings.Join(m.names, ","), op, func(ctx context.Context) (*Lease, error) {
+			return m.lockUnobserved(ctx, wait)
+		})
+	}
+	return m.lockUnobserved(ctx, wait)
+}
+
+func (m *MultiLock) lockUnobserved(ctx context.Context, wait bool) (*Lease, error) {
 	if err := m.c.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -116,7 +133,7 @@ func (m *MultiLock) lock(ctx context.Context, wait bool) (*Lease, error) {
 	// Taken by someone: wait for each lock in turn, in canonical order.
 	parts = parts[:0]
 	for _, mu := range m.locks {
-		l, err := m.c.acquireAs(ctx, mu, &m.cfg, true, owner)
+		l, err := m.c.acquireAs(ctx, mu, &mu.cfg, true, owner)
 		if err != nil {
 			m.releaseAll(ctx, parts)
 			return nil, err
@@ -140,6 +157,7 @@ func (m *MultiLock) takeAtOnce(ctx context.Context, owner string) ([]*Lease, err
 			call.Keys = append(call.Keys, mu.keys.all...)
 		}
 		m.cfg.askAck(call)
+		countAttempt(ctx, &m.cfg)
 		m.c.drv.Run(ctx, call)
 		fences, err := m.parseTake(call, group)
 		if err == nil {
@@ -160,7 +178,7 @@ func (m *MultiLock) takeAtOnce(ctx context.Context, owner string) ([]*Lease, err
 			return nil, err
 		}
 		for i, mu := range group {
-			l, err := newLease(ctx, m.c.wd, mu, &m.cfg, owner, fences[i], start, m.cfg.initialPX())
+			l, err := newLease(ctx, m.c.wd, mu, &mu.cfg, owner, fences[i], start, m.cfg.initialPX())
 			if err != nil {
 				m.releaseAll(ctx, parts)
 				return nil, err
@@ -261,6 +279,8 @@ func (m *MultiLock) combine(parts []*Lease) (*Lease, error) {
 		token:     token,
 		done:      make(chan struct{}),
 		ttl:       m.cfg.ttl,
+		kind:      KindMutex,
+		grantedAt: time.Now(),
 		heapIndex: -1,
 	}
 	for _, p := range parts {

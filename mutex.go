@@ -74,6 +74,11 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	if ctx.Err() != nil {
 		return nil, waitEnded(ctx, m.name, time.Now(), 0, nil)
 	}
+	if m.cfg.observer != nil {
+		return observeAcquire(ctx, &m.cfg, KindMutex, m.name, "Lock", func(ctx context.Context) (*Lease, error) {
+			return m.c.lockShared(ctx, m)
+		})
+	}
 	return m.c.lockShared(ctx, m)
 }
 

@@ -61,6 +61,7 @@ type waiter struct {
 type handoff struct {
 	fence int64
 	px    time.Duration
+	atUs  int64 // when the server granted it, in µs of its clock; 0 unknown
 }
 
 func newNotifier(c *Client) *notifier {
@@ -228,8 +229,8 @@ func (n *notifier) subscribe(ctx context.Context, channel string) error {
 // Message implements driver.Handler. A grant reads "<fence> <px ms> <owner>";
 // anything else wakes every waiter on the channel to ask the server again.
 func (n *notifier) Message(channel, payload string) {
-	if fence, px, owner, ok := parseGrant(payload); ok {
-		n.deliver(channel, owner, fence, px)
+	if g, owner, ok := parseGrant(payload); ok {
+		n.deliverGrant(channel, owner, g)
 		return
 	}
 	n.mu.Lock()
@@ -260,6 +261,11 @@ func (n *notifier) Reset() {
 // deliver passes a grant to the local waiter that owns it, if it is still
 // waiting. A release by this client delivers directly, ahead of the message.
 func (n *notifier) deliver(channel, owner string, fence int64, px time.Duration) {
+	n.deliverGrant(channel, owner, handoff{fence: fence, px: px})
+}
+
+// deliverGrant is deliver for a grant heard with its time.
+func (n *notifier) deliverGrant(channel, owner string, g handoff) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	cs := n.channels[channel]
@@ -269,33 +275,36 @@ func (n *notifier) deliver(channel, owner string, fence int64, px time.Duration)
 	waiters := cs.waiters[owner]
 	if len(waiters) == 0 {
 		if _, ok := n.expected[expectKey{channel, owner}]; ok {
-			n.expected[expectKey{channel, owner}] = &handoff{fence: fence, px: px}
+			n.expected[expectKey{channel, owner}] = &g
 		}
 		return
 	}
 	for i, w := range waiters {
 		if i == 0 {
-			w.wake(&handoff{fence: fence, px: px})
+			w.wake(&g)
 		} else {
 			w.wake(nil) // the owner holds it now: the others join it
 		}
 	}
 }
 
-func parseGrant(payload string) (fence int64, px time.Duration, owner string, ok bool) {
+// parseGrant reads "<fence> <px> <granted at µs> <owner>".
+func parseGrant(payload string) (g handoff, owner string, ok bool) {
 	f, rest, ok1 := strings.Cut(payload, " ")
-	p, owner, ok2 := strings.Cut(rest, " ")
-	if !ok1 || !ok2 || owner == "" {
-		return 0, 0, "", false
+	p, rest, ok2 := strings.Cut(rest, " ")
+	at, owner, ok3 := strings.Cut(rest, " ")
+	if !ok1 || !ok2 || !ok3 || owner == "" {
+		return handoff{}, "", false
 	}
 	fence, err1 := strconv.ParseInt(f, 10, 64)
 	ms, err2 := strconv.ParseInt(p, 10, 64)
+	atUs, err3 := strconv.ParseInt(at, 10, 64)
 	// A claim window beyond what a Duration holds would overflow to a
 	// negative one (FuzzGrantMessage); no grant is longer than MaxTTL.
-	if err1 != nil || err2 != nil || ms <= 0 || ms > MaxTTL.Milliseconds() {
-		return 0, 0, "", false
+	if err1 != nil || err2 != nil || err3 != nil || ms <= 0 || ms > MaxTTL.Milliseconds() || atUs < 0 {
+		return handoff{}, "", false
 	}
-	return fence, time.Duration(ms) * time.Millisecond, owner, true
+	return handoff{fence: fence, px: time.Duration(ms) * time.Millisecond, atUs: atUs}, owner, true
 }
 
 // wake records a grant (nil: just ask again) and signals the waiter.

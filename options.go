@@ -44,6 +44,7 @@ type config struct {
 	ownerInfo      string
 	releaseTimeout time.Duration
 	logger         *slog.Logger
+	observer       Observer // nil: nothing is measured
 	errs           []error
 
 	// replicaAck is how many replicas must acknowledge a grant or renewal

@@ -231,6 +231,11 @@ func (r *Redlock) Close() error {
 			r.flightsIdle.Wait()
 		}
 		r.flightMu.Unlock()
+		for _, n := range r.nodes {
+			if c, ok := n.drv.(interface{ Close() error }); ok {
+				_ = c.Close() // the drivers' own goroutines (batching)
+			}
+		}
 	})
 	return nil
 }

@@ -142,6 +142,19 @@ func (m *ReentrantMutex) owner(ctx context.Context) (string, error) {
 }
 
 func (m *ReentrantMutex) lock(ctx context.Context, wait bool) (*Lease, error) {
+	if m.cfg.observer != nil && m.err == nil {
+		op := "TryLock"
+		if wait {
+			op = "Lock"
+		}
+		return observeAcquire(ctx, &m.cfg, KindReentrant, m.name, op, func(ctx context.Context) (*Lease, error) {
+			return m.lockUnobserved(ctx, wait)
+		})
+	}
+	return m.lockUnobserved(ctx, wait)
+}
+
+func (m *ReentrantMutex) lockUnobserved(ctx context.Context, wait bool) (*Lease, error) {
 	owner, err := m.owner(ctx)
 	if err != nil {
 		return nil, err
@@ -284,6 +297,8 @@ func (h *reentrantHold) makeLease(ctx context.Context, cfg *config, member strin
 		done:      make(chan struct{}),
 		parent:    anchor.lease,
 		ttl:       cfg.ttl,
+		kind:      KindReentrant,
+		grantedAt: time.Now(),
 		heapIndex: -1,
 	}
 	anchor.lease.onLoss(func(err error) { m.c.wd.lose(l, fmt.Sprintf("the owner's hold ended: %v", err)) })

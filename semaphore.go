@@ -452,11 +452,13 @@ func (p *Permits) Release(ctx context.Context) error {
 	l.wd.endUnlock(l, err)
 	switch {
 	case err == nil:
-		return nil
 	case errors.Is(err, ErrNotHeld):
-		return fmt.Errorf("dlock: Release %q: %w: the permits expired or were removed before Release", name, ErrNotHeld)
+		err = fmt.Errorf("dlock: Release %q: %w: the permits expired or were removed before Release", name, ErrNotHeld)
+	default:
+		err = redisError("Release", name, err)
 	}
-	return redisError("Release", name, err)
+	l.observeRelease(ctx, err)
+	return err
 }
 
 // Extend sets the permits' remaining time to ttl (between MinTTL and

@@ -30,11 +30,28 @@ type attemptResult struct {
 	// pttl is the remaining time of owner's key when granted, and of the
 	// holder's key otherwise.
 	pttl time.Duration
+	// grantedAtUs is, for a grant heard by pub/sub, when the server made
+	// it (µs of its clock); 0 otherwise.
+	grantedAtUs int64
 }
 
 // acquire is TryLock (wait false) and Lock (wait true) for every queued
 // lock, for a fresh owner.
 func (c *Client) acquire(ctx context.Context, q queuedLock, cfg *config, wait bool) (*Lease, error) {
+	if cfg.observer != nil {
+		try, waiting := verbsOf(q)
+		op := try
+		if wait {
+			op = waiting
+		}
+		return observeAcquire(ctx, cfg, kindOf(q), q.lockName(), op, func(ctx context.Context) (*Lease, error) {
+			return c.acquireFresh(ctx, q, cfg, wait)
+		})
+	}
+	return c.acquireFresh(ctx, q, cfg, wait)
+}
+
+func (c *Client) acquireFresh(ctx context.Context, q queuedLock, cfg *config, wait bool) (*Lease, error) {
 	owner, err := newOwner(cfg.ownerInfo)
 	if err != nil {
 		return nil, err
@@ -60,6 +77,7 @@ func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait 
 		channel := q.channel()
 		confirmed := !cfg.wait.spin && c.notify.expect(channel, owner)
 		start := time.Now()
+		countAttempt(ctx, cfg)
 		r, err := q.attempt(ctx, owner, true)
 		if confirmed && (err != nil || r.granted) {
 			c.notify.forget(channel, owner)
@@ -93,6 +111,7 @@ func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait 
 		}
 	}
 	start := time.Now()
+	countAttempt(ctx, cfg)
 	r, err := q.attempt(ctx, owner, false)
 	if err != nil {
 		c.abandon(ctx, q, cfg, owner, err)
@@ -112,10 +131,17 @@ type leaseMaker interface {
 
 // leaseFor turns a grant into a lease.
 func (c *Client) leaseFor(ctx context.Context, q queuedLock, cfg *config, owner string, r attemptResult, from time.Time) (*Lease, error) {
+	var l *Lease
+	var err error
 	if m, ok := q.(leaseMaker); ok {
-		return m.makeLease(ctx, cfg, owner, r, from)
+		l, err = m.makeLease(ctx, cfg, owner, r, from)
+	} else {
+		l, err = newLease(ctx, c.wd, q, cfg, owner, r.fence, from, r.pttl)
 	}
-	return newLease(ctx, c.wd, q, cfg, owner, r.fence, from, r.pttl)
+	if err == nil && r.grantedAtUs > 0 {
+		l.handoff = time.Since(time.UnixMicro(r.grantedAtUs))
+	}
+	return l, err
 }
 
 // verbed is a queuedLock whose acquire has its own verbs in errors
@@ -210,6 +236,7 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 		} else {
 			start = time.Now()
 			confirmedBefore = subscribed || c.notify.confirmed(spec.channel)
+			countAttempt(ctx, cfg)
 			r, err = spec.attempt(ctx)
 		}
 		var delay time.Duration
@@ -275,7 +302,7 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 		select {
 		case <-signal:
 			if g, ok := w.takeGrant(); ok {
-				return attemptResult{granted: true, fence: g.fence, pttl: g.px}, since, nil
+				return attemptResult{granted: true, fence: g.fence, pttl: g.px, grantedAtUs: g.atUs}, since, nil
 			}
 		case <-timer.C:
 		case <-ctx.Done():

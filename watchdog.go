@@ -228,11 +228,16 @@ func (w *watchdog) renew(batch []*Lease) {
 
 	now := time.Now()
 	var (
-		lost  []*Lease
-		funcs [][]func(error)
+		lost     []*Lease
+		funcs    [][]func(error)
+		observed []func()
 	)
 	w.mu.Lock()
 	for i, l := range batch {
+		if o := l.cfg.observer; o != nil && l.state == leaseHeld && l.err == nil {
+			info, err := l.info(), results[i]
+			observed = append(observed, func() { o.Renewed(info, err) })
+		}
 		close(l.renewing)
 		l.renewing = nil
 		if l.state != leaseHeld || l.err != nil {
@@ -256,6 +261,9 @@ func (w *watchdog) renew(batch []*Lease) {
 		w.rescheduleLocked(l)
 	}
 	w.mu.Unlock()
+	for _, f := range observed {
+		f()
+	}
 	for i, l := range lost {
 		runLossFuncs(funcs[i], l)
 	}
@@ -289,6 +297,10 @@ func (w *watchdog) loseLocked(l *Lease, reason string) []func(error) {
 	l.closeDoneLocked()
 	funcs := l.lossFuncs
 	l.lossFuncs = nil
+	if o := l.cfg.observer; o != nil {
+		info := l.info()
+		funcs = append(funcs, func(err error) { o.Lost(info, err) })
+	}
 	l.cfg.logger.Warn("dlock: lock lost", slog.String("lock", l.Name()), slog.String("reason", reason))
 	return funcs
 }

@@ -104,15 +104,22 @@ local function dlock_live_head(queue_key, waiters_key, now_ms)
   end
 end
 
+-- dlock_grant_message is what a grant publishes on the lock's channel:
+-- "<fence> <px> <granted at, server µs> <owner>". The owner comes last, as
+-- it may contain spaces; the time lets the waiter measure the hand-off.
+local function dlock_grant_message(token, px, now_us, owner)
+  return string.format('%.0f', token) .. ' ' .. px .. ' ' .. string.format('%.0f', now_us) .. ' ' .. owner
+end
+
 -- dlock_grant hands the lock to a waiter: the waiter leaves the queue, owns
 -- the key for px ms (its claim window, extended by the waiter once it hears
--- of the grant) and is told on the lock's channel as "<fence> <px> <owner>".
+-- of the grant) and is told on the lock's channel as "<fence> <px> <granted at µs> <owner>".
 local function dlock_grant(lock_key, fence_key, queue_key, waiters_key, owner, px, now_us, retention_ms, publish, channel)
   local token = dlock_issue_fence(fence_key, now_us, retention_ms)
   redis.call('ZREM', queue_key, owner)
   redis.call('HDEL', waiters_key, owner)
   redis.call('SET', lock_key, owner, 'PX', px)
-  redis.call(publish, channel, string.format('%.0f', token) .. ' ' .. px .. ' ' .. owner)
+  redis.call(publish, channel, dlock_grant_message(token, px, now_us, owner))
   return token
 end
 

@@ -102,7 +102,7 @@ end
 -- queue as far as the rules allow: the head writer when nobody holds the
 -- lock; every reader up to the first writer when no writer holds it. Each
 -- grant lasts the waiter's claim window (its grant px) and is published as
--- "<fence> <px> <owner value>" (the member without its mode), like
+-- "<fence> <px> <granted at µs> <owner value>" (the member without its mode), like
 -- lock_lib's dlock_grant. self, the member running the script (may be nil),
 -- is granted self_px instead and learns of it from the script's reply.
 -- Returns the published grants, flattened: {member, fence, px, ...}.
@@ -122,7 +122,7 @@ local function rw_grant_heads(keys, now_us, now_ms, retention_ms, publish, chann
       rw_hold(keys, head, self_px, now_us, now_ms, retention_ms)
     else
       local token = rw_hold(keys, head, px, now_us, now_ms, retention_ms)
-      redis.call(publish, channel, string.format('%.0f', token) .. ' ' .. px .. ' ' .. string.sub(head, 2))
+      redis.call(publish, channel, dlock_grant_message(token, px, now_us, string.sub(head, 2)))
       table.insert(granted, head)
       table.insert(granted, token)
       table.insert(granted, tonumber(px))

@@ -135,7 +135,7 @@ end
 -- waiter asking for more than the limit (it was lowered) is dropped instead.
 -- Each grant issues a fencing token, makes the waiter a holder for its claim
 -- window (its grant px; it renews at once when it hears) and is published as
--- "<fence> <px> <owner>"; the waiter self (may be nil), which is running
+-- "<fence> <px> <granted at µs> <owner>"; the waiter self (may be nil), which is running
 -- this script, is granted self_px instead and not told. When waiters were
 -- dropped the channel hears "limit", so they ask again and learn why.
 -- Returns the permits used afterwards and the grants as a flat list of
@@ -162,7 +162,7 @@ local function sem_grant_queued(now_us, limit, used, fence_retention_ms, publish
         sem_add_holder(head, n, token, now_ms, tonumber(self_px))
       else
         sem_add_holder(head, n, token, now_ms, tonumber(px))
-        redis.call(publish, channel, string.format('%.0f', token) .. ' ' .. px .. ' ' .. head)
+        redis.call(publish, channel, dlock_grant_message(token, px, now_us, head))
         grants[#grants + 1] = token
         grants[#grants + 1] = tonumber(px)
         grants[#grants + 1] = head

@@ -1,0 +1,195 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// recorder is an Observer that keeps every event.
+type recorder struct {
+	mu       sync.Mutex
+	starts   []dlock.Acquisition
+	outcomes []dlock.AcquireOutcome
+	renewed  []error
+	lost     []dlock.LeaseInfo
+	released []dlock.LeaseInfo
+	relErrs  []error
+	ctxSeen  bool
+}
+
+type recorderCtxKey struct{}
+
+func (r *recorder) AcquireStart(ctx context.Context, a dlock.Acquisition) (context.Context, func(dlock.AcquireOutcome)) {
+	r.mu.Lock()
+	r.starts = append(r.starts, a)
+	r.mu.Unlock()
+	return context.WithValue(ctx, recorderCtxKey{}, a.Op), func(o dlock.AcquireOutcome) {
+		r.mu.Lock()
+		r.outcomes = append(r.outcomes, o)
+		r.mu.Unlock()
+	}
+}
+
+func (r *recorder) Renewed(_ dlock.LeaseInfo, err error) {
+	r.mu.Lock()
+	r.renewed = append(r.renewed, err)
+	r.mu.Unlock()
+}
+
+func (r *recorder) Lost(l dlock.LeaseInfo, err error) {
+	r.mu.Lock()
+	r.lost = append(r.lost, l)
+	r.mu.Unlock()
+}
+
+func (r *recorder) Released(ctx context.Context, l dlock.LeaseInfo, err error) {
+	r.mu.Lock()
+	r.released = append(r.released, l)
+	r.relErrs = append(r.relErrs, err)
+	r.mu.Unlock()
+}
+
+func (r *recorder) snapshot() recorder {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return recorder{
+		starts: append([]dlock.Acquisition(nil), r.starts...), outcomes: append([]dlock.AcquireOutcome(nil), r.outcomes...),
+		renewed: append([]error(nil), r.renewed...), lost: append([]dlock.LeaseInfo(nil), r.lost...),
+		released: append([]dlock.LeaseInfo(nil), r.released...), relErrs: append([]error(nil), r.relErrs...),
+	}
+}
+
+func TestObserverSeesAcquiresReleasesRenewalsAndLosses(t *testing.T) {
+	srv := redistest.Shared(t)
+	rec := &recorder{}
+	c := newClient(t, srv, dlock.WithObserver(rec), dlock.WithTTL(300*time.Millisecond))
+	other := newClient(t, srv)
+	ctx := testCtx(t)
+	name := t.Name()
+
+	// A free lock: one attempt, no hand-off.
+	l, err := c.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(250 * time.Millisecond) // past a renewal (every 100ms)
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := rec.snapshot()
+	if len(s.starts) != 1 || s.starts[0].Op != "TryLock" || s.starts[0].Kind != dlock.KindMutex || s.starts[0].Name != name {
+		t.Fatalf("starts = %+v", s.starts)
+	}
+	if o := s.outcomes[0]; o.Err != nil || o.Token != l.Token() || o.Attempts != 1 || o.Handoff != 0 {
+		t.Errorf("free lock outcome = %+v", o)
+	}
+	if len(s.renewed) == 0 || s.renewed[0] != nil {
+		t.Errorf("renewals seen: %v, want at least one successful", s.renewed)
+	}
+	if len(s.released) != 1 || s.released[0].Held < 200*time.Millisecond || s.relErrs[0] != nil {
+		t.Errorf("released = %+v %v, want one after ~250ms held", s.released, s.relErrs)
+	}
+
+	// A lock handed over by another client's release: a hand-off.
+	held := mustLock(t, other, name)
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Mutex(name).Lock(ctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waitQueued(t, srv, name, 1)
+	waitFor(t, 10*time.Second, func() bool { // the waiter hears grants now
+		n := srv.Client(t).PubSubNumSub(ctx, lockKey(name)).Val()[lockKey(name)]
+		return n > 0
+	}, "the waiter's subscription")
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	s = rec.snapshot()
+	o := s.outcomes[len(s.outcomes)-1]
+	if o.Err != nil || o.Attempts < 1 || o.Handoff <= 0 || o.Handoff > 5*time.Second {
+		t.Errorf("handed-over lock outcome = %+v, want a positive hand-off latency", o)
+	}
+
+	// Not obtained.
+	held = mustLock(t, other, name)
+	_, err = c.Mutex(name).TryLock(ctx)
+	s = rec.snapshot()
+	if o := s.outcomes[len(s.outcomes)-1]; !errors.Is(o.Err, dlock.ErrNotObtained) || !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("contended TryLock outcome = %+v", o)
+	}
+	_ = held.Unlock(ctx)
+
+	// A loss.
+	l, err = c.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Client(t).Del(ctx, lockKey(name))
+	waitDone(t, l, 5*time.Second)
+	s = rec.snapshot()
+	if len(s.lost) != 1 || s.lost[0].Name != name || s.lost[0].Token != l.Token() {
+		t.Errorf("lost = %+v", s.lost)
+	}
+}
+
+func TestObserverSeesEveryKind(t *testing.T) {
+	srv := redistest.Shared(t)
+	rec := &recorder{}
+	c := newClient(t, srv, dlock.WithObserver(rec))
+	ctx := dlock.WithOwner(testCtx(t), "job")
+	p := t.Name() + ":"
+	unlock := func(l *dlock.Lease, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = l.Unlock(ctx)
+	}
+	unlock(c.FairMutex(p + "fair").Lock(ctx))
+	unlock(c.ReentrantMutex(p + "re").Lock(ctx))
+	unlock(c.RWMutex(p + "rw").RLock(ctx))
+	unlock(c.MultiLock(p+"a", p+"b").TryLock(ctx))
+	permits, err := c.Semaphore(p+"sem", 2).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = permits.Release(ctx)
+	want := []dlock.Acquisition{
+		{Name: p + "fair", Kind: dlock.KindMutex, Op: "Lock"},
+		{Name: p + "re", Kind: dlock.KindReentrant, Op: "Lock"},
+		{Name: p + "rw", Kind: dlock.KindRWMutex, Op: "RLock"},
+		{Name: p + "a," + p + "b", Kind: dlock.KindMutex, Op: "TryLock"},
+		{Name: p + "sem", Kind: dlock.KindSemaphore, Op: "Acquire"},
+	}
+	s := rec.snapshot()
+	if len(s.starts) != len(want) {
+		t.Fatalf("starts = %+v, want %+v", s.starts, want)
+	}
+	for i := range want {
+		if s.starts[i] != want[i] {
+			t.Errorf("start %d = %+v, want %+v", i, s.starts[i], want[i])
+		}
+		if s.outcomes[i].Err != nil || s.outcomes[i].Attempts < 1 {
+			t.Errorf("outcome %d = %+v", i, s.outcomes[i])
+		}
+	}
+	if len(s.released) != len(want) {
+		t.Errorf("%d releases seen, want %d", len(s.released), len(want))
+	}
+	if _, err := dlock.New(srv.Client(t), dlock.WithObserver(nil)); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("WithObserver(nil): got %v, want ErrInvalidArgument", err)
+	}
+}

@@ -31,9 +31,9 @@ type localQueueKey struct {
 
 // localQueue is one Client's waiters for one lock.
 type localQueue struct {
-	key     localQueueKey
-	m       *Mutex // the descriptor the contender attempts with
-	waiters []*localWaiter
+	key      localQueueKey
+	m        *Mutex // the descriptor the contender attempts with
+	waiters  []*localWaiter
 	cancel   context.CancelFunc // stops the contender's current wait
 	lastErr  error              // the failure the contender keeps meeting, if any
 	attempts int64              // made by the contender, for waiters' Observers
@@ -92,7 +92,7 @@ func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
 		return nil, err
 	}
 	channel := m.channel()
-	first := &firstAttempt{start: time.Now(), confirmed: c.notify.expect(channel, owner)}
+	first := firstAttempt{start: time.Now(), confirmed: c.notify.expect(channel, owner)}
 	countAttempt(ctx, &m.cfg)
 	first.result, first.err = m.attempt(ctx, owner, true)
 	if first.err == nil && first.result.granted {
@@ -147,7 +147,7 @@ func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
 	c.local.queues[key] = q
 	c.local.contenders.Add(1)
 	c.local.mu.Unlock()
-	go c.contend(q, owner, first)
+	go c.contend(q, owner, &first)
 	return c.awaitLocal(ctx, q, w, began)
 }
 

@@ -195,3 +195,20 @@ func TestConflictRepliesFromEveryServer(t *testing.T) {
 		t.Error("NOAUTH is not a conflict")
 	}
 }
+
+func TestLockKeys(t *testing.T) {
+	for _, c := range []struct{ prefix, name string }{{"dlock:", "orders:1"}, {"", "x"}, {"app:", "{cart:7}:items"}} {
+		k := newLockKeys(c.prefix, c.name)
+		base := c.prefix + "{" + c.name + "}"
+		want := []string{base, base + ":fence", base + ":q", base + ":w"}
+		got := []string{k.lock, k.fence, k.queue, k.waiters}
+		for i := range want {
+			if got[i] != want[i] || k.all[i] != want[i] {
+				t.Errorf("newLockKeys(%q, %q): key %d = %q (all: %q), want %q", c.prefix, c.name, i, got[i], k.all[i], want[i])
+			}
+		}
+		if at := newLockKeysAt(base); at.lock != k.lock || at.fence != k.fence || at.queue != k.queue || at.waiters != k.waiters {
+			t.Errorf("newLockKeysAt(%q) = %+v, want %+v", base, at, k)
+		}
+	}
+}

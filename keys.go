@@ -18,16 +18,25 @@ type lockKeys struct {
 }
 
 func newLockKeys(prefix, name string) lockKeys {
-	return newLockKeysAt(prefix + "{" + name + "}")
+	// All four keys are slices of one string: one allocation, not five.
+	n := len(prefix) + len(name) + 2
+	s := prefix + "{" + name + "}" + prefix + "{" + name + "}:fence" + prefix + "{" + name + "}:q" + prefix + "{" + name + "}:w"
+	return splitLockKeys(s, n)
 }
 
 // newLockKeysAt names the keys of a queued lock whose lock key is base.
 func newLockKeysAt(base string) lockKeys {
+	return splitLockKeys(base+base+":fence"+base+":q"+base+":w", len(base))
+}
+
+// splitLockKeys cuts s, the four keys of a lock whose key has n bytes
+// written one after the other, into its keys.
+func splitLockKeys(s string, n int) lockKeys {
 	k := lockKeys{
-		lock:    base,
-		fence:   base + ":fence",
-		queue:   base + ":q",
-		waiters: base + ":w",
+		lock:    s[:n],
+		fence:   s[n : 2*n+6],
+		queue:   s[2*n+6 : 3*n+8],
+		waiters: s[3*n+8:],
 	}
 	k.all = []string{k.lock, k.fence, k.queue, k.waiters}
 	return k

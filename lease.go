@@ -60,12 +60,12 @@ var errReleased = fmt.Errorf("%w: released by Unlock", ErrNotHeld)
 // (Client.Do does it for you); a lease that is never unlocked expires one TTL
 // after its last renewal.
 type Lease struct {
-	wd    *watchdog
-	h     holder
-	cfg   *config
-	owner string
-	token int64
-	done  chan struct{}
+	wd        *watchdog
+	h         holder
+	cfg       *config
+	owner     string
+	token     int64
+	done      chan struct{}
 	kind      Kind
 	grantedAt time.Time     // when this process got the lease
 	handoff   time.Duration // grant on the server to arrival here; 0 unknown

@@ -97,47 +97,61 @@ func fenceRetention(ttl time.Duration) time.Duration {
 	return time.Hour
 }
 
-func (m *Mutex) attempt(ctx context.Context, owner string, queue bool) (attemptResult, error) {
-	ttl, grantPX := m.cfg.initialPX(), m.cfg.claimWindow()
-	call := &driver.Call{
-		Script: scripts.MutexAcquire,
-		Keys:   m.keys.all,
-		Args: []any{
-			owner, ttl.Milliseconds(), queueFlag(queue), m.cfg.waiterLease.Milliseconds(), grantPX.Milliseconds(),
-			fenceRetention(m.cfg.ttl).Milliseconds(), m.c.drv.PublishCommand(), m.keys.channel(), strictFlag(m.fair),
-		},
+// mutexCall is one script call of a Mutex with its arguments, in a single
+// allocation: the values live in the struct and go into Args as pointers,
+// which need no boxing (driver.Call).
+type mutexCall struct {
+	call  driver.Call
+	args  [9]any
+	owner string
+	pub   string
+	ints  [4]int64
+}
+
+// Pre-boxed flags: boxing a string returned by a function allocates.
+var (
+	flagOne  any = "1"
+	flagZero any = "0"
+)
+
+func boolFlag(b bool) any {
+	if b {
+		return flagOne
 	}
+	return flagZero
+}
+
+func (m *Mutex) attempt(ctx context.Context, owner string, queue bool) (attemptResult, error) {
+	a := &mutexCall{owner: owner, pub: m.c.drv.PublishCommand()}
+	a.ints = [4]int64{m.cfg.initialPX().Milliseconds(), m.cfg.waiterLease.Milliseconds(),
+		m.cfg.claimWindow().Milliseconds(), fenceRetention(m.cfg.ttl).Milliseconds()}
+	a.args = [9]any{&a.owner, &a.ints[0], boolFlag(queue), &a.ints[1], &a.ints[2], &a.ints[3], &a.pub, &m.keys.lock, boolFlag(m.fair)}
+	a.call = driver.Call{Script: scripts.MutexAcquire, Keys: m.keys.all, Args: a.args[:]}
+	call := &a.call
 	m.cfg.askAck(call)
 	m.c.drv.Run(ctx, call)
 	if call.Err != nil {
 		return attemptResult{}, call.Err
 	}
-	v, err := replyInts(call.Reply, 3)
+	code, x, y, err := reply3(call.Reply)
 	if err != nil {
 		return attemptResult{}, err
 	}
-	if v[0] == 1 {
-		return grantAcked(ctx, m, &m.cfg, owner, call, attemptResult{granted: true, fence: v[1], pttl: ms(v[2])})
+	if code == 1 {
+		return grantAcked(ctx, m, &m.cfg, owner, call, attemptResult{granted: true, fence: x, pttl: ms(y)})
 	}
-	return attemptResult{pttl: ms(v[1])}, nil
-}
-
-func strictFlag(fair bool) string {
-	if fair {
-		return "1"
-	}
-	return "0"
+	return attemptResult{pttl: ms(x)}, nil
 }
 
 // release is Unlock's script, and how an abandoned waiter leaves the queue.
 // When the lock passes to a waiter of this same Client, the waiter is told
 // directly, ahead of the pub/sub message.
 func (m *Mutex) release(ctx context.Context, owner string) error {
-	call := &driver.Call{
-		Script: scripts.MutexRelease,
-		Keys:   m.keys.all,
-		Args:   []any{owner, fenceRetention(m.cfg.ttl).Milliseconds(), m.c.drv.PublishCommand(), m.keys.channel()},
-	}
+	a := &mutexCall{owner: owner, pub: m.c.drv.PublishCommand()}
+	a.ints[0] = fenceRetention(m.cfg.ttl).Milliseconds()
+	a.args[0], a.args[1], a.args[2], a.args[3] = &a.owner, &a.ints[0], &a.pub, &m.keys.lock
+	a.call = driver.Call{Script: scripts.MutexRelease, Keys: m.keys.all, Args: a.args[:4]}
+	call := &a.call
 	m.c.drv.Run(ctx, call)
 	if call.Err != nil {
 		return call.Err
@@ -235,6 +249,23 @@ func ms(n int64) time.Duration {
 		return math.MinInt64
 	}
 	return time.Duration(n) * time.Millisecond
+}
+
+// reply3 reads the first three elements of an array reply as integers,
+// without the slice replyInts allocates.
+func reply3(reply any) (a, b, c int64, err error) {
+	items, ok := reply.([]any)
+	if !ok || len(items) < 3 {
+		return 0, 0, 0, unexpectedReply(reply)
+	}
+	var okA, okB, okC bool
+	a, okA = items[0].(int64)
+	b, okB = items[1].(int64)
+	c, okC = items[2].(int64)
+	if !okA || !okB || !okC {
+		return 0, 0, 0, unexpectedReply(reply)
+	}
+	return a, b, c, nil
 }
 
 // replyInts reads the first n elements of an array reply as integers.

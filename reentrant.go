@@ -192,7 +192,7 @@ func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) 
 		Script: scripts.ReentrantAcquire,
 		Keys:   m.keys.all,
 		Args: []any{
-			member, m.cfg.initialPX().Milliseconds(), queueFlag(queue), m.cfg.waiterLease.Milliseconds(),
+			member, m.cfg.initialPX().Milliseconds(), boolFlag(queue), m.cfg.waiterLease.Milliseconds(),
 			m.cfg.claimWindow().Milliseconds(), fenceRetention(m.cfg.ttl).Milliseconds(),
 			m.c.drv.PublishCommand(), m.keys.channel(),
 		},
@@ -410,11 +410,4 @@ func (s *anchorSet) forget(a *anchor) {
 	if s.anchors[a.key] == a {
 		delete(s.anchors, a.key)
 	}
-}
-
-func queueFlag(queue bool) string {
-	if queue {
-		return "1"
-	}
-	return "0"
 }

@@ -40,7 +40,13 @@
 // drift, on the monotonic clock), but no signal can reach a process that is
 // not running. Replication adds a second gap: Redis replicates
 // asynchronously, so after a failover the new master may not know a lock
-// the old one granted (the README compares the deployments).
+// the old one granted. WithReplicaAck closes it: a grant or renewal then
+// counts only once that many replicas have acknowledged it (WAIT, on the
+// connection that wrote), so the replica promoted in a failover (by
+// Sentinel, or by Redis Cluster for a shard) knows every lock held. An
+// acquire that too few replicas acknowledged releases the lock again and
+// fails with ErrReplicaAck; an unacknowledged renewal does not extend the
+// lease. The README compares the deployments and what each guarantees.
 //
 // Fencing tokens close the gap for resources that can check them. Every
 // grant of a lock carries a token (Lease.Token) that is strictly larger than
@@ -64,7 +70,8 @@
 //	dlock:{N}:q        waiters in arrival order (sorted set, scored by server time)
 //	dlock:{N}:w        each waiter's lease in the queue (hash)
 //
-// Release notifications are published on the channel dlock:{N}. Change the
+// Release notifications are published on the channel dlock:{N} (with
+// SPUBLISH, sharded pub/sub, on a Cluster of Redis 7.0 or later). Change the
 // prefix with WithKeyPrefix. Names may not be empty, longer than MaxNameLen,
 // or start with '}'. A name may contain braces: its hash tag is then the
 // part before its first '}', so "{cart:7}:items" and "{cart:7}:total" share
@@ -122,5 +129,6 @@
 // something dlock did not write; it is never modified), ErrClosed. Failures
 // to reach Redis are returned wrapped, and never match ErrNotObtained, so
 // contention, timeouts and outages can be told apart. Redlock adds ErrQuorum
-// (too few nodes answered), which carries a *NodeError per failed node.
+// (too few nodes answered), which carries a *NodeError per failed node;
+// WithReplicaAck adds ErrReplicaAck (too few replicas acknowledged).
 package dlock

@@ -7,82 +7,78 @@ import (
 	"time"
 )
 
-// One contender per process and name.
+// One place in the lock's queue per process and name.
 //
 // Goroutines of one Client that wait for the same Mutex queue here, in
-// arrival order, and a single contender keeps one place in the lock's queue
-// in Redis on their behalf: it waits (waitFor), and each time the lock is
-// handed to it, gives the lease to the first local waiter still waiting,
-// then queues again at the back for the rest. Waiting costs Redis the same
-// whether one goroutine waits or a thousand; processes take turns; within a
-// process, goroutines are served in order. FairMutex does not merge: each of
-// its waiters keeps its own place, for strict arrival order across
-// goroutines.
+// arrival order, and only the first of them, the head, waits in Redis
+// (waitFor), under one owner value that holds one place in the lock's queue
+// on behalf of them all. When the lock is handed to that owner, the head
+// takes the lease itself (no other goroutine in between, so a hand-off costs
+// no extra wake-up) and promotes the next local waiter, which joins the
+// lock's queue again, at the back, under a fresh owner. A head whose
+// context ends passes its place, owner and all, to the next local waiter,
+// so nobody behind it loses its turn. Waiting costs Redis the same whether
+// one goroutine waits or a thousand; processes take turns; within a process
+// goroutines are served in order. FairMutex does not share: each of its
+// waiters keeps its own place, for strict arrival order across goroutines.
 
-// localQueueKey identifies the waiters that can share a contender: the same
+// localQueueKey identifies the waiters that can share a place: the same
 // lock, with the settings that shape its queue entry.
 type localQueueKey struct {
 	lock        string
 	ttl         time.Duration
 	maxHold     time.Duration
 	waiterLease time.Duration
-	replicaAck  int // the contender's attempts wait for as many replicas
 }
 
-// localQueue is one Client's waiters for one lock.
+// localQueue is one Client's waiters for one lock; waiters[0] is the head.
 type localQueue struct {
-	key      localQueueKey
-	m        *Mutex // the descriptor the contender attempts with
-	waiters  []*localWaiter
-	cancel   context.CancelFunc // stops the contender's current wait
-	lastErr  error              // the failure the contender keeps meeting, if any
-	attempts int64              // made by the contender, for waiters' Observers
+	key     localQueueKey
+	waiters []*localWaiter
+	lastErr error // the failure the head keeps meeting, if any
 }
 
 // localWaiter is one Lock call waiting in a localQueue.
 type localWaiter struct {
-	m      *Mutex // its own descriptor: its lease gets its options
-	ready  chan localResult
-	done   bool  // given a result, or gave up
-	joined int64 // the queue's attempts when it joined, for its Observer
+	m    *Mutex // its own descriptor: its lease gets its options
+	wake chan localTurn
 }
 
-type localResult struct {
-	lease *Lease
+// localTurn is what a waiter behind the head is told: its turn to contend
+// (with the place owner holds, or a fresh one when owner is empty), or an
+// error that ends every wait (Close, a permanent failure).
+type localTurn struct {
+	owner string
 	err   error
 }
 
-// localQueues is a Client's local queues and their contenders.
+// localQueues is a Client's local queues.
 type localQueues struct {
-	mu         sync.Mutex
-	queues     map[localQueueKey]*localQueue
-	closing    bool // Close has begun: no new contenders
-	contenders sync.WaitGroup
+	mu      sync.Mutex
+	queues  map[localQueueKey]*localQueue
+	closing bool // Close has begun: no new queues
 }
 
-// close stops new contenders and waits for the running ones, which end
-// their waits with ErrClosed.
+// close stops new queues; heads end their waits with ErrClosed by
+// themselves (they watch the Client's closed channel).
 func (lq *localQueues) close() {
 	lq.mu.Lock()
 	lq.closing = true
 	lq.mu.Unlock()
-	lq.contenders.Wait()
 }
 
 // lockShared is Mutex.Lock: take the lock at once if nobody of this Client
 // waits for it, else wait in the local queue.
 func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
-	key := localQueueKey{lock: m.keys.lock, ttl: m.cfg.ttl, maxHold: m.cfg.maxHold, waiterLease: m.cfg.waiterLease, replicaAck: m.cfg.replicaAck}
+	key := localQueueKey{lock: m.keys.lock, ttl: m.cfg.ttl, maxHold: m.cfg.maxHold, waiterLease: m.cfg.waiterLease}
 	began := time.Now()
 
 	c.local.mu.Lock()
-	q := c.local.queues[key]
-	if q != nil {
-		w := newLocalWaiter(m)
-		w.joined = q.attempts
+	if q := c.local.queues[key]; q != nil {
+		w := &localWaiter{m: m, wake: make(chan localTurn, 1)}
 		q.waiters = append(q.waiters, w)
 		c.local.mu.Unlock()
-		return c.awaitLocal(ctx, q, w, began)
+		return c.awaitTurn(ctx, q, w, began)
 	}
 	c.local.mu.Unlock()
 
@@ -103,7 +99,7 @@ func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
 		if !errors.Is(err, errGrantExpired) {
 			return l, err
 		}
-		first.result.granted = false // wait again, as a contender
+		first.result.granted = false // wait again, as the head
 	}
 	if first.confirmed && first.err != nil {
 		c.notify.forget(channel, owner)
@@ -122,17 +118,16 @@ func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
 		return nil, redisError("Lock", m.name, first.err)
 	}
 
-	w := newLocalWaiter(m)
+	w := &localWaiter{m: m, wake: make(chan localTurn, 1)}
 	c.local.mu.Lock()
-	if q = c.local.queues[key]; q != nil {
-		// Another goroutine became the contender meanwhile: join it, and
-		// give up this second place in Redis.
-		w.joined = q.attempts
+	if q := c.local.queues[key]; q != nil {
+		// Another goroutine became the head meanwhile: join it, and give
+		// up this second place in Redis.
 		q.waiters = append(q.waiters, w)
 		c.local.mu.Unlock()
 		c.notify.forget(channel, owner)
 		c.abandon(ctx, m, &m.cfg, owner, nil)
-		return c.awaitLocal(ctx, q, w, began)
+		return c.awaitTurn(ctx, q, w, began)
 	}
 	if c.local.closing {
 		c.local.mu.Unlock()
@@ -143,72 +138,52 @@ func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
 	if c.local.queues == nil {
 		c.local.queues = make(map[localQueueKey]*localQueue)
 	}
-	q = &localQueue{key: key, m: m, waiters: []*localWaiter{w}}
+	q := &localQueue{key: key, waiters: []*localWaiter{w}}
 	c.local.queues[key] = q
-	c.local.contenders.Add(1)
 	c.local.mu.Unlock()
-	go c.contend(q, owner, &first)
-	return c.awaitLocal(ctx, q, w, began)
+	waiting := first // copied, so the uncontended path keeps first on the stack
+	return c.contend(ctx, q, w, owner, &waiting, began)
 }
 
-func newLocalWaiter(m *Mutex) *localWaiter {
-	return &localWaiter{m: m, ready: make(chan localResult, 1)}
-}
-
-// awaitLocal waits for the contender to hand w a lease, or for ctx.
-func (c *Client) awaitLocal(ctx context.Context, q *localQueue, w *localWaiter, began time.Time) (*Lease, error) {
+// awaitTurn waits behind the head until it is this waiter's turn to
+// contend, or ctx ends.
+func (c *Client) awaitTurn(ctx context.Context, q *localQueue, w *localWaiter, began time.Time) (*Lease, error) {
 	select {
-	case r := <-w.ready:
-		if w.m.cfg.observer != nil {
-			c.local.mu.Lock()
-			n := q.attempts - w.joined
-			c.local.mu.Unlock()
-			addAttempts(ctx, &w.m.cfg, n)
+	case t := <-w.wake:
+		if t.err != nil {
+			return nil, t.err
 		}
-		return r.lease, r.err
+		return c.contend(ctx, q, w, t.owner, nil, began)
 	case <-ctx.Done():
 	}
 	c.local.mu.Lock()
-	if !w.done {
-		w.done = true
-		q.remove(w)
-		if len(q.waiters) == 0 && q.cancel != nil {
-			q.cancel() // nobody left here: the contender leaves the queue in Redis
-		}
-		last := q.lastErr
+	if len(q.waiters) > 0 && q.waiters[0] == w {
+		// Promoted as ctx ended: the turn is in the channel; pass it on.
+		t := <-w.wake
 		c.local.mu.Unlock()
-		return nil, waitEnded(ctx, w.m.name, began, 0, last)
+		if t.err == nil {
+			c.leave(ctx, q, w, t.owner)
+		}
+		return nil, waitEnded(ctx, w.m.name, began, 0, nil)
 	}
+	q.remove(w)
+	last := q.lastErr
 	c.local.mu.Unlock()
-	// The lease came as ctx ended: a cancelled Lock keeps nothing.
-	if r := <-w.ready; r.lease != nil {
-		_ = r.lease.Unlock(ctx)
-	}
-	return nil, waitEnded(ctx, w.m.name, began, 0, nil)
+	return nil, waitEnded(ctx, w.m.name, began, 0, last)
 }
 
-func (q *localQueue) remove(w *localWaiter) {
-	for i, x := range q.waiters {
-		if x == w {
-			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
-			return
-		}
-	}
-}
-
-// contend is a local queue's contender: it waits in Redis for the lock under
-// owner and hands each grant to the first local waiter, until none is left.
-func (c *Client) contend(q *localQueue, owner string, first *firstAttempt) {
-	defer c.local.contenders.Done()
-	m := q.m
+// contend is the head's wait in Redis under owner (a fresh one when empty;
+// first is the attempt that queued it, if just made). The head takes the
+// lease it is granted and promotes the next waiter.
+func (c *Client) contend(ctx context.Context, q *localQueue, w *localWaiter, owner string, first *firstAttempt, began time.Time) (*Lease, error) {
+	m := w.m
 	for {
-		ctx, cancel := context.WithCancel(context.Background())
-		c.local.mu.Lock()
-		q.cancel = cancel
-		empty := len(q.waiters) == 0
-		c.local.mu.Unlock()
-		if empty {
-			cancel()
+		if owner == "" {
+			var err error
+			if owner, err = newOwner(m.cfg.ownerInfo); err != nil {
+				c.endQueue(q, err)
+				return nil, err
+			}
 		}
 		r, from, err := c.waitFor(ctx, &m.cfg, waitSpec{
 			name:    m.name,
@@ -220,80 +195,83 @@ func (c *Client) contend(q *localQueue, owner string, first *firstAttempt) {
 				q.lastErr = err
 				c.local.mu.Unlock()
 			},
-			attempt: func(ctx context.Context) (attemptResult, error) {
-				c.local.mu.Lock()
-				q.attempts++
-				c.local.mu.Unlock()
-				return m.attempt(ctx, owner, true)
-			},
-			abandon: func(cause error) { c.abandon(ctx, m, &m.cfg, owner, cause) },
+			attempt: func(ctx context.Context) (attemptResult, error) { return m.attempt(ctx, owner, true) },
+			// No abandon: a head that gives up passes its place on (leave).
 		})
 		first = nil
-		emptied := ctx.Err() != nil // the last local waiter left
-		cancel()
-
-		if err == nil {
-			err = c.handOut(q, owner, r, from)
+		switch {
+		case err == nil:
+			l, err := c.leaseFor(ctx, m, &m.cfg, owner, r, from)
 			if errors.Is(err, errGrantExpired) {
-				err = nil // this process was too slow to claim it: queue again
+				owner = "" // too slow to claim it: queue again under a fresh owner
+				continue
 			}
-		}
-		c.local.mu.Lock()
-		if err != nil && !emptied {
-			// A permanent failure, or Close: every waiter gets it.
-			for _, w := range q.waiters {
-				w.done = true
-				w.ready <- localResult{err: err}
-			}
-			q.waiters = nil
-		}
-		if len(q.waiters) == 0 {
-			delete(c.local.queues, q.key)
-			c.local.mu.Unlock()
-			return
-		}
-		c.local.mu.Unlock()
-		if owner, err = newOwner(m.cfg.ownerInfo); err != nil {
-			c.local.mu.Lock()
-			for _, w := range q.waiters {
-				w.done = true
-				w.ready <- localResult{err: err}
-			}
-			q.waiters = nil
-			delete(c.local.queues, q.key)
-			c.local.mu.Unlock()
-			return
+			c.promote(q, w)
+			return l, err
+		case ctx.Err() != nil:
+			c.leave(ctx, q, w, owner)
+			return nil, err
+		default:
+			// Close, or a failure that retrying cannot fix: every wait ends.
+			c.abandon(ctx, m, &m.cfg, owner, err)
+			c.endQueue(q, err)
+			return nil, err
 		}
 	}
 }
 
-// handOut gives a grant to the first local waiter still waiting; with none
-// left, it releases the lock to the next owner in Redis.
-func (c *Client) handOut(q *localQueue, owner string, r attemptResult, from time.Time) error {
+// promote ends the head's turn: the next local waiter contends under a
+// fresh owner, at the back of the lock's queue; with none, the queue goes.
+func (c *Client) promote(q *localQueue, head *localWaiter) {
 	c.local.mu.Lock()
-	var w *localWaiter
-	for len(q.waiters) > 0 && w == nil {
-		w, q.waiters = q.waiters[0], q.waiters[1:]
-		if w.done {
-			w = nil
+	defer c.local.mu.Unlock()
+	q.remove(head)
+	if len(q.waiters) == 0 {
+		c.deleteQueueLocked(q)
+		return
+	}
+	q.waiters[0].wake <- localTurn{}
+}
+
+// leave is a head giving up: the next local waiter takes over its place
+// (owner), or, with none, the place is given up in Redis.
+func (c *Client) leave(ctx context.Context, q *localQueue, head *localWaiter, owner string) {
+	c.local.mu.Lock()
+	q.remove(head)
+	if len(q.waiters) > 0 {
+		q.waiters[0].wake <- localTurn{owner: owner}
+		c.local.mu.Unlock()
+		return
+	}
+	c.deleteQueueLocked(q)
+	c.local.mu.Unlock()
+	c.abandon(ctx, head.m, &head.m.cfg, owner, nil)
+}
+
+// endQueue gives err to every waiter left behind the head and drops q.
+func (c *Client) endQueue(q *localQueue, err error) {
+	c.local.mu.Lock()
+	defer c.local.mu.Unlock()
+	for i, w := range q.waiters {
+		if i > 0 { // the head (0) is the caller
+			w.wake <- localTurn{err: err}
 		}
 	}
-	if w == nil {
-		c.local.mu.Unlock()
-		c.abandon(context.Background(), q.m, &q.m.cfg, owner, nil)
-		return nil
-	}
-	w.done = true
-	c.local.mu.Unlock()
+	q.waiters = nil
+	c.deleteQueueLocked(q)
+}
 
-	lease, err := c.leaseFor(context.Background(), w.m, &w.m.cfg, owner, r, from)
-	if errors.Is(err, errGrantExpired) {
-		c.local.mu.Lock()
-		w.done = false
-		q.waiters = append([]*localWaiter{w}, q.waiters...)
-		c.local.mu.Unlock()
-		return err
+func (c *Client) deleteQueueLocked(q *localQueue) {
+	if c.local.queues[q.key] == q {
+		delete(c.local.queues, q.key)
 	}
-	w.ready <- localResult{lease: lease, err: err}
-	return nil
+}
+
+func (q *localQueue) remove(w *localWaiter) {
+	for i, x := range q.waiters {
+		if x == w {
+			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+			return
+		}
+	}
 }

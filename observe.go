@@ -52,8 +52,8 @@ type AcquireOutcome struct {
 	// Waited is how long the call took.
 	Waited time.Duration
 	// Attempts is how many times the call asked Redis. Goroutines of one
-	// Client waiting for one Mutex share a contender; each of them counts
-	// the attempts it made while that one waited.
+	// Client waiting for one Mutex take turns asking (the first in line
+	// does), so most of them ask once or not at all.
 	Attempts int
 	// Handoff is, for a lock handed over by a release (rather than found
 	// free), the time from the grant on the server to its arrival here. It
@@ -96,16 +96,6 @@ func countAttempt(ctx context.Context, cfg *config) {
 	}
 	if s, ok := ctx.Value(acquireStatsKey{}).(*acquireStats); ok {
 		s.attempts.Add(1)
-	}
-}
-
-// addAttempts notes n attempts made on behalf of the acquire under ctx.
-func addAttempts(ctx context.Context, cfg *config, n int64) {
-	if cfg.observer == nil || n == 0 {
-		return
-	}
-	if s, ok := ctx.Value(acquireStatsKey{}).(*acquireStats); ok {
-		s.attempts.Add(n)
 	}
 }
 

@@ -139,6 +139,8 @@ func TestObserverSeesAcquiresReleasesRenewalsAndLosses(t *testing.T) {
 	}
 	srv.Client(t).Del(ctx, lockKey(name))
 	waitDone(t, l, 5*time.Second)
+	// Done closes first; the Observer hears of the loss right after.
+	waitFor(t, 5*time.Second, func() bool { return len(rec.snapshot().lost) > 0 }, "the Observer to hear of the loss")
 	s = rec.snapshot()
 	if len(s.lost) != 1 || s.lost[0].Name != name || s.lost[0].Token != l.Token() {
 		t.Errorf("lost = %+v", s.lost)

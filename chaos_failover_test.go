@@ -204,6 +204,6 @@ func TestChaosFailover(t *testing.T) {
 	s := chaos.NewSection("failover")
 	s.Printf("%s", seedLine(t, seed, started))
 	s.Table([]string{"replication link, promotion", "replica acknowledgement", "failovers", "locks granted twice", "grants refused (ErrReplicaAck)"}, rows)
-	s.Printf("\nEach trial: TryLock on the master, kill -9 of the master right after the grant, REPLICAOF NO ONE on the replica (what Sentinel does once it notices, which takes at least its down-after-milliseconds), TryLock by another client on the new master while the first still holds its lease (TTL 10 s). The replica follows the master through a proxy, one more hop than a direct link. Promoted at once, a grant still in flight to the replica is lost: an upper bound no real failover reaches, which shows that the window exists.\n")
+	s.Printf("\nEach trial: TryLock on the master, kill -9 of the master right after the grant, REPLICAOF NO ONE on the replica (what Sentinel does once it notices, which takes at least its down-after-milliseconds), TryLock by another client on the new master while the first still holds its lease (TTL 10 s). The replica follows the master through a proxy, one more hop than a direct link. Over a healthy link the grant reached the replica before a kill and a promotion could follow, even at once; a lagging or partitioned replica is what loses grants.\n")
 	publish(t, s)
 }

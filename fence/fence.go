@@ -119,8 +119,9 @@ type Option func(*Store)
 // expiry (values are kept until deleted, and so are their marks).
 func WithTTL(d time.Duration) Option { return func(s *Store) { s.ttl = d } }
 
-// New returns a Store on rdb: a *redis.Client, *redis.ClusterClient, a
-// failover client, or a dlock.RedisClient. It returns an error matching
+// New returns a Store on rdb: a *redis.Client (standalone, or from
+// redis.NewFailoverClient), a *redis.ClusterClient, or any wrapper with
+// go-redis's Scripter methods. It returns an error matching
 // dlock.ErrInvalidArgument for a nil client or an invalid option.
 func New(rdb redis.Scripter, opts ...Option) (*Store, error) {
 	if isNil(rdb) {

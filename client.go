@@ -41,7 +41,7 @@ type Client struct {
 	anchors  anchorSet // reentrant owners' shared renewals
 
 	cleanups  cleanups    // abandoned acquires being cleaned up
-	local     localQueues // Mutex waiters sharing one contender per name
+	local     localQueues // Mutex waiters sharing one place per name
 	closeOnce sync.Once
 	closed    chan struct{}
 }

@@ -175,7 +175,7 @@ type waitSpec struct {
 	// wait: waitFor starts from its outcome instead of attempting again.
 	first *firstAttempt
 	// noteErr, when set, hears each failure waitFor retries, and nil once
-	// an attempt succeeds again (a shared contender tells its waiters).
+	// an attempt succeeds again (a queue's head tells the waiters behind it).
 	noteErr func(error)
 }
 

@@ -248,14 +248,17 @@ func (n *notifier) Message(channel, payload string) {
 // subscription was down, so every waiter asks the server again.
 func (n *notifier) Reset() {
 	n.mu.Lock()
-	defer n.mu.Unlock()
+	waiting := 0
 	for _, cs := range n.channels {
 		for _, list := range cs.waiters {
 			for _, w := range list {
 				w.wake(nil)
+				waiting++
 			}
 		}
 	}
+	n.mu.Unlock()
+	n.c.cfg.logger.Info("dlock: pub/sub subscription reconnected; waiters ask the server again", slog.Int("waiters", waiting))
 }
 
 // deliver passes a grant to the local waiter that owns it, if it is still

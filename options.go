@@ -247,8 +247,15 @@ func WithReleaseTimeout(d time.Duration) Option {
 	}
 }
 
-// WithLogger sets where dlock logs renewal failures, lost locks and
-// reconnections. Default: nothing is logged.
+// WithLogger sets where dlock logs what it handles by itself, which no call
+// returns: at Warn, lost locks and failed renewals (attributes lock, kind,
+// token, and reason or error), clean-ups and releases that failed (the lock
+// then expires by its TTL) and waits that fall back to polling; at Info,
+// reconnections of the pub/sub subscription; at Debug, failed attempts that
+// Lock retries. A record about one lock names it (attribute lock), and one
+// about a failure carries the error (attribute error). Records are written
+// after dlock's internal locks are released, so a slow handler delays no
+// other lock. Default: nothing is logged.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) {
 		if l == nil {

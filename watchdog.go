@@ -230,7 +230,7 @@ func (w *watchdog) renew(batch []*Lease) {
 	var (
 		lost     []*Lease
 		funcs    [][]func(error)
-		observed []func()
+		observed []func() // Observer calls and log records, made after w.mu is released
 	)
 	w.mu.Lock()
 	for i, l := range batch {
@@ -255,8 +255,11 @@ func (w *watchdog) renew(batch []*Lease) {
 		default:
 			l.lastErr = err
 			l.nextRenew = now.Add(renewRetryDelay(l.ttl))
-			l.cfg.logger.Warn("dlock: renewal failed; retrying",
-				slog.String("lock", l.Name()), slog.Duration("valid_for", l.validUntil.Sub(now)), slog.Any("error", err))
+			logger, name, kind, token, validFor := l.cfg.logger, l.Name(), l.kind, l.token, l.validUntil.Sub(now)
+			observed = append(observed, func() {
+				logger.Warn("dlock: renewal failed; retrying", slog.String("lock", name), slog.String("kind", string(kind)),
+					slog.Int64("token", token), slog.Duration("valid_for", validFor), slog.Any("error", err))
+			})
 		}
 		w.rescheduleLocked(l)
 	}
@@ -301,7 +304,13 @@ func (w *watchdog) loseLocked(l *Lease, reason string) []func(error) {
 		info := l.info()
 		funcs = append(funcs, func(err error) { o.Lost(info, err) })
 	}
-	l.cfg.logger.Warn("dlock: lock lost", slog.String("lock", l.Name()), slog.String("reason", reason))
+	// Logged with the callbacks, after w.mu is released: a slow handler
+	// must not stall every lease of the Client.
+	logger, name, kind, token := l.cfg.logger, l.Name(), l.kind, l.token
+	funcs = append(funcs, func(error) {
+		logger.Warn("dlock: lock lost", slog.String("lock", name), slog.String("kind", string(kind)),
+			slog.Int64("token", token), slog.String("reason", reason))
+	})
 	return funcs
 }
 

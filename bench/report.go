@@ -1,6 +1,7 @@
 package bench
 
 import (
+	_ "embed"
 	"fmt"
 	"math"
 	"os"
@@ -209,10 +210,18 @@ func (v *view) markdown() string {
 	v.waiting()
 	v.watchdog()
 	v.redlock()
+	v.p("%s\n", strings.TrimSpace(levers))
 	v.method()
 	v.problems()
 	return v.b.String()
 }
+
+// levers is the hand-written account of what moved which figure
+// (bench/levers.md): the generated report carries it, so make bench never
+// drops it.
+//
+//go:embed levers.md
+var levers string
 
 func (v *view) machine() {
 	m := v.res.Machine

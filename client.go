@@ -148,6 +148,11 @@ func (c *Client) lockConfig(kind, name string, opts []Option) (config, error) {
 // applyOptions applies a lock's options over the Client's defaults; label
 // names the lock in errors.
 func (c *Client) applyOptions(kind, label string, opts []Option) (config, error) {
+	if len(opts) == 0 {
+		// The Client's defaults were checked by New. Returning them
+		// without taking cfg's address keeps the copy off the heap.
+		return c.cfg, nil
+	}
 	cfg := c.cfg
 	cfg.errs = nil
 	for _, opt := range opts {

@@ -152,8 +152,9 @@ func (c *Client) inspect(ctx context.Context, op, name string) (*nameState, erro
 func (c *Client) inspectKeys(name string) []string {
 	p := c.cfg.keyPrefix
 	var keys []string
-	keys = append(keys, newLockKeys(p, name).all...)
-	keys = append(keys, c.ReentrantMutex(name).keys.all...)
+	mutexKeys := newLockKeys(p, name)
+	keys = append(keys, mutexKeys.list()...)
+	keys = append(keys, c.ReentrantMutex(name).all...)
 	keys = append(keys, newRWKeys(p, name).all...)
 	keys = append(keys, newSemKeys(p, name).all...)
 	keys = append(keys, c.Latch(name).key)

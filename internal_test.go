@@ -203,8 +203,8 @@ func TestLockKeys(t *testing.T) {
 		want := []string{base, base + ":fence", base + ":q", base + ":w"}
 		got := []string{k.lock, k.fence, k.queue, k.waiters}
 		for i := range want {
-			if got[i] != want[i] || k.all[i] != want[i] {
-				t.Errorf("newLockKeys(%q, %q): key %d = %q (all: %q), want %q", c.prefix, c.name, i, got[i], k.all[i], want[i])
+			if got[i] != want[i] || k.list()[i] != want[i] {
+				t.Errorf("newLockKeys(%q, %q): key %d = %q (list: %q), want %q", c.prefix, c.name, i, got[i], k.list()[i], want[i])
 			}
 		}
 		if at := newLockKeysAt(base); at.lock != k.lock || at.fence != k.fence || at.queue != k.queue || at.waiters != k.waiters {

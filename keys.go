@@ -14,7 +14,6 @@ type lockKeys struct {
 	fence   string // last fencing token issued
 	queue   string // waiting owners by arrival
 	waiters string // waiting owners' leases
-	all     []string
 }
 
 func newLockKeys(prefix, name string) lockKeys {
@@ -32,14 +31,24 @@ func newLockKeysAt(base string) lockKeys {
 // splitLockKeys cuts s, the four keys of a lock whose key has n bytes
 // written one after the other, into its keys.
 func splitLockKeys(s string, n int) lockKeys {
-	k := lockKeys{
+	return lockKeys{
 		lock:    s[:n],
 		fence:   s[n : 2*n+6],
 		queue:   s[2*n+6 : 3*n+8],
 		waiters: s[3*n+8:],
 	}
-	k.all = []string{k.lock, k.fence, k.queue, k.waiters}
-	return k
+}
+
+// array returns the keys in the order of the Mutex scripts' KEYS. It is an
+// array, not a slice, so that a call can keep it inside its own allocation.
+func (k *lockKeys) array() [4]string {
+	return [4]string{k.lock, k.fence, k.queue, k.waiters}
+}
+
+// list returns the keys in the order of the Mutex scripts' KEYS.
+func (k *lockKeys) list() []string {
+	a := k.array()
+	return a[:]
 }
 
 func (k *lockKeys) channel() string { return k.lock }

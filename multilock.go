@@ -154,7 +154,7 @@ func (m *MultiLock) takeAtOnce(ctx context.Context, owner string) ([]*Lease, err
 			Args:   []any{owner, m.cfg.initialPX().Milliseconds(), fenceRetention(m.cfg.ttl).Milliseconds()},
 		}
 		for _, mu := range group {
-			call.Keys = append(call.Keys, mu.keys.all...)
+			call.Keys = append(call.Keys, mu.keys.list()...)
 		}
 		m.cfg.askAck(call)
 		countAttempt(ctx, &m.cfg)

@@ -103,6 +103,7 @@ func fenceRetention(ttl time.Duration) time.Duration {
 type mutexCall struct {
 	call  driver.Call
 	args  [9]any
+	keys  [4]string
 	owner string
 	pub   string
 	ints  [4]int64
@@ -126,7 +127,8 @@ func (m *Mutex) attempt(ctx context.Context, owner string, queue bool) (attemptR
 	a.ints = [4]int64{m.cfg.initialPX().Milliseconds(), m.cfg.waiterLease.Milliseconds(),
 		m.cfg.claimWindow().Milliseconds(), fenceRetention(m.cfg.ttl).Milliseconds()}
 	a.args = [9]any{&a.owner, &a.ints[0], boolFlag(queue), &a.ints[1], &a.ints[2], &a.ints[3], &a.pub, &m.keys.lock, boolFlag(m.fair)}
-	a.call = driver.Call{Script: scripts.MutexAcquire, Keys: m.keys.all, Args: a.args[:]}
+	a.keys = m.keys.array()
+	a.call = driver.Call{Script: scripts.MutexAcquire, Keys: a.keys[:], Args: a.args[:]}
 	call := &a.call
 	m.cfg.askAck(call)
 	m.c.drv.Run(ctx, call)
@@ -150,7 +152,8 @@ func (m *Mutex) release(ctx context.Context, owner string) error {
 	a := &mutexCall{owner: owner, pub: m.c.drv.PublishCommand()}
 	a.ints[0] = fenceRetention(m.cfg.ttl).Milliseconds()
 	a.args[0], a.args[1], a.args[2], a.args[3] = &a.owner, &a.ints[0], &a.pub, &m.keys.lock
-	a.call = driver.Call{Script: scripts.MutexRelease, Keys: m.keys.all, Args: a.args[:4]}
+	a.keys = m.keys.array()
+	a.call = driver.Call{Script: scripts.MutexRelease, Keys: a.keys[:], Args: a.args[:4]}
 	call := &a.call
 	m.c.drv.Run(ctx, call)
 	if call.Err != nil {

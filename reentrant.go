@@ -73,7 +73,8 @@ type ReentrantMutex struct {
 	name  string
 	cfg   config
 	keys  lockKeys
-	holds string // the set of the holder's hold ids
+	holds string   // the set of the holder's hold ids
+	all   []string // the scripts' KEYS: the lock's keys, then holds
 	err   error
 }
 
@@ -83,8 +84,8 @@ type ReentrantMutex struct {
 func (c *Client) ReentrantMutex(name string, opts ...Option) *ReentrantMutex {
 	cfg, err := c.lockConfig("ReentrantMutex", name, opts)
 	keys := newLockKeysAt(cfg.keyPrefix + "{" + name + "}:re")
-	keys.all = append(keys.all, keys.lock+":holds")
-	return &ReentrantMutex{c: c, name: name, cfg: cfg, keys: keys, holds: keys.lock + ":holds", err: err}
+	holds := keys.lock + ":holds"
+	return &ReentrantMutex{c: c, name: name, cfg: cfg, keys: keys, holds: holds, all: append(keys.list(), holds), err: err}
 }
 
 // Name returns the lock's name.
@@ -190,7 +191,7 @@ func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) 
 	m := h.m
 	call := &driver.Call{
 		Script: scripts.ReentrantAcquire,
-		Keys:   m.keys.all,
+		Keys:   m.all,
 		Args: []any{
 			member, m.cfg.initialPX().Milliseconds(), boolFlag(queue), m.cfg.waiterLease.Milliseconds(),
 			m.cfg.claimWindow().Milliseconds(), fenceRetention(m.cfg.ttl).Milliseconds(),
@@ -218,7 +219,7 @@ func (h *reentrantHold) release(ctx context.Context, member string) error {
 	m := h.m
 	call := &driver.Call{
 		Script: scripts.ReentrantRelease,
-		Keys:   m.keys.all,
+		Keys:   m.all,
 		Args:   []any{member, fenceRetention(m.cfg.ttl).Milliseconds(), m.c.drv.PublishCommand(), m.keys.channel()},
 	}
 	m.c.drv.Run(ctx, call)

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -59,6 +60,7 @@ var driverTests = []struct {
 }{
 	{"RepliesFollowTheConventions", testRepliesFollowTheConventions},
 	{"PipelineFallsBackOnlyForNoScript", testPipelineFallsBackOnlyForNoScript},
+	{"ConcurrentCallsGetTheirOwnReplies", testConcurrentCallsGetTheirOwnReplies},
 	{"WaitRunsOnTheScriptsConnection", testWaitRunsOnTheScriptsConnection},
 	{"ClusterRoutesScriptsWaitsAndMessages", testClusterRoutes},
 	{"RunReturnsAtTheDeadline", testRunReturnsAtTheDeadline},
@@ -147,6 +149,69 @@ if k == 'wrongtype' then return redis.call('GET', KEYS[1]) end
 	if c.Err != nil || c.Reply != "7,-1234567890123" {
 		t.Errorf("integer arguments: Reply, Err = %#v, %v", c.Reply, c.Err)
 	}
+}
+
+// testConcurrentCallsGetTheirOwnReplies runs many goroutines' calls at
+// once, as a busy Client does, so a driver that batches concurrent callers
+// into shared pipelines does so: each call must carry the reply to its own
+// keys and arguments, or its own context's error when that context ended
+// first, and never another caller's reply.
+func testConcurrentCallsGetTheirOwnReplies(t *testing.T, newDriver NewDriverFunc) {
+	srv := redistest.Shared(t)
+	d := newDriver(t, target(srv))
+	ctx := testCtx(t)
+	echo := newScript(t, `return KEYS[1] .. '|' .. KEYS[2] .. '|' .. ARGV[1] .. '|' .. ARGV[2]`)
+	const goroutines, calls = 32, 200
+	var (
+		wg        sync.WaitGroup
+		ctxErrors atomic.Int64
+		errs      = make(chan error, goroutines)
+	)
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < calls; i++ {
+				callCtx, cancel := ctx, context.CancelFunc(func() {})
+				switch g % 4 {
+				case 1: // a context with a deadline that does not end
+					callCtx, cancel = context.WithTimeout(ctx, time.Minute)
+				case 2: // a context that is cancelled while the call runs
+					callCtx, cancel = context.WithCancel(ctx)
+					if i%3 == 0 {
+						go cancel()
+					}
+				}
+				k1, k2 := fmt.Sprintf("{%s:%d}:a", t.Name(), g), fmt.Sprintf("{%s:%d}:b", t.Name(), g)
+				c1 := &driver.Call{Script: echo, Keys: []string{k1, k2}, Args: []any{g, fmt.Sprint("call-", i)}}
+				c2 := &driver.Call{Script: echo, Keys: []string{k2, k1}, Args: []any{int64(i), "second"}}
+				batch := []*driver.Call{c1}
+				if i%2 == 1 {
+					batch = append(batch, c2)
+				}
+				d.Run(callCtx, batch...)
+				ended := callCtx.Err()
+				cancel()
+				wants := []string{fmt.Sprintf("%s|%s|%d|call-%d", k1, k2, g, i), fmt.Sprintf("%s|%s|%d|second", k2, k1, i)}
+				for j, c := range batch {
+					switch {
+					case c.Err == nil && c.Reply == wants[j]:
+					case c.Err != nil && ended != nil && errors.Is(c.Err, ended):
+						ctxErrors.Add(1)
+					default:
+						errs <- fmt.Errorf("goroutine %d, call %d.%d: Reply, Err = %#v, %v; want %q (context error: %v)", g, i, j, c.Reply, c.Err, wants[j], ended)
+						return
+					}
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	t.Logf("%d calls ended with their context's error", ctxErrors.Load())
 }
 
 // testPipelineFallsBackOnlyForNoScript sends a pipeline whose middle call

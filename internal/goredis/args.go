@@ -10,13 +10,15 @@ import (
 // Building EVALSHA's arguments ourselves, rather than through go-redis's
 // EvalSha, saves most of the allocations of a call: go-redis boxes the
 // script hash, the key count and every key into a fresh slice. Here the
-// hash and the count come from interfaces boxed once, and keys after the
-// first go in as *string, which go-redis writes like a string but which
-// fits in an interface without an allocation. The first key stays a plain
-// string: a ClusterClient reads it (as a string) to route the command.
+// hash and the count come from interfaces boxed once, and keys go in as
+// *string, which go-redis writes like a string but which fits in an
+// interface without an allocation. Only a client that routes by key
+// (ClusterClient, Ring) reads the first key, as a string: for those it
+// stays one (routed).
 
 // evalArgs returns the command line of c: EVALSHA, or EVAL with the source.
-func evalArgs(c *driver.Call, eval bool) []any {
+// routed keeps the first key a string, for clients that route by it.
+func evalArgs(c *driver.Call, eval, routed bool) []any {
 	n := len(c.Keys)
 	args := make([]any, 3+n+len(c.Args))
 	if eval {
@@ -26,7 +28,11 @@ func evalArgs(c *driver.Call, eval bool) []any {
 	}
 	args[2] = numKeysArg(n)
 	if n > 0 {
-		args[3] = c.Keys[0]
+		if routed {
+			args[3] = c.Keys[0]
+		} else {
+			args[3] = &c.Keys[0]
+		}
 		for i := 1; i < n; i++ {
 			args[3+i] = &c.Keys[i]
 		}

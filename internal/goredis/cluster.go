@@ -132,7 +132,7 @@ func runOnNode(ctx context.Context, cc *redis.ClusterClient, node *redis.Client,
 		if r.asking {
 			pipe.Do(ctx, "asking")
 		}
-		cmds[i] = pipe.Do(ctx, evalArgs(r.c, r.eval)...)
+		cmds[i] = pipe.Do(ctx, evalArgs(r.c, r.eval, false)...)
 		waits[i] = pipe.Do(ctx, "wait", r.c.Replicas, r.c.ReplicaTimeout.Milliseconds())
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error

@@ -25,6 +25,7 @@ type Client interface {
 type Driver struct {
 	rdb      Client
 	bounded  bool // go-redis honours context deadlines itself
+	routed   bool // rdb picks a node by the first key (args.go)
 	inFlight background
 	active   atomic.Int32 // Run calls in progress
 	batch    batcher
@@ -39,8 +40,9 @@ var (
 
 // New returns a Driver over rdb.
 func New(rdb Client) *Driver {
-	d := &Driver{rdb: rdb, bounded: boundsContext(rdb)}
-	d.batch.run = d.runPipelined
+	_, single := rdb.(*redis.Client)
+	d := &Driver{rdb: rdb, bounded: boundsContext(rdb), routed: !single}
+	d.batch.run = d.run // a batch of one goes without a pipeline
 	return d
 }
 
@@ -103,9 +105,9 @@ func (d *Driver) run(ctx context.Context, calls []*driver.Call) {
 // runOne sends one call without a pipeline, the fast path for a lone lock
 // operation: EVALSHA, and EVAL only when the server lost the script.
 func (d *Driver) runOne(ctx context.Context, c *driver.Call) {
-	res, err := d.rdb.Do(ctx, evalArgs(c, false)...).Result()
+	res, err := d.rdb.Do(ctx, evalArgs(c, false, d.routed)...).Result()
 	if isNoScript(err) {
-		res, err = d.rdb.Do(ctx, evalArgs(c, true)...).Result()
+		res, err = d.rdb.Do(ctx, evalArgs(c, true, d.routed)...).Result()
 	}
 	c.Reply, c.Err = normalize(res, err)
 }
@@ -120,7 +122,7 @@ func (d *Driver) runPipelined(ctx context.Context, calls []*driver.Call) {
 		cmds := make([]*redis.Cmd, len(pending))
 		waits := make([]*redis.Cmd, len(pending))
 		for i, c := range pending {
-			cmds[i] = pipe.Do(ctx, evalArgs(c, attempt > 0)...)
+			cmds[i] = pipe.Do(ctx, evalArgs(c, attempt > 0, d.routed)...)
 			if c.Replicas > 0 {
 				waits[i] = pipe.Do(ctx, "wait", c.Replicas, c.ReplicaTimeout.Milliseconds())
 			}

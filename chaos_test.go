@@ -479,7 +479,7 @@ func newCmdHook(rec *chaos.Recorder, proc string) *cmdHook {
 	h := &cmdHook{rec: rec, proc: proc, ops: map[string]string{}}
 	for op, ss := range map[string][]*driver.Script{
 		"renew":   {scripts.OwnedExtend},
-		"release": {scripts.MutexRelease, scripts.OwnedRelease},
+		"release": {scripts.MutexRelease, scripts.MutexTransfer, scripts.OwnedRelease},
 		"acquire": {scripts.MutexAcquire, scripts.RedlockAcquire},
 	} {
 		for _, s := range ss {

@@ -14,3 +14,6 @@ func LocalWaiters(c *Client, name string) int {
 	}
 	return n
 }
+
+// MaxLocalHandoffs is how many local hand-offs an Unlock makes in a row.
+const MaxLocalHandoffs = maxLocalHandoffs

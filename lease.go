@@ -24,6 +24,12 @@ type holder interface {
 	remaining(ctx context.Context, owner string) (time.Duration, error)
 }
 
+// unlocker is a holder whose Unlock differs from its release: a Mutex may
+// hand the lock to a waiter of its own Client (contend.go).
+type unlocker interface {
+	unlock(ctx context.Context, owner string) error
+}
+
 // batchRenewer is a holder whose renewal is a set of script calls on the
 // Client's driver, so the watchdog can pipeline many leases' renewals into
 // one round trip. Holders that renew elsewhere (Redlock's nodes) only
@@ -159,7 +165,12 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	rctx, cancel := detach(ctx, l.cfg.releaseTimeout)
 	defer cancel()
-	err := l.h.release(rctx, l.owner)
+	var err error
+	if u, ok := l.h.(unlocker); ok {
+		err = u.unlock(rctx, l.owner)
+	} else {
+		err = l.h.release(rctx, l.owner)
+	}
 	l.wd.endUnlock(l, err)
 	switch {
 	case err == nil:

@@ -19,6 +19,8 @@ var (
 	mutexAcquire string
 	//go:embed mutex_release.lua
 	mutexRelease string
+	//go:embed mutex_transfer.lua
+	mutexTransfer string
 	//go:embed reentrant_lib.lua
 	reentrantLib string
 	//go:embed reentrant_acquire.lua
@@ -45,6 +47,9 @@ var (
 	// MutexRelease releases a queued lock with hand-off, or leaves its queue
 	// (mutex_release.lua).
 	MutexRelease = withLib(lockLib, mutexRelease)
+	// MutexTransfer passes a held lock to a new owner of the holder's
+	// process (mutex_transfer.lua).
+	MutexTransfer = driver.NewScript(mutexTransfer)
 	// ReentrantAcquire takes a reentrant lock or a further hold on it
 	// (reentrant_acquire.lua).
 	ReentrantAcquire = withLib(lockLib+"\n"+reentrantLib, reentrantAcquire)

@@ -1,0 +1,26 @@
+-- mutex_transfer.lua: pass a held lock straight to a new owner, a waiter of
+-- the holder's own process that the holder then tells itself (the local
+-- hand-off of contend.go): no queue, no publish.
+-- KEYS: 1 lock, 2 fence (see lock_lib.lua)
+-- ARGV: 1 holder's owner value, 2 new owner value, 3 px for the new owner,
+--       4 fence retention ms
+-- Returns: {1, fence}: the new owner holds the lock for px ms, with this
+--          fencing token.
+--          {0}: the holder no longer holds the lock; nothing was changed.
+--          Error DLOCK_CONFLICT when the fencing key holds something that
+--          is not a counter; nothing was changed.
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return {0}
+end
+local token = redis.pcall('INCR', KEYS[2])
+if type(token) ~= 'number' then
+  return redis.error_reply('DLOCK_CONFLICT the fencing key ' .. KEYS[2] .. ' does not hold a number')
+end
+if token == 1 then -- a fresh counter starts at the clock (see dlock_issue_fence)
+  local t = redis.call('TIME')
+  local digits = t[1] .. string.sub('00000' .. t[2], -6)
+  redis.call('SET', KEYS[2], digits, 'PX', ARGV[4])
+  token = tonumber(digits)
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return {1, token}

@@ -19,8 +19,9 @@ import (
 // context ends passes its place, owner and all, to the next local waiter,
 // so nobody behind it loses its turn. Waiting costs Redis the same whether
 // one goroutine waits or a thousand; processes take turns; within a process
-// goroutines are served in order (but for the local hand-off below). FairMutex does not share: each of its
-// waiters keeps its own place, for strict arrival order across goroutines.
+// goroutines are served in order (but for the local hand-off below).
+// FairMutex does not share: each of its waiters keeps its own place, for
+// strict arrival order across goroutines.
 //
 // Local hand-off. An Unlock whose Client has goroutines waiting behind the
 // head may pass the lock straight to the first of them: one script moves
@@ -32,11 +33,11 @@ import (
 // subscribed process, and a wake-up through the subscription. Other
 // processes keep their turn by a bound: after maxLocalHandoffs local
 // hand-offs in a row, the next Unlock goes through the queue in Redis, whose
-// head (another process's, or this one's own head) is served next. A
-// process thus keeps the lock for at most maxLocalHandoffs+1 grants while
-// others wait, as cohort locks do between the cores of one NUMA node. The
-// head itself is served by the queue in Redis, where it keeps its place.
-// FairMutex never does this: its order is strict.
+// head (another process's, or this one's own head) is served next: the
+// queue is served at least every maxLocalHandoffs+1 grants, as cohort locks
+// bound their turns between the cores of one NUMA node. The head itself is
+// served by the queue in Redis, where it keeps its place. FairMutex never
+// does this: its order is strict.
 
 // localQueueKey identifies the waiters that can share a place: the same
 // lock, with the settings that shape its queue entry.

@@ -13,10 +13,10 @@ import "context"
 // A FairMutex is the same lock as the Mutex of the same name (same keys,
 // same scripts): use either, or both, on a name. The difference is in how a
 // Client's goroutines wait: a Mutex queues them locally behind one shared
-// place in Redis and may hand the lock from one of them to the next
-// (processes take turns of up to 8 grants), a FairMutex gives each its own
-// place (global arrival order), at the cost of one queue entry, refreshed
-// every second, per waiting goroutine. Get one from Client.FairMutex; it is
+// place in Redis and may hand the lock from one of them to the next (the
+// queue in Redis is then served at least every 8th grant), a FairMutex
+// gives each its own place (global arrival order), at the cost of one queue
+// entry, refreshed every second, per waiting goroutine. Get one from Client.FairMutex; it is
 // an immutable descriptor, safe for concurrent use.
 type FairMutex struct {
 	m *Mutex

@@ -27,9 +27,10 @@ import (
 // A thousand waiting goroutines cost Redis what one does. An Unlock may also
 // hand the lock straight to the next goroutine of its own Client waiting
 // behind that first one, in one script and without a message, up to 7
-// times in a row; the next Unlock then serves the queue in Redis. So
-// processes take turns of at most 8 grants, and under contention most
-// hand-offs cost one small script. FairMutex gives every waiter its own
+// times in a row; the next Unlock then serves the queue in Redis. So the
+// queue is served at least every 8th grant (a process's turn is at most 8
+// grants, or 16 when its own next place was first in the queue), and under
+// contention most hand-offs cost one small script. FairMutex gives every waiter its own
 // place instead, and never hands over locally: its order is strict.
 type Mutex struct {
 	c    *Client

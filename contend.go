@@ -237,6 +237,9 @@ func (c *Client) takeTurn(ctx context.Context, q *localQueue, w *localWaiter, t 
 		r := attemptResult{granted: true, fence: t.grant.fence, pttl: t.grant.px, grantedAtUs: t.grant.at.UnixMicro()}
 		l, err := c.leaseFor(ctx, w.m, &w.m.cfg, t.owner, r, t.grant.from)
 		if errors.Is(err, errGrantExpired) {
+			if ctx.Err() != nil {
+				return nil, waitEnded(ctx, w.m.name, began, 0, nil)
+			}
 			return c.lockShared(ctx, w.m) // too slow to take it: start over
 		}
 		return l, err
@@ -295,6 +298,12 @@ func (c *Client) contend(ctx context.Context, q *localQueue, w *localWaiter, own
 		case err == nil:
 			l, err := c.leaseFor(ctx, m, &m.cfg, owner, r, from)
 			if errors.Is(err, errGrantExpired) {
+				if ctx.Err() != nil {
+					// Nothing is held and the place is spent: the next
+					// local waiter queues afresh.
+					c.promote(q, w)
+					return nil, waitEnded(ctx, m.name, began, 0, nil)
+				}
 				owner = "" // too slow to claim it: queue again under a fresh owner
 				continue
 			}

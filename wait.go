@@ -105,6 +105,9 @@ func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait 
 			}
 			l, err := c.leaseFor(ctx, q, cfg, owner, r, from)
 			if errors.Is(err, errGrantExpired) {
+				if ctx.Err() != nil {
+					return nil, waitEnded(ctx, name, start, 0, nil)
+				}
 				continue // this process stalled past its claim window: wait again
 			}
 			return l, err

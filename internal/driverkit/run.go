@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -105,11 +106,32 @@ func hashTag(key string) string {
 // runOne sends one call without Replicas: EVALSHA, and EVAL only when the
 // server lost the script. The fast path of a lone lock operation.
 func (d *Driver[C]) runOne(ctx context.Context, c *driver.Call) {
-	r := d.lib.Do(ctx, d.lib.EvalSha(c))
-	if isNoScript(r.Err) {
-		r = d.lib.Do(ctx, d.lib.Eval(c))
+	for try := 1; ; try++ {
+		r := d.lib.Do(ctx, d.lib.EvalSha(c))
+		if isNoScript(r.Err) {
+			r = d.lib.Do(ctx, d.lib.Eval(c))
+		}
+		if try < maxSends && dialCancelledByOther(ctx, r.Err) {
+			continue
+		}
+		c.Reply, c.Err = r.Reply, r.Err
+		return
 	}
-	c.Reply, c.Err = r.Reply, r.Err
+}
+
+// maxSends bounds how many times a call is sent again after its
+// connection's dial was cancelled by another caller (dialCancelledByOther).
+const maxSends = 3
+
+// dialCancelledByOther reports whether err is the failure of a dial that
+// another caller's context cancelled while ctx is still live. The library
+// dials a shared connection with the context of the call that needed it
+// first and fails every call queued on it when that context ends; nothing
+// was sent, so the call is safe to send again.
+func dialCancelledByOther(ctx context.Context, err error) bool {
+	var op *net.OpError
+	return err != nil && ctx.Err() == nil && errors.As(err, &op) && op.Op == "dial" &&
+		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
 }
 
 // runBatch sends a batch's calls with EVALSHA, then again with EVAL those
@@ -181,38 +203,54 @@ func (b *background) wait() {
 	b.wg.Wait()
 }
 
-// send runs calls through doMulti, each followed by its WAIT when withWait.
+// send runs calls through doMulti, each followed by its WAIT when withWait:
+// with EVALSHA, then with EVAL those that met NOSCRIPT; calls whose dial
+// another caller cancelled are sent again, up to maxSends rounds in all.
 func (d *Driver[C]) send(ctx context.Context, doMulti DoMultiFunc[C], calls []*driver.Call, withWait bool) {
-	pending := calls
-	for attempt := 0; len(pending) > 0 && attempt < 2; attempt++ {
+	type sending struct {
+		c    *driver.Call
+		eval bool
+	}
+	pending := make([]sending, len(calls))
+	for i, c := range calls {
+		pending[i] = sending{c: c}
+	}
+	for round := 1; len(pending) > 0; round++ {
+		last := round == maxSends
 		cmds := make([]C, 0, 2*len(pending))
-		for _, c := range pending {
-			if attempt == 0 {
-				cmds = append(cmds, d.lib.EvalSha(c))
+		for _, p := range pending {
+			if p.eval {
+				cmds = append(cmds, d.lib.Eval(p.c))
 			} else {
-				cmds = append(cmds, d.lib.Eval(c))
+				cmds = append(cmds, d.lib.EvalSha(p.c))
 			}
 			if withWait {
-				cmds = append(cmds, d.lib.Wait(c))
+				cmds = append(cmds, d.lib.Wait(p.c))
 			}
 		}
 		results := doMulti(ctx, cmds...)
-		var retry []*driver.Call
-		for i, c := range pending {
+		var again []sending
+		for i, p := range pending {
 			r := results[i]
 			if withWait {
 				r = results[2*i]
 			}
-			if attempt == 0 && isNoScript(r.Err) {
-				retry = append(retry, c)
+			switch {
+			case last:
+			case !p.eval && isNoScript(r.Err):
+				again = append(again, sending{c: p.c, eval: true})
+				continue
+			case dialCancelledByOther(ctx, r.Err):
+				again = append(again, p)
 				continue
 			}
+			c := p.c
 			c.Reply, c.Err, c.Acked = r.Reply, r.Err, 0
 			if withWait && c.Err == nil {
 				c.Acked, c.Err = acked(results[2*i+1])
 			}
 		}
-		pending = retry
+		pending = again
 	}
 }
 

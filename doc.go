@@ -89,7 +89,10 @@
 // place in the queue every WithWaiterLease/3 and look again when the
 // holder's key expires, so a lost message or a crashed holder costs latency,
 // never a hang. SpinWait replaces pub/sub with polling for deployments that
-// have none.
+// have none. Goroutines of one Client waiting for one Mutex share one place
+// in the queue, and an Unlock may pass the lock straight to the next of them
+// (at most 7 times in a row, then the queue is served): see Mutex.
+// FairMutex keeps strict arrival order across goroutines.
 //
 // # Redlock
 //

@@ -228,7 +228,14 @@ func TestCancelledWaitersLeaveNothingLocked(t *testing.T) {
 		go func(g int) {
 			defer wg.Done()
 			for i := 0; i < 40; i++ {
-				wctx, cancel := context.WithTimeout(ctx, time.Duration((g+i)%5)*2*time.Millisecond)
+				// Goroutine 0 never gives up, so the lock keeps changing
+				// hands however slow this machine is; the others give up
+				// after 0 to 16 ms.
+				wctx, cancel := context.WithCancel(ctx)
+				if g > 0 {
+					cancel()
+					wctx, cancel = context.WithTimeout(ctx, time.Duration((g+i)%5)*4*time.Millisecond)
+				}
 				l, err := c.Mutex(name).Lock(wctx)
 				cancel()
 				if err != nil {
@@ -246,8 +253,8 @@ func TestCancelledWaitersLeaveNothingLocked(t *testing.T) {
 		}(g)
 	}
 	wg.Wait()
-	if holders.grants == 0 {
-		t.Fatal("no Lock call succeeded: the test exercised nothing")
+	if holders.grants < 40 {
+		t.Fatalf("%d Lock calls succeeded; goroutine 0 alone makes 40", holders.grants)
 	}
 	waitFor(t, 10*time.Second, func() bool {
 		return srv.Client(t).Exists(ctx, lockKey(name), lockKey(name)+":q").Val() == 0

@@ -31,6 +31,14 @@ if (ARGV[9] ~= '1' or redis.call('EXISTS', KEYS[3]) == 0) and redis.call('SET', 
     redis.call('SET', KEYS[2], digits, 'PX', ARGV[6])
     token = tonumber(digits)
   end
+  -- A queued waiter whose poll finds the lock free takes it here: its place
+  -- must go, or a release would hand the lock to it again, and nobody
+  -- would claim that grant (the lock would sit idle for a claim window).
+  -- pcall: a foreign value under a queue key is the slow path's to report,
+  -- and must not fail a grant already written.
+  if ARGV[3] == '1' and redis.pcall('ZREM', KEYS[3], owner) == 1 then
+    redis.pcall('HDEL', KEYS[4], owner)
+  end
   return {1, token, tonumber(ARGV[2])}
 end
 

@@ -22,7 +22,10 @@ if cur ~= owner then
   dlock_dequeue(KEYS[3], KEYS[4], owner)
   return {0}
 end
--- The holder is never in the queue: a grant takes it out.
+-- The holder is not in the queue (a grant takes it out, and so does the
+-- acquire that finds the lock free); were it there, the lock would be
+-- handed back to it.
+dlock_dequeue(KEYS[3], KEYS[4], owner)
 local now_us = dlock_now_us()
 local head, px = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000))
 if head then

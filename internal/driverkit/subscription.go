@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/confirm"
 )
 
 const (
@@ -67,8 +68,8 @@ type subscription struct {
 	mu       sync.Mutex
 	conn     PubSubConn // the connection in use; nil while (re)connecting
 	channels map[string]struct{}
-	waiting  map[string][]chan struct{} // confirmations awaited, per channel
-	failed   chan struct{}              // closed when the current connection (attempt) fails
+	waiting  confirm.Waiters // confirmations awaited, per channel
+	failed   chan struct{}   // closed when the current connection (attempt) fails
 	started  bool
 	closed   bool
 
@@ -82,7 +83,7 @@ func newSubscription(dial func(Hooks) PubSubConn, h driver.Handler) *subscriptio
 		h:        h,
 		send:     make(chan struct{}, 1),
 		channels: make(map[string]struct{}),
-		waiting:  make(map[string][]chan struct{}),
+		waiting:  confirm.Waiters{},
 		failed:   make(chan struct{}),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
@@ -292,12 +293,7 @@ func (s *subscription) drop(conn PubSubConn) {
 
 // expectLocked registers a confirmation to wait for on each channel.
 func (s *subscription) expectLocked(channels []string) []chan struct{} {
-	confirmed := make([]chan struct{}, len(channels))
-	for i, ch := range channels {
-		confirmed[i] = make(chan struct{})
-		s.waiting[ch] = append(s.waiting[ch], confirmed[i])
-	}
-	return confirmed
+	return s.waiting.Expect(channels)
 }
 
 // await waits for every confirmation, ctx, Close, failed closing or lost
@@ -321,27 +317,13 @@ func (s *subscription) await(ctx context.Context, confirmed []chan struct{}, fai
 
 // forgetLocked drops the confirmations of a subscribe that failed.
 func (s *subscription) forgetLocked(channels []string, confirmed []chan struct{}) {
-	for i, ch := range channels {
-		list := s.waiting[ch]
-		for j, c := range list {
-			if c == confirmed[i] {
-				list = append(list[:j], list[j+1:]...)
-				break
-			}
-		}
-		if len(list) == 0 {
-			delete(s.waiting, ch)
-		} else {
-			s.waiting[ch] = list
-		}
-	}
+	s.waiting.Forget(channels, confirmed)
 }
 
 // confirm is Hooks.Subscribed.
 func (s *subscription) confirm(channel string) {
 	s.mu.Lock()
-	list := s.waiting[channel]
-	delete(s.waiting, channel)
+	list := s.waiting.Take(channel)
 	s.mu.Unlock()
 	for _, c := range list {
 		close(c)

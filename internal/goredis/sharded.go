@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/confirm"
 	"github.com/dlock-go/dlock/internal/keyslot"
 )
 
@@ -110,7 +111,7 @@ type shardedSubscription struct {
 	mu      sync.Mutex
 	wanted  map[string]*shardConn // subscribed channels -> where; nil while being placed
 	conns   map[string]*shardConn // by master address
-	waiting map[string][]chan struct{}
+	waiting confirm.Waiters
 	events  []shardEvent
 	started bool // the manager runs
 	closed  bool
@@ -144,7 +145,7 @@ func newShardedSubscription(cc *redis.ClusterClient, h driver.Handler) *shardedS
 		h:       h,
 		wanted:  make(map[string]*shardConn),
 		conns:   make(map[string]*shardConn),
-		waiting: make(map[string][]chan struct{}),
+		waiting: confirm.Waiters{},
 		wake:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		ctx:     ctx,
@@ -180,12 +181,7 @@ func (s *shardedSubscription) Subscribe(ctx context.Context, channels ...string)
 
 // expectLocked registers a confirmation waiter for each channel.
 func (s *shardedSubscription) expectLocked(channels []string) []chan struct{} {
-	confirmed := make([]chan struct{}, len(channels))
-	for i, ch := range channels {
-		confirmed[i] = make(chan struct{})
-		s.waiting[ch] = append(s.waiting[ch], confirmed[i])
-	}
-	return confirmed
+	return s.waiting.Expect(channels)
 }
 
 // await waits for the server to confirm every channel, at most
@@ -213,20 +209,7 @@ func (s *shardedSubscription) await(ctx context.Context, channels []string, conf
 func (s *shardedSubscription) forget(channels []string, confirmed []chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i, ch := range channels {
-		list := s.waiting[ch]
-		for j, c := range list {
-			if c == confirmed[i] {
-				list = append(list[:j], list[j+1:]...)
-				break
-			}
-		}
-		if len(list) == 0 {
-			delete(s.waiting, ch)
-		} else {
-			s.waiting[ch] = list
-		}
-	}
+	s.waiting.Forget(channels, confirmed)
 }
 
 // place sends SSUBSCRIBE for channels to the masters that serve them now,
@@ -400,8 +383,7 @@ func (s *shardedSubscription) isDead(conn *shardConn) bool {
 
 func (s *shardedSubscription) confirm(channel string) {
 	s.mu.Lock()
-	list := s.waiting[channel]
-	delete(s.waiting, channel)
+	list := s.waiting.Take(channel)
 	s.mu.Unlock()
 	for _, c := range list {
 		close(c)

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/confirm"
 )
 
 // healthInterval is how long the subscription may stay silent before it
@@ -33,7 +34,7 @@ func newSubscription(rdb Client, h driver.Handler) *subscription {
 		rdb:      rdb,
 		h:        h,
 		channels: make(map[string]struct{}),
-		waiting:  make(map[string][]chan struct{}),
+		waiting:  confirm.Waiters{},
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
@@ -48,7 +49,7 @@ type subscription struct {
 	mu       sync.Mutex
 	ps       *redis.PubSub
 	channels map[string]struct{}
-	waiting  map[string][]chan struct{} // confirmations awaited, per channel
+	waiting  confirm.Waiters // confirmations awaited, per channel
 	started  bool
 	closed   bool
 
@@ -58,7 +59,6 @@ type subscription struct {
 
 // Subscribe implements driver.Subscription.
 func (s *subscription) Subscribe(ctx context.Context, channels ...string) error {
-	confirmed := make([]chan struct{}, len(channels))
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -69,9 +69,8 @@ func (s *subscription) Subscribe(ctx context.Context, channels ...string) error 
 		s.ps = s.rdb.Subscribe(context.Background())
 		go s.loop()
 	}
-	for i, ch := range channels {
-		confirmed[i] = make(chan struct{})
-		s.waiting[ch] = append(s.waiting[ch], confirmed[i])
+	confirmed := s.waiting.Expect(channels)
+	for _, ch := range channels {
 		s.channels[ch] = struct{}{}
 	}
 	ps := s.ps
@@ -98,20 +97,7 @@ func (s *subscription) Subscribe(ctx context.Context, channels ...string) error 
 func (s *subscription) forget(channels []string, confirmed []chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i, ch := range channels {
-		list := s.waiting[ch]
-		for j, c := range list {
-			if c == confirmed[i] {
-				list = append(list[:j], list[j+1:]...)
-				break
-			}
-		}
-		if len(list) == 0 {
-			delete(s.waiting, ch)
-		} else {
-			s.waiting[ch] = list
-		}
-	}
+	s.waiting.Forget(channels, confirmed)
 }
 
 // Unsubscribe implements driver.Subscription.
@@ -222,8 +208,7 @@ func (s *subscription) replace() {
 
 func (s *subscription) confirm(channel string) {
 	s.mu.Lock()
-	list := s.waiting[channel]
-	delete(s.waiting, channel)
+	list := s.waiting.Take(channel)
 	s.mu.Unlock()
 	for _, c := range list {
 		close(c)

@@ -556,8 +556,8 @@ func (h *cmdHook) record(op, owner string, t0 int64, cmd redis.Cmder) {
 	e := chaos.Event{Kind: chaos.Cmd, T0: t0, T: chaos.Now(), Proc: h.proc, Owner: owner, Note: op}
 	if c, ok := cmd.(*redis.Cmd); ok && c.Err() == nil {
 		switch v := c.Val().(type) {
-		case int64:
-			e.OK = v == 1
+		case int64: // releases and renewals answer 1; the acquire fast path, the fence
+			e.OK = v == 1 || (op == "acquire" && v > 0)
 		case []any:
 			code, _ := v[0].(int64)
 			e.OK = code == 1 || code == 2
@@ -675,7 +675,7 @@ const chaosMutantEnv = "DLOCK_CHAOS_MUTANT"
 // the function that restores the correct version.
 var chaosMutants = map[string]func() (restore func()){
 	// Release by plain DEL, without comparing the owner.
-	"release-by-del": swapScript(&scripts.MutexRelease, `redis.call('DEL', KEYS[1]) return {1}`),
+	"release-by-del": swapScript(&scripts.MutexRelease, `redis.call('DEL', KEYS[1]) return 1`),
 	// Renew with PEXPIRE, without comparing the owner.
 	"extend-without-owner-check": swapScript(&scripts.OwnedExtend,
 		`for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end return 1`),

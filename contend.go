@@ -128,7 +128,7 @@ func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
 	channel := m.channel()
 	first := firstAttempt{start: time.Now(), confirmed: c.notify.expect(channel, owner)}
 	countAttempt(ctx, &m.cfg)
-	first.result, first.err = m.attempt(ctx, owner, true)
+	first.result, first.err = m.acquire(ctx, owner, flagNewOwner) // owner is new: never queued
 	if first.err == nil && first.result.granted {
 		if first.confirmed {
 			c.notify.forget(channel, owner)

@@ -119,6 +119,9 @@ type mutexCall struct {
 var (
 	flagOne  any = "1"
 	flagZero any = "0"
+	// flagNewOwner is mutex_acquire.lua's "join the queue" for an owner
+	// value never queued before: a granted call skips removing its entry.
+	flagNewOwner any = "n"
 )
 
 func boolFlag(b bool) any {
@@ -129,10 +132,16 @@ func boolFlag(b bool) any {
 }
 
 func (m *Mutex) attempt(ctx context.Context, owner string, queue bool) (attemptResult, error) {
+	return m.acquire(ctx, owner, boolFlag(queue))
+}
+
+// acquire runs mutex_acquire.lua; join is its ARGV[3]: flagZero, flagOne
+// or flagNewOwner.
+func (m *Mutex) acquire(ctx context.Context, owner string, join any) (attemptResult, error) {
 	a := &mutexCall{owner: owner, pub: m.c.drv.PublishCommand()}
 	a.ints = [4]int64{m.cfg.initialPX().Milliseconds(), m.cfg.waiterLease.Milliseconds(),
 		m.cfg.claimWindow().Milliseconds(), fenceRetention(m.cfg.ttl).Milliseconds()}
-	a.args = [9]any{&a.owner, &a.ints[0], boolFlag(queue), &a.ints[1], &a.ints[2], &a.ints[3], &a.pub, &m.keys.lock, boolFlag(m.fair)}
+	a.args = [9]any{&a.owner, &a.ints[0], join, &a.ints[1], &a.ints[2], &a.ints[3], &a.pub, &m.keys.lock, boolFlag(m.fair)}
 	a.keys = m.keys.array()
 	a.call = driver.Call{Script: scripts.MutexAcquire, Keys: a.keys[:], Args: a.args[:]}
 	call := &a.call
@@ -140,6 +149,12 @@ func (m *Mutex) attempt(ctx context.Context, owner string, queue bool) (attemptR
 	m.c.drv.Run(ctx, call)
 	if call.Err != nil {
 		return attemptResult{}, call.Err
+	}
+	if fence, ok := call.Reply.(int64); ok { // the free lock taken: the fast path's bare fence
+		if fence <= 0 {
+			return attemptResult{}, unexpectedReply(call.Reply)
+		}
+		return grantAcked(ctx, m, &m.cfg, owner, call, attemptResult{granted: true, fence: fence, pttl: ms(a.ints[0])})
 	}
 	code, x, y, err := reply3(call.Reply)
 	if err != nil {
@@ -222,16 +237,20 @@ func (m *Mutex) release(ctx context.Context, owner string) error {
 	if call.Err != nil {
 		return call.Err
 	}
+	if code, ok := call.Reply.(int64); ok {
+		switch code {
+		case 0:
+			return ErrNotHeld
+		case 1:
+			return nil
+		}
+		return unexpectedReply(call.Reply)
+	}
 	items, ok := call.Reply.([]any)
 	if !ok || len(items) == 0 {
 		return unexpectedReply(call.Reply)
 	}
-	code, _ := items[0].(int64)
-	switch code {
-	case 0:
-		return ErrNotHeld
-	case 1:
-		return nil
+	switch code, _ := items[0].(int64); code {
 	case 2:
 		if len(items) < 4 { // a malformed reply must not panic (FuzzScriptReplies)
 			return unexpectedReply(call.Reply)

@@ -1,11 +1,15 @@
 -- mutex_acquire.lua: take the lock, or wait for it in its queue.
 -- KEYS: 1 lock, 2 fence, 3 queue, 4 waiters (see lock_lib.lua)
 -- ARGV: 1 owner value, 2 ttl ms, 3 "1" to join (or stay in) the queue when
---       not granted, "0" not to, 4 waiter lease ms, 5 grant px (the claim
+--       not granted, "n" to join it with an owner value never queued before
+--       (a Lock's first attempt: no queue entry to remove when granted),
+--       "0" not to join, 4 waiter lease ms, 5 grant px (the claim
 --       window a hand-off gives this owner), 6 fence retention ms,
 --       7 publish command, 8 channel, 9 "1" for strict arrival order (a
 --       free lock is never taken past a queued waiter), "0" otherwise
--- Returns: {1, fence, pttl}: owner holds the lock now (taken by this call,
+-- Returns: fence (a bare integer): owner took the free lock, for ARGV[2] ms;
+--          the common case, in the reply that costs least to build and read.
+--          {1, fence, pttl}: owner holds the lock now (taken by this call,
 --          or handed over earlier while it waited); pttl is the key's
 --          remaining ms.
 --          {0, pttl, position}: another owner holds it for pttl ms more;
@@ -39,7 +43,7 @@ if (ARGV[9] ~= '1' or redis.call('EXISTS', KEYS[3]) == 0) and redis.call('SET', 
   if ARGV[3] == '1' and redis.pcall('ZREM', KEYS[3], owner) == 1 then
     redis.pcall('HDEL', KEYS[4], owner)
   end
-  return {1, token, tonumber(ARGV[2])}
+  return token
 end
 
 local cur = redis.call('GET', KEYS[1])
@@ -78,7 +82,7 @@ if not cur then
 end
 
 local position = 0
-if ARGV[3] == '1' then
+if ARGV[3] ~= '0' then
   position = dlock_enqueue(KEYS[3], KEYS[4], owner, now_us or dlock_now_us(), ARGV[4], ARGV[5])
 end
 return {0, pttl, position}

@@ -2,8 +2,8 @@
 -- also how a waiter that gives up leaves the queue.
 -- KEYS: 1 lock, 2 fence, 3 queue, 4 waiters (see lock_lib.lua)
 -- ARGV: 1 owner value, 2 fence retention ms, 3 publish command, 4 channel
--- Returns: {0}: owner does not hold the lock (its queue entry, if any, is gone);
---          {1}: released, nobody waiting;
+-- Returns: 0: owner does not hold the lock (its queue entry, if any, is gone);
+--          1: released, nobody waiting;
 --          {2, fence, px, next}: handed over to the waiter `next`, with its
 --          fencing token and claim window.
 local owner = ARGV[1]
@@ -13,14 +13,14 @@ local cur = redis.call('GET', KEYS[1])
 -- nobody waiting.
 if cur == owner and redis.call('EXISTS', KEYS[3]) == 0 then
   redis.call('DEL', KEYS[1])
-  return {1}
+  return 1
 end
 
 --@lib
 
 if cur ~= owner then
   dlock_dequeue(KEYS[3], KEYS[4], owner)
-  return {0}
+  return 0
 end
 -- The holder is not in the queue (a grant takes it out, and so does the
 -- acquire that finds the lock free); were it there, the lock would be
@@ -33,4 +33,4 @@ if head then
   return {2, token, tonumber(px), head}
 end
 redis.call('DEL', KEYS[1])
-return {1}
+return 1

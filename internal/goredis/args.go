@@ -19,8 +19,45 @@ import (
 // evalArgs returns the command line of c: EVALSHA, or EVAL with the source.
 // routed keeps the first key a string, for clients that route by it.
 func evalArgs(c *driver.Call, eval, routed bool) []any {
+	return fillEvalArgs(make([]any, 3+len(c.Keys)+len(c.Args)), c, eval, routed)
+}
+
+// argv is a command line reused across calls: go-redis reads a command's
+// arguments only while it sends it, and the driver drops the command once
+// it has read the reply, so the slice can serve the next call. That is one
+// allocation fewer per script call. (A go-redis hook that kept a command
+// past its call would see its arguments change; hooks that record commands,
+// such as OpenTelemetry's, read them during the call.)
+type argv struct{ args []any }
+
+var argvPool = sync.Pool{New: func() any { return &argv{args: make([]any, 0, 16)} }}
+
+// getArgv takes a command line from the pool; putArgv gives it back once
+// the command's reply has been read.
+func getArgv() *argv { return argvPool.Get().(*argv) }
+
+func putArgv(a *argv) {
+	if cap(a.args) > 64 {
+		return // an outsized call's line: let it go
+	}
+	clear(a.args)
+	a.args = a.args[:0]
+	argvPool.Put(a)
+}
+
+// eval fills a with c's command line, as evalArgs builds it.
+func (a *argv) eval(c *driver.Call, eval, routed bool) []any {
+	n := 3 + len(c.Keys) + len(c.Args)
+	if cap(a.args) < n {
+		a.args = make([]any, n)
+	}
+	a.args = a.args[:n]
+	return fillEvalArgs(a.args, c, eval, routed)
+}
+
+// fillEvalArgs writes c's command line into args, which has its length.
+func fillEvalArgs(args []any, c *driver.Call, eval, routed bool) []any {
 	n := len(c.Keys)
-	args := make([]any, 3+n+len(c.Args))
 	if eval {
 		args[0], args[1] = "eval", c.Script.Source()
 	} else {

@@ -105,10 +105,12 @@ func (d *Driver) run(ctx context.Context, calls []*driver.Call) {
 // runOne sends one call without a pipeline, the fast path for a lone lock
 // operation: EVALSHA, and EVAL only when the server lost the script.
 func (d *Driver) runOne(ctx context.Context, c *driver.Call) {
-	res, err := d.rdb.Do(ctx, evalArgs(c, false, d.routed)...).Result()
+	a := getArgv()
+	res, err := d.rdb.Do(ctx, a.eval(c, false, d.routed)...).Result()
 	if isNoScript(err) {
-		res, err = d.rdb.Do(ctx, evalArgs(c, true, d.routed)...).Result()
+		res, err = d.rdb.Do(ctx, a.eval(c, true, d.routed)...).Result()
 	}
+	putArgv(a)
 	c.Reply, c.Err = normalize(res, err)
 }
 
@@ -121,13 +123,18 @@ func (d *Driver) runPipelined(ctx context.Context, calls []*driver.Call) {
 		pipe := d.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(pending))
 		waits := make([]*redis.Cmd, len(pending))
+		lines := make([]*argv, len(pending))
 		for i, c := range pending {
-			cmds[i] = pipe.Do(ctx, evalArgs(c, attempt > 0, d.routed)...)
+			lines[i] = getArgv()
+			cmds[i] = pipe.Do(ctx, lines[i].eval(c, attempt > 0, d.routed)...)
 			if c.Replicas > 0 {
 				waits[i] = pipe.Do(ctx, "wait", c.Replicas, c.ReplicaTimeout.Milliseconds())
 			}
 		}
 		_, _ = pipe.Exec(ctx) // each command carries its own error
+		for _, a := range lines {
+			putArgv(a)
+		}
 		var retry []*driver.Call
 		for i, c := range pending {
 			res, err := cmds[i].Result()

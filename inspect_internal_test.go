@@ -130,12 +130,7 @@ func TestGlobMatchAgainstRedis(t *testing.T) {
 // TestForceReleaseLeavesANewHolderAlone releases by a stale reading: the
 // holders it names are gone, and those holding now must keep their locks.
 func TestForceReleaseLeavesANewHolderAlone(t *testing.T) {
-	srv := redistest.Shared(t)
-	c, err := New(srv.Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := sharedClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	name := t.Name() + "-" + NewOwnerID()
@@ -176,11 +171,7 @@ func TestForceReleaseLeavesANewHolderAlone(t *testing.T) {
 
 	// New holders of every kind, the reentrant one with the same identity
 	// (another Client instance, so another owner).
-	c2, err := New(srv.Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c2.Close()
+	c2 := sharedClient(t)
 	now := []*Lease{
 		lock(c2.Mutex(name).Lock),
 		lock(func(ctx context.Context) (*Lease, error) { return c2.ReentrantMutex(name).Lock(WithOwner(ctx, "job")) }),

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 func TestParseGrant(t *testing.T) {
@@ -211,4 +212,16 @@ func TestLockKeys(t *testing.T) {
 			t.Errorf("newLockKeysAt(%q) = %+v, want %+v", base, at, k)
 		}
 	}
+}
+
+// sharedClient is a Client on the shared test server, closed when the test
+// ends.
+func sharedClient(t *testing.T) *Client {
+	t.Helper()
+	c, err := New(redistest.Shared(t).Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }

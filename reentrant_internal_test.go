@@ -3,17 +3,10 @@ package dlock
 import (
 	"context"
 	"testing"
-
-	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 func TestReentrantHoldsShareOneWatchedLease(t *testing.T) {
-	srv := redistest.Shared(t)
-	c, err := New(srv.Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := sharedClient(t)
 	ctx := WithOwner(context.Background(), "job")
 	m := c.ReentrantMutex(t.Name())
 	var leases []*Lease

@@ -3,19 +3,12 @@ package dlock
 import (
 	"context"
 	"testing"
-
-	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 // A stream of short holds must not wake the watchdog's loop once per
 // acquisition: each new lease is due after the loop's own next wake-up.
 func TestShortHoldsLeaveTheWatchdogAsleep(t *testing.T) {
-	srv := redistest.Shared(t)
-	c, err := New(srv.Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := sharedClient(t)
 	ctx := context.Background()
 	m := c.Mutex(t.Name())
 	const holds = 200

@@ -39,6 +39,7 @@ func TestCluster(t *testing.T) {
 		{"ReplicaAck", testClusterReplicaAck},
 		{"SlotMigrationDuringWait", testClusterSlotMigrationDuringWait},
 		{"Resharding", testClusterResharding},
+		{"SplitKeys", testClusterSplitKeys},
 	} {
 		tc := tc
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, cl) })
@@ -495,8 +496,9 @@ func testClusterResharding(t *testing.T, cl *redistest.Cluster) {
 		failures = append(failures, err)
 	}
 	// TRYAGAIN (the keys of a script split between two nodes for a moment)
-	// may reach TryLock and Unlock if it outlasts go-redis's retries; it is
-	// transient and counted, but a redirection is a failure.
+	// may reach TryLock and Unlock if it outlasts the driver's retries
+	// (about 2.5 s); it is transient and counted, but a redirection is a
+	// failure.
 	check := func(what string, err error) bool {
 		switch {
 		case err == nil:
@@ -590,4 +592,77 @@ func testClusterResharding(t *testing.T, cl *redistest.Cluster) {
 	for _, err := range failures {
 		t.Error(err)
 	}
+}
+
+// testClusterSplitKeys takes a lock whose keys are split between the two
+// masters of a slot being migrated: its fencing counter still on the
+// source, the rest absent. Redis refuses the acquire script with TRYAGAIN
+// until the migration ends; TryLock must wait for that (within the
+// driver's retries) rather than return the refusal.
+func testClusterSplitKeys(t *testing.T, cl *redistest.Cluster) {
+	ctx := testCtx(t)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	refused := &tryAgainHook{seen: make(chan struct{})}
+	rdb.AddHook(refused)
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+
+	name := uniqueName(t) + "split"
+	// A first hold leaves the fencing counter behind: the key that stays on
+	// the source while the others are absent.
+	if err := mustLock(t, c, name).Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m := cl.StartMigration(t, redistest.KeySlot(lockKey(name)), otherMaster(t, cl, redistest.KeySlot(lockKey(name))))
+
+	type result struct {
+		l   *dlock.Lease
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := c.Mutex(name).TryLock(ctx)
+		done <- result{l, err}
+	}()
+	select {
+	case <-refused.seen:
+	case r := <-done:
+		t.Fatalf("TryLock returned before any TRYAGAIN: %v, %v", r.l, r.err)
+	case <-ctx.Done():
+		t.Fatal("no TRYAGAIN while the lock's keys were split")
+	}
+	m.Finish(t)
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("TryLock across the migration: %v", r.err)
+	}
+	if err := r.l.Unlock(ctx); err != nil {
+		t.Errorf("Unlock after the migration: %v", err)
+	}
+}
+
+// tryAgainHook closes seen at the first TRYAGAIN a command gets.
+type tryAgainHook struct {
+	once sync.Once
+	seen chan struct{}
+}
+
+func (h *tryAgainHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *tryAgainHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err != nil && strings.HasPrefix(err.Error(), "TRYAGAIN") {
+			h.once.Do(func() { close(h.seen) })
+		}
+		return err
+	}
+}
+
+func (h *tryAgainHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -70,6 +72,48 @@ func (d *Driver) Run(ctx context.Context, calls ...*driver.Call) {
 	if len(calls) == 0 {
 		return
 	}
+	d.dispatch(ctx, calls)
+	if d.routed {
+		d.retryTryAgain(ctx, calls)
+	}
+}
+
+// retryTryAgain sends again the calls a Cluster refused with TRYAGAIN: the
+// slot of their keys is being migrated and the keys are split between the
+// two nodes for a moment. Redis refuses before it runs anything, so sending
+// again is safe; go-redis gives up after a few quick tries, which a
+// migration moving many keys outlasts. Pauses grow from 5 ms to 200 ms, for
+// at most maxRedirects rounds (about 2.5 s) or until ctx ends; then the
+// calls keep the error (transient: the caller may try again).
+func (d *Driver) retryTryAgain(ctx context.Context, calls []*driver.Call) {
+	delay := 5 * time.Millisecond
+	for round := 0; round < maxRedirects; round++ {
+		var again []*driver.Call
+		for _, c := range calls {
+			// Calls with WAIT went through runOnMasters, which retries
+			// TRYAGAIN itself.
+			if c.Replicas <= 0 && isTryAgain(c.Err) {
+				again = append(again, c)
+			}
+		}
+		if len(again) == 0 || !sleepCtx(ctx, delay) {
+			return
+		}
+		d.dispatch(ctx, again)
+		if delay *= 2; delay > 200*time.Millisecond {
+			delay = 200 * time.Millisecond
+		}
+	}
+}
+
+func isTryAgain(err error) bool {
+	var rerr *driver.ReplyError
+	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Msg, "TRYAGAIN")
+}
+
+// dispatch sends calls directly, or in a shared pipeline when others are
+// in flight.
+func (d *Driver) dispatch(ctx context.Context, calls []*driver.Call) {
 	active := d.active.Add(1)
 	defer d.active.Add(-1)
 	if active > 1 && !needsWait(calls) {

@@ -277,8 +277,8 @@ func defaultRunOwnerInfo(command string) string {
 
 // acquireForRun takes the lock as o says. A signal on sigs ends the wait;
 // it is returned, and nothing is held then.
-func (a *app) acquireForRun(ctx context.Context, c *dlock.Client, o *runOptions, name string, sigs <-chan os.Signal) (*held, os.Signal, error) {
-	ctx, cancel := context.WithCancel(ctx)
+func (a *app) acquireForRun(parent context.Context, c *dlock.Client, o *runOptions, name string, sigs <-chan os.Signal) (*held, os.Signal, error) {
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	if o.waitSet && o.wait > 0 {
 		var cancelTimeout context.CancelFunc
@@ -298,7 +298,16 @@ func (a *app) acquireForRun(ctx context.Context, c *dlock.Client, o *runOptions,
 	h, err := a.acquire(ctx, c, o, name)
 	close(stop)
 	<-watching
-	if got == nil {
+	switch {
+	case got == nil && parent.Err() != nil:
+		// main cancels parent on SIGINT and SIGTERM, which reach sigs too,
+		// from the same delivery but possibly a moment after the wait
+		// ended: wait for it, so that the exit status names the signal.
+		select {
+		case got = <-sigs:
+		case <-time.After(time.Second):
+		}
+	case got == nil:
 		select {
 		case got = <-sigs: // arrived while the lock was granted
 		default:

@@ -76,7 +76,7 @@ func runOnMasters(ctx context.Context, cc *redis.ClusterClient, calls []*driver.
 		}
 		pending = append(pending, &routed{c: c, node: node})
 	}
-	delay := 5 * time.Millisecond
+	pauses := 0 // TRYAGAIN pauses so far; redirections need none
 	for round := 0; len(pending) > 0 && round < maxRedirects; round++ {
 		byNode := make(map[*redis.Client][]*routed)
 		var order []*redis.Client
@@ -110,12 +110,10 @@ func runOnMasters(ctx context.Context, cc *redis.ClusterClient, calls []*driver.
 		if len(pending) > 0 && tryAgain.Load() {
 			// A slot in the middle of a migration: its keys are split
 			// between two nodes for a moment.
-			if !sleepCtx(ctx, delay) {
+			if !sleepCtx(ctx, tryAgainPause(pauses)) {
 				return // the calls keep their last error
 			}
-			if delay *= 2; delay > 200*time.Millisecond {
-				delay = 200 * time.Millisecond
-			}
+			pauses++
 		}
 	}
 }
@@ -215,6 +213,17 @@ func masterAt(ctx context.Context, cc *redis.ClusterClient, addr string) (*redis
 }
 
 // sleepCtx sleeps for d; false when ctx ended first.
+// tryAgainPause is how long to wait before sending again, in round (from
+// 0), calls a migrating slot refused with TRYAGAIN: 5 ms, doubling to at
+// most 200 ms.
+func tryAgainPause(round int) time.Duration {
+	const first, most = 5 * time.Millisecond, 200 * time.Millisecond
+	if round >= 6 { // 5 ms << 6 is past most
+		return most
+	}
+	return first << round
+}
+
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()

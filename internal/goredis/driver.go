@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -83,10 +82,9 @@ func (d *Driver) Run(ctx context.Context, calls ...*driver.Call) {
 // two nodes for a moment. Redis refuses before it runs anything, so sending
 // again is safe; go-redis gives up after a few quick tries, which a
 // migration moving many keys outlasts. Pauses grow from 5 ms to 200 ms, for
-// at most maxRedirects rounds (about 2.5 s) or until ctx ends; then the
+// at most maxRedirects rounds (about 2.5 s) or until ctx ends (tryAgainPause); then the
 // calls keep the error (transient: the caller may try again).
 func (d *Driver) retryTryAgain(ctx context.Context, calls []*driver.Call) {
-	delay := 5 * time.Millisecond
 	for round := 0; round < maxRedirects; round++ {
 		var again []*driver.Call
 		for _, c := range calls {
@@ -96,13 +94,10 @@ func (d *Driver) retryTryAgain(ctx context.Context, calls []*driver.Call) {
 				again = append(again, c)
 			}
 		}
-		if len(again) == 0 || !sleepCtx(ctx, delay) {
+		if len(again) == 0 || !sleepCtx(ctx, tryAgainPause(round)) {
 			return
 		}
 		d.dispatch(ctx, again)
-		if delay *= 2; delay > 200*time.Millisecond {
-			delay = 200 * time.Millisecond
-		}
 	}
 }
 

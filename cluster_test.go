@@ -617,7 +617,8 @@ func testClusterSplitKeys(t *testing.T, cl *redistest.Cluster) {
 	if err := mustLock(t, c, name).Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	m := cl.StartMigration(t, redistest.KeySlot(lockKey(name)), otherMaster(t, cl, redistest.KeySlot(lockKey(name))))
+	slot := redistest.KeySlot(lockKey(name))
+	m := cl.StartMigration(t, slot, otherMaster(t, cl, slot))
 
 	type result struct {
 		l   *dlock.Lease

@@ -27,21 +27,11 @@ func TestWaitersOfOneClientShareOneQueueEntry(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, c := range []*dlock.Client{a, b} {
 		for i := 0; i < perClient; i++ {
-			wg.Add(1)
-			go func(c *dlock.Client) {
-				defer wg.Done()
-				l, err := c.Mutex(name).Lock(ctx)
-				if err != nil {
-					t.Errorf("Lock: %v", err)
-					return
-				}
+			lockThen(ctx, t, &wg, c, name, func(*dlock.Lease) {
 				holders.enter(t)
 				time.Sleep(time.Millisecond)
 				holders.leave()
-				if err := l.Unlock(ctx); err != nil {
-					t.Errorf("Unlock: %v", err)
-				}
-			}(c)
+			})
 		}
 	}
 	waitFor(t, 10*time.Second, func() bool {
@@ -56,7 +46,7 @@ func TestWaitersOfOneClientShareOneQueueEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	if n := srv.Client(t).Exists(ctx, lockKey(name), lockKey(name)+":q").Val(); n != 0 {
+	if n := lockKeysLeft(ctx, t, srv, name); n != 0 {
 		t.Errorf("%d keys left after every waiter unlocked", n)
 	}
 }
@@ -83,19 +73,11 @@ func TestProcessesTakeTurns(t *testing.T) {
 	var wg sync.WaitGroup
 	start := func(c *dlock.Client, label string, n int) {
 		for i := 0; i < n; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				l, err := c.Mutex(name).Lock(ctx)
-				if err != nil {
-					t.Errorf("Lock: %v", err)
-					return
-				}
+			lockThen(ctx, t, &wg, c, name, func(l *dlock.Lease) {
 				mu.Lock()
 				order = append(order, grant{label, l.Token()})
 				mu.Unlock()
-				_ = l.Unlock(ctx)
-			}()
+			})
 		}
 	}
 	start(a, "a", perClient)
@@ -164,19 +146,7 @@ func TestUnlockHandsOverLocally(t *testing.T) {
 	tokens := make(chan int64, waiters)
 	var wg sync.WaitGroup
 	for i := 0; i < waiters; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l, err := c.Mutex(name).Lock(ctx)
-			if err != nil {
-				t.Errorf("Lock: %v", err)
-				return
-			}
-			tokens <- l.Token()
-			if err := l.Unlock(ctx); err != nil {
-				t.Errorf("Unlock: %v", err)
-			}
-		}()
+		lockThen(ctx, t, &wg, c, name, func(l *dlock.Lease) { tokens <- l.Token() })
 		waitFor(t, 10*time.Second, func() bool { return dlock.LocalWaiters(c, name) == i+1 }, "the goroutine to line up")
 	}
 	if err := held.Unlock(ctx); err != nil {
@@ -206,7 +176,7 @@ func TestUnlockHandsOverLocally(t *testing.T) {
 	if published != 1 {
 		t.Errorf("%d grants published for %d hand-offs, want 1 (the rest handed over locally)", published, waiters)
 	}
-	if n := srv.Client(t).Exists(ctx, lockKey(name), lockKey(name)+":q").Val(); n != 0 {
+	if n := lockKeysLeft(ctx, t, srv, name); n != 0 {
 		t.Errorf("%d keys left after every waiter unlocked", n)
 	}
 }
@@ -297,9 +267,7 @@ func TestCancelledWaitersLeaveNothingLocked(t *testing.T) {
 	if holders.grants < 40 {
 		t.Fatalf("%d Lock calls succeeded; goroutine 0 alone makes 40", holders.grants)
 	}
-	waitFor(t, 10*time.Second, func() bool {
-		return srv.Client(t).Exists(ctx, lockKey(name), lockKey(name)+":q").Val() == 0
-	}, "the lock and its queue to be gone")
+	waitFor(t, 10*time.Second, func() bool { return lockKeysLeft(ctx, t, srv, name) == 0 }, "the lock and its queue to be gone")
 	l, err := c.Mutex(name).TryLock(ctx)
 	if err != nil {
 		t.Fatalf("TryLock after every waiter left: %v", err)
@@ -346,6 +314,29 @@ func TestLocalWaitersLeaveOneByOne(t *testing.T) {
 	if n := srv.Client(t).Exists(ctx, lockKey(name)).Val(); n != 0 {
 		t.Error("the lock was handed to a client nobody waits in")
 	}
+}
+
+// lockThen starts a goroutine, counted in wg, that takes name's Mutex with
+// c, runs held while it holds the lock, and unlocks, reporting failures on t.
+func lockThen(ctx context.Context, t testing.TB, wg *sync.WaitGroup, c *dlock.Client, name string, held func(*dlock.Lease)) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		l, err := c.Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Errorf("Lock: %v", err)
+			return
+		}
+		held(l)
+		if err := l.Unlock(ctx); err != nil {
+			t.Errorf("Unlock: %v", err)
+		}
+	}()
+}
+
+// lockKeysLeft counts the Mutex name's lock key and queue still in Redis.
+func lockKeysLeft(ctx context.Context, t testing.TB, srv *redistest.Server, name string) int64 {
+	return srv.Client(t).Exists(ctx, lockKey(name), lockKey(name)+":q").Val()
 }
 
 // occupancy counts the holders of a lock as a test sees them, and reports

@@ -217,19 +217,8 @@ func TestWaitersAreServedInArrivalOrder(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
 		c := newClient(t, srv)
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			l, err := c.Mutex(name).Lock(ctx)
-			if err != nil {
-				t.Errorf("waiter %d: %v", i, err)
-				return
-			}
-			order <- i
-			if err := l.Unlock(ctx); err != nil {
-				t.Errorf("waiter %d Unlock: %v", i, err)
-			}
-		}(i)
+		i := i // go 1.21: one variable for the whole loop otherwise
+		lockThen(ctx, t, &wg, c, name, func(*dlock.Lease) { order <- i })
 		waitQueued(t, srv, name, int64(i+1)) // arrive one after another
 	}
 	if err := lease.Unlock(ctx); err != nil {

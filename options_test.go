@@ -149,3 +149,107 @@ func TestDeadlineBoundsCallsOnABlackholedServer(t *testing.T) {
 	}
 	proxy.Blackhole(false)
 }
+
+// evalStarted is a go-redis hook that reports each script call as it
+// starts, so a test can act while the call is on the wire.
+type evalStarted chan struct{}
+
+func (h evalStarted) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h evalStarted) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			select {
+			case h <- struct{}{}:
+			default:
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h evalStarted) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// lockCancelledOnSilentServer starts Lock with a context that can be
+// cancelled but has no deadline, on a server that stops answering, cancels
+// it while the first script call waits for its reply, and returns Lock's
+// error and how long it took to return after the cancellation.
+func lockCancelledOnSilentServer(t *testing.T, opt *redis.Options) (error, time.Duration) {
+	t.Helper()
+	srv := redistest.Start(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	opt.Addr = proxy.Addr()
+	opt.MaxRetries = -1 // one send: the test is about one call, not go-redis's retries
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	held, err := c.Mutex(t.Name()).TryLock(testCtx(t)) // warm the connection up
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := held.Unlock(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+
+	started := make(evalStarted, 1)
+	rdb.AddHook(started)
+	proxy.Blackhole(true)
+	defer proxy.Blackhole(false)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Mutex(t.Name()).Lock(ctx)
+		done <- err
+	}()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lock sent no script")
+	}
+	cancel()
+	cancelled := time.Now()
+	select {
+	case err = <-done:
+		return err, time.Since(cancelled)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Lock did not return 20s after its context was cancelled")
+		return nil, 0
+	}
+}
+
+// TestCancelEndsACallWithinTheReadTimeout: a call whose context can be
+// cancelled but has no deadline runs in the caller, as go-redis does it, so
+// on a silent server a cancellation takes effect when the client's read
+// timeout ends the round trip.
+func TestCancelEndsACallWithinTheReadTimeout(t *testing.T) {
+	t.Parallel()
+	err, took := lockCancelledOnSilentServer(t, &redis.Options{ReadTimeout: 500 * time.Millisecond})
+	if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want ErrNotObtained and context.Canceled", err)
+	}
+	if took > 5*time.Second {
+		t.Errorf("Lock returned %v after the cancellation, with a 500ms read timeout", took)
+	}
+}
+
+// TestCancelEndsACallAtOnceWhenTheClientNeverTimesOut: with a client whose
+// reads never time out, nothing but the context would end a call on a
+// silent server, so such a call still runs in a goroutine of the driver's
+// and Lock returns at the cancellation.
+func TestCancelEndsACallAtOnceWhenTheClientNeverTimesOut(t *testing.T) {
+	t.Parallel()
+	err, took := lockCancelledOnSilentServer(t, &redis.Options{ReadTimeout: -1})
+	if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want ErrNotObtained and context.Canceled", err)
+	}
+	if took > 5*time.Second {
+		t.Errorf("Lock returned %v after the cancellation", took)
+	}
+}

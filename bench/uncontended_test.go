@@ -34,7 +34,10 @@ func BenchmarkUncontended(b *testing.B) {
 }
 
 func benchPairs(b *testing.B, t Target, srv *Servers, g int) {
-	ctx := context.Background()
+	// As in RunUncontended, Lock gets a context that can be cancelled (as
+	// a request's can) and Unlock context.Background.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	if err := srv.Flush(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -78,7 +81,7 @@ func runPairs(ctx context.Context, l Locker, keys []string, n int64) error {
 					errs.add(fmt.Errorf("lock: %w", err))
 					return
 				}
-				if err := unlock(ctx); err != nil {
+				if err := unlock(context.Background()); err != nil {
 					errs.add(fmt.Errorf("unlock: %w", err))
 					return
 				}

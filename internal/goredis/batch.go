@@ -77,16 +77,18 @@ func (b *batcher) start() bool {
 	return true
 }
 
-// submit sends calls in the next pipeline and waits for them, or for ctx:
+// submit sends calls in the next pipeline and waits for them. A caller
+// that may leave early (Driver.mustLeaveEarly) waits for them or for ctx:
 // then every call not done has ctx's error (the pipeline fills copies, so a
-// caller that left never shares its calls with a flusher).
-func (b *batcher) submit(ctx context.Context, calls []*driver.Call) {
+// caller that left never shares its calls with a flusher). Any caller may
+// leave while its batch is still queued.
+func (b *batcher) submit(ctx context.Context, calls []*driver.Call, leave bool) {
 	if !b.started.Load() && !b.start() {
 		b.run(ctx, calls)
 		return
 	}
 	mine := calls
-	if ctx.Done() != nil {
+	if leave {
 		mine = make([]*driver.Call, len(calls))
 		for i, c := range calls {
 			cc := *c
@@ -112,7 +114,7 @@ func (b *batcher) submit(ctx context.Context, calls []*driver.Call) {
 		failAll(calls, ctx.Err())
 		return
 	}
-	if ctx.Done() == nil {
+	if !leave {
 		<-bt.done
 		bt.recycle()
 		return

@@ -3,6 +3,7 @@ package goredis
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -12,22 +13,68 @@ import (
 // go-redis bounds a command by its context's deadline only when the client
 // was built with ContextTimeoutEnabled; otherwise a command blocked on a
 // silent server waits for the client's ReadTimeout (3 s by default),
-// whatever the context says. Run must return when its context ends (a Lock
-// must give up at its deadline, a renewal at the lease's), so for such
-// clients a call whose context can end runs in a goroutine of the driver's,
-// on copies of the calls, and Run returns at the deadline. The abandoned
-// command finishes within the ReadTimeout; Close waits for it.
+// whatever the context says. Run must return at its context's deadline (a
+// Lock must give up at its deadline, a renewal at the lease's), so for such
+// clients a call whose context has a deadline runs in a goroutine of the
+// driver's, on copies of the calls, and Run returns at the deadline. The
+// abandoned command finishes within the ReadTimeout; Close waits for it.
+//
+// A context that can be cancelled but has no deadline (a request's, a
+// signal's) does not pay for that goroutine: its call runs in the caller,
+// and a cancellation takes effect when the round trip ends, within the
+// client's read and write timeouts on a silent server, as with go-redis
+// itself (which never interrupts a read on cancellation, even with
+// ContextTimeoutEnabled). The goroutine cost an uncontended Lock 5
+// allocations and about 15 µs of client CPU, more than the rest of dlock's
+// own work (docs/design.md, "Contexts and round trips"). Only a client that
+// never times out a read or a write, or one whose options dlock cannot
+// read, keeps the goroutine for every context that can end: nothing else
+// would end its calls.
 
-// boundsContext reports whether go-redis itself honours context deadlines
-// for rdb.
-func boundsContext(rdb Client) bool {
+// timeouts is what a go-redis client's options say about ending a call
+// by themselves. go-redis normalizes the options it is given: in Options(),
+// a timeout > 0 bounds every read or write; 0 means none (the call waits
+// for ever); -1 means the client never sets a deadline, not even a
+// context's.
+type timeouts struct {
+	bounded  bool // go-redis itself ends a call at its context's deadline
+	timesOut bool // the read and write timeouts end a call on a silent server
+}
+
+func clientTimeouts(rdb Client) timeouts {
+	var (
+		ctxTimeout  bool
+		read, write time.Duration
+	)
 	switch c := rdb.(type) {
 	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		ctxTimeout, read, write = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
 	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		ctxTimeout, read, write = o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout
+	default:
+		return timeouts{} // a wrapper: assume nothing ends its calls
 	}
-	return false
+	return timeouts{
+		bounded:  ctxTimeout && read >= 0 && write >= 0,
+		timesOut: read > 0 && write > 0,
+	}
+}
+
+// mustLeaveEarly reports whether a caller with ctx must be able to stop
+// waiting before its round trip ends: when ctx has a deadline go-redis does
+// not enforce, or ctx can end and nothing else would end a call on a
+// silent server (see above).
+func (d *Driver) mustLeaveEarly(ctx context.Context) bool {
+	if ctx.Done() == nil {
+		return false
+	}
+	if !d.io.timesOut {
+		return true
+	}
+	_, hasDeadline := ctx.Deadline()
+	return hasDeadline && !d.io.bounded
 }
 
 // background tracks commands still running after Run gave up on them.

@@ -25,8 +25,8 @@ type Client interface {
 // Driver runs dlock's scripts and subscription on a go-redis client.
 type Driver struct {
 	rdb      Client
-	bounded  bool // go-redis honours context deadlines itself
-	routed   bool // rdb picks a node by the first key (args.go)
+	io       timeouts // what ends a call besides its reply (deadline.go)
+	routed   bool     // rdb picks a node by the first key (args.go)
 	inFlight background
 	active   atomic.Int32 // Run calls in progress
 	batch    batcher
@@ -42,7 +42,7 @@ var (
 // New returns a Driver over rdb.
 func New(rdb Client) *Driver {
 	_, single := rdb.(*redis.Client)
-	d := &Driver{rdb: rdb, bounded: boundsContext(rdb), routed: !single}
+	d := &Driver{rdb: rdb, io: clientTimeouts(rdb), routed: !single}
 	d.batch.run = d.run // a batch of one goes without a pipeline
 	return d
 }
@@ -111,13 +111,14 @@ func isTryAgain(err error) bool {
 func (d *Driver) dispatch(ctx context.Context, calls []*driver.Call) {
 	active := d.active.Add(1)
 	defer d.active.Add(-1)
+	leave := d.mustLeaveEarly(ctx) // deadline.go
 	if active > 1 && !needsWait(calls) {
 		// Others' commands are in flight: join the next pipeline (batch.go).
 		// Calls with WAIT never do: WAIT must follow its own script.
-		d.batch.submit(ctx, calls)
+		d.batch.submit(ctx, calls, leave)
 		return
 	}
-	if !d.bounded && ctx.Done() != nil {
+	if leave && !d.io.bounded {
 		d.inFlight.runBounded(ctx, calls, d.run)
 		return
 	}

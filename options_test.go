@@ -200,7 +200,12 @@ func lockCancelledOnSilentServer(t *testing.T, opt *redis.Options) (error, time.
 	started := make(evalStarted, 1)
 	rdb.AddHook(started)
 	proxy.Blackhole(true)
-	defer proxy.Blackhole(false)
+	defer func() {
+		// End the abandoned call too: the client's Close waits for it,
+		// and a client that never times out would wait for ever.
+		proxy.Blackhole(false)
+		proxy.ResetAll()
+	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)

@@ -74,6 +74,7 @@ func NewWithDriver(d driver.Driver, opts ...Option) (*Client, error) {
 	if err := cfg.err(); err != nil {
 		return nil, fmt.Errorf("dlock: New: %w", err)
 	}
+	cfg.seal()
 	c := &Client{drv: d, cfg: cfg, instance: NewOwnerID(), closed: make(chan struct{})}
 	c.notify = newNotifier(c)
 	c.wd = newWatchdog(d)
@@ -165,6 +166,7 @@ func (c *Client) applyOptions(kind, label string, opts []Option) (config, error)
 	if err := cfg.err(); err != nil {
 		return cfg, fmt.Errorf("dlock: %s(%q): %w", kind, label, err)
 	}
+	cfg.seal()
 	return cfg, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -108,11 +109,10 @@ func fenceRetention(ttl time.Duration) time.Duration {
 // which need no boxing (driver.Call).
 type mutexCall struct {
 	call  driver.Call
-	args  [9]any
+	args  [5]any
 	keys  [4]string
 	owner string
-	pub   string
-	ints  [4]int64
+	px    int64
 }
 
 // Pre-boxed flags: boxing a string returned by a function allocates.
@@ -123,6 +123,29 @@ var (
 	// value never queued before: a granted call skips removing its entry.
 	flagNewOwner any = "n"
 )
+
+// Pre-boxed modes (mutex_acquire.lua's ARGV[4]): strict arrival order or
+// not, then grants announced with PUBLISH or SPUBLISH.
+var (
+	modeFree        any = "0p"
+	modeFreeSharded any = "0s"
+	modeFair        any = "1p"
+	modeFairSharded any = "1s"
+)
+
+// mode is the Mutex scripts' mode argument for this lock and driver.
+func (m *Mutex) mode() any {
+	sharded := strings.EqualFold(m.c.drv.PublishCommand(), "SPUBLISH")
+	switch {
+	case m.fair && sharded:
+		return modeFairSharded
+	case m.fair:
+		return modeFair
+	case sharded:
+		return modeFreeSharded
+	}
+	return modeFree
+}
 
 func boolFlag(b bool) any {
 	if b {
@@ -138,10 +161,8 @@ func (m *Mutex) attempt(ctx context.Context, owner string, queue bool) (attemptR
 // acquire runs mutex_acquire.lua; join is its ARGV[3]: flagZero, flagOne
 // or flagNewOwner.
 func (m *Mutex) acquire(ctx context.Context, owner string, join any) (attemptResult, error) {
-	a := &mutexCall{owner: owner, pub: m.c.drv.PublishCommand()}
-	a.ints = [4]int64{m.cfg.initialPX().Milliseconds(), m.cfg.waiterLease.Milliseconds(),
-		m.cfg.claimWindow().Milliseconds(), fenceRetention(m.cfg.ttl).Milliseconds()}
-	a.args = [9]any{&a.owner, &a.ints[0], join, &a.ints[1], &a.ints[2], &a.ints[3], &a.pub, &m.keys.lock, boolFlag(m.fair)}
+	a := &mutexCall{owner: owner, px: m.cfg.initialPX().Milliseconds()}
+	a.args = [5]any{&a.owner, &a.px, join, m.mode(), &m.cfg.timings}
 	a.keys = m.keys.array()
 	a.call = driver.Call{Script: scripts.MutexAcquire, Keys: a.keys[:], Args: a.args[:]}
 	call := &a.call
@@ -154,7 +175,7 @@ func (m *Mutex) acquire(ctx context.Context, owner string, join any) (attemptRes
 		if fence <= 0 {
 			return attemptResult{}, unexpectedReply(call.Reply)
 		}
-		return grantAcked(ctx, m, &m.cfg, owner, call, attemptResult{granted: true, fence: fence, pttl: ms(a.ints[0])})
+		return grantAcked(ctx, m, &m.cfg, owner, call, attemptResult{granted: true, fence: fence, pttl: ms(a.px)})
 	}
 	code, x, y, err := reply3(call.Reply)
 	if err != nil {
@@ -227,11 +248,10 @@ func (m *Mutex) transfer(ctx context.Context, owner, next string, px time.Durati
 // When the lock passes to a waiter of this same Client, the waiter is told
 // directly, ahead of the pub/sub message.
 func (m *Mutex) release(ctx context.Context, owner string) error {
-	a := &mutexCall{owner: owner, pub: m.c.drv.PublishCommand()}
-	a.ints[0] = fenceRetention(m.cfg.ttl).Milliseconds()
-	a.args[0], a.args[1], a.args[2], a.args[3] = &a.owner, &a.ints[0], &a.pub, &m.keys.lock
+	a := &mutexCall{owner: owner}
+	a.args[0], a.args[1], a.args[2] = &a.owner, m.mode(), &m.cfg.timings
 	a.keys = m.keys.array()
-	a.call = driver.Call{Script: scripts.MutexRelease, Keys: a.keys[:], Args: a.args[:4]}
+	a.call = driver.Call{Script: scripts.MutexRelease, Keys: a.keys[:], Args: a.args[:3]}
 	call := &a.call
 	m.c.drv.Run(ctx, call)
 	if call.Err != nil {

@@ -53,6 +53,10 @@ type config struct {
 	replicaAck        int
 	replicaAckTimeout time.Duration
 
+	// timings is the Mutex scripts' timings argument (mutex_acquire.lua),
+	// set by seal once the options are applied: every call sends it.
+	timings string
+
 	// Redlock only: NewRedlock sets redlock, and the options below are
 	// rejected (ErrInvalidArgument) where it is not set.
 	redlock     bool
@@ -80,6 +84,13 @@ func (c *config) claimWindow() time.Duration {
 		w = c.initialPX() - time.Millisecond
 	}
 	return w
+}
+
+// seal finishes a configuration once its options are applied: it builds
+// the values derived from several settings.
+func (c *config) seal() {
+	c.timings = fmt.Sprintf("%d %d %d", c.waiterLease.Milliseconds(),
+		c.claimWindow().Milliseconds(), fenceRetention(c.ttl).Milliseconds())
 }
 
 // initialPX is the expiry a fresh grant gets: the TTL, or the hold cap when

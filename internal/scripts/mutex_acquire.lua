@@ -3,10 +3,16 @@
 -- ARGV: 1 owner value, 2 ttl ms, 3 "1" to join (or stay in) the queue when
 --       not granted, "n" to join it with an owner value never queued before
 --       (a Lock's first attempt: no queue entry to remove when granted),
---       "0" not to join, 4 waiter lease ms, 5 grant px (the claim
---       window a hand-off gives this owner), 6 fence retention ms,
---       7 publish command, 8 channel, 9 "1" for strict arrival order (a
---       free lock is never taken past a queued waiter), "0" otherwise
+--       "0" not to join, 4 mode: two characters, "1" for strict arrival
+--       order (a FairMutex: a free lock never goes past a queued waiter) or
+--       "0", then "s" when grants are announced with SPUBLISH (sharded
+--       pub/sub on a Cluster) or "p" for PUBLISH, 5 timings: "<waiter lease
+--       ms> <grant px> <fence retention ms>", the waiter's lease in the
+--       queue, the claim window of a hand-off to it, and how long the
+--       fencing counter outlives its last grant. The lock's channel is its
+--       key. Few arguments, because the server pays for each one on every
+--       call (about 1,000 instructions), and the common case reads only
+--       the first four.
 -- Returns: fence (a bare integer): owner took the free lock, for ARGV[2] ms;
 --          the common case, in the reply that costs least to build and read.
 --          {1, fence, pttl}: owner holds the lock now (taken by this call,
@@ -23,7 +29,8 @@ local owner = ARGV[1]
 -- release hands the lock over instead of freeing it, so a free lock with
 -- waiters queued only happens after a holder died; outside strict order, a
 -- newcomer may take it then rather than pay a queue check on every acquire.
-if (ARGV[9] ~= '1' or redis.call('EXISTS', KEYS[3]) == 0) and redis.call('SET', KEYS[1], owner, 'NX', 'PX', ARGV[2]) then
+local strict = ARGV[4] == '1p' or ARGV[4] == '1s'
+if (not strict or redis.call('EXISTS', KEYS[3]) == 0) and redis.call('SET', KEYS[1], owner, 'NX', 'PX', ARGV[2]) then
   local token = redis.pcall('INCR', KEYS[2])
   if type(token) ~= 'number' then
     redis.call('DEL', KEYS[1]) -- undo, within this same atomic script
@@ -32,7 +39,7 @@ if (ARGV[9] ~= '1' or redis.call('EXISTS', KEYS[3]) == 0) and redis.call('SET', 
   if token == 1 then -- a fresh counter starts at the clock (see dlock_issue_fence)
     local t = redis.call('TIME')
     local digits = t[1] .. string.sub('00000' .. t[2], -6) -- µs, without formatting a number
-    redis.call('SET', KEYS[2], digits, 'PX', ARGV[6])
+    redis.call('SET', KEYS[2], digits, 'PX', string.match(ARGV[5], '(%d+)$')) -- the retention
     token = tonumber(digits)
   end
   -- A queued waiter whose poll finds the lock free takes it here: its place
@@ -48,6 +55,8 @@ end
 
 local cur = redis.call('GET', KEYS[1])
 --@lib
+local lease_ms, grant_px, retention_ms = string.match(ARGV[5], '^(%d+) (%d+) (%d+)$')
+local publish = string.sub(ARGV[4], 2) == 's' and 'SPUBLISH' or 'PUBLISH'
 
 if cur == owner then
   dlock_dequeue(KEYS[3], KEYS[4], owner)
@@ -69,7 +78,7 @@ if not cur then
   now_us = dlock_now_us()
   local head, px = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000))
   if not head or head == owner then
-    local token = dlock_issue_fence(KEYS[2], now_us, ARGV[6])
+    local token = dlock_issue_fence(KEYS[2], now_us, retention_ms)
     if head then
       dlock_dequeue(KEYS[3], KEYS[4], owner)
     end
@@ -77,12 +86,12 @@ if not cur then
     return {1, token, tonumber(ARGV[2])}
   end
   -- Free, but others queued first: the head gets it, owner keeps waiting.
-  dlock_grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head, px, now_us, ARGV[6], ARGV[7], ARGV[8])
+  dlock_grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head, px, now_us, retention_ms, publish, KEYS[1])
   pttl = tonumber(px)
 end
 
 local position = 0
 if ARGV[3] ~= '0' then
-  position = dlock_enqueue(KEYS[3], KEYS[4], owner, now_us or dlock_now_us(), ARGV[4], ARGV[5])
+  position = dlock_enqueue(KEYS[3], KEYS[4], owner, now_us or dlock_now_us(), lease_ms, grant_px)
 end
 return {0, pttl, position}

@@ -1,7 +1,8 @@
 -- mutex_release.lua: release the lock, handing it to the next live waiter;
 -- also how a waiter that gives up leaves the queue.
 -- KEYS: 1 lock, 2 fence, 3 queue, 4 waiters (see lock_lib.lua)
--- ARGV: 1 owner value, 2 fence retention ms, 3 publish command, 4 channel
+-- ARGV: 1 owner value, 2 mode, 3 timings (as mutex_acquire.lua's 4 and 5;
+--       the lock's channel is its key)
 -- Returns: 0: owner does not hold the lock (its queue entry, if any, is gone);
 --          1: released, nobody waiting;
 --          {2, fence, px, next}: handed over to the waiter `next`, with its
@@ -29,7 +30,9 @@ dlock_dequeue(KEYS[3], KEYS[4], owner)
 local now_us = dlock_now_us()
 local head, px = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000))
 if head then
-  local token = dlock_grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head, px, now_us, ARGV[2], ARGV[3], ARGV[4])
+  local retention_ms = string.match(ARGV[3], '(%d+)$')
+  local publish = string.sub(ARGV[2], 2) == 's' and 'SPUBLISH' or 'PUBLISH'
+  local token = dlock_grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head, px, now_us, retention_ms, publish, KEYS[1])
   return {2, token, tonumber(px), head}
 end
 redis.call('DEL', KEYS[1])

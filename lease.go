@@ -71,7 +71,6 @@ type Lease struct {
 	cfg       *config
 	owner     string
 	token     int64
-	done      chan struct{}
 	kind      Kind
 	grantedAt time.Time     // when this process got the lease
 	handoff   time.Duration // grant on the server to arrival here; 0 unknown
@@ -91,7 +90,8 @@ type Lease struct {
 	capped     bool  // the current grant reaches holdUntil: no more renewals
 	lastErr    error // the last renewal failure
 	state      leaseState
-	err        error // non-nil once lost
+	err        error         // non-nil once lost
+	done       chan struct{} // made by the first Done: most holders never ask
 	doneClosed bool
 	lossFuncs  []func(error)
 	heapIndex  int
@@ -114,7 +114,24 @@ func (l *Lease) Token() int64 { return l.token }
 
 // Done returns a channel that is closed when the lease ends: when the lock is
 // lost, or after Unlock.
-func (l *Lease) Done() <-chan struct{} { return l.done }
+func (l *Lease) Done() <-chan struct{} {
+	l.wd.mu.Lock()
+	defer l.wd.mu.Unlock()
+	if l.done == nil {
+		if l.doneClosed {
+			return closedChan
+		}
+		l.done = make(chan struct{})
+	}
+	return l.done
+}
+
+// closedChan is Done's channel for a lease that ended before anyone asked.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // Err returns nil while the lease is held. Once the lock is lost it returns
 // an error matching ErrLockLost that says why; after Unlock, one matching
@@ -403,7 +420,6 @@ func newLease(ctx context.Context, wd *watchdog, h holder, cfg *config, owner st
 		cfg:       cfg,
 		owner:     owner,
 		token:     fence,
-		done:      make(chan struct{}),
 		kind:      kindOf(h),
 		grantedAt: time.Now(),
 		ttl:       cfg.ttl,

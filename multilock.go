@@ -277,7 +277,6 @@ func (m *MultiLock) combine(parts []*Lease) (*Lease, error) {
 		cfg:       &m.cfg,
 		owner:     parts[0].owner,
 		token:     token,
-		done:      make(chan struct{}),
 		ttl:       m.cfg.ttl,
 		kind:      KindMutex,
 		grantedAt: time.Now(),

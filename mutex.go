@@ -109,10 +109,17 @@ func fenceRetention(ttl time.Duration) time.Duration {
 // which need no boxing (driver.Call).
 type mutexCall struct {
 	call  driver.Call
+	calls [1]*driver.Call // Run's variadic argument, which would escape on its own
 	args  [5]any
 	keys  [4]string
 	owner string
 	px    int64
+}
+
+// run sends the call.
+func (a *mutexCall) run(ctx context.Context, drv driver.Driver) {
+	a.calls[0] = &a.call
+	drv.Run(ctx, a.calls[:]...)
 }
 
 // Pre-boxed flags: boxing a string returned by a function allocates.
@@ -167,7 +174,7 @@ func (m *Mutex) acquire(ctx context.Context, owner string, join any) (attemptRes
 	a.call = driver.Call{Script: scripts.MutexAcquire, Keys: a.keys[:], Args: a.args[:]}
 	call := &a.call
 	m.cfg.askAck(call)
-	m.c.drv.Run(ctx, call)
+	a.run(ctx, m.c.drv)
 	if call.Err != nil {
 		return attemptResult{}, call.Err
 	}
@@ -253,7 +260,7 @@ func (m *Mutex) release(ctx context.Context, owner string) error {
 	a.keys = m.keys.array()
 	a.call = driver.Call{Script: scripts.MutexRelease, Keys: a.keys[:], Args: a.args[:3]}
 	call := &a.call
-	m.c.drv.Run(ctx, call)
+	a.run(ctx, m.c.drv)
 	if call.Err != nil {
 		return call.Err
 	}

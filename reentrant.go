@@ -295,7 +295,6 @@ func (h *reentrantHold) makeLease(ctx context.Context, cfg *config, member strin
 		cfg:       cfg,
 		owner:     member,
 		token:     r.fence,
-		done:      make(chan struct{}),
 		parent:    anchor.lease,
 		ttl:       cfg.ttl,
 		kind:      KindReentrant,

@@ -351,7 +351,9 @@ func (w *watchdog) retire(l *Lease) {
 func (l *Lease) closeDoneLocked() {
 	if !l.doneClosed {
 		l.doneClosed = true
-		close(l.done)
+		if l.done != nil {
+			close(l.done)
+		}
 	}
 }
 

@@ -3,131 +3,279 @@ package goredis
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 
 	"github.com/dlock-go/dlock/driver"
 )
 
 // Batching. A caller alone sends its script straight away: nothing is
 // faster for it. When other callers' commands are already in flight, a call
-// joins a queue instead, and a flusher sends everything queued as one
-// pipeline: one write and one read for many scripts, on the client and on
-// the server. Under load this is what keeps the lock's cost close to the
+// joins a batch instead, and everything queued goes out as one pipeline:
+// one write and one read for many scripts, on the client and on the
+// server. Under load this is what keeps the lock's cost close to the
 // server's work rather than to one round trip per caller (go-redis gained
 // auto-pipelining only in releases that need a newer Go than dlock does).
+//
+// There are no flusher goroutines: the callers send (combining). Up to
+// senders pipelines may be in flight. A caller that finds a sending slot
+// free takes it and sends its own calls together with whatever is queued;
+// one that finds none queues and waits. A sender that comes back with
+// callers still queued passes its slot to the first of them, which sends
+// the queue in turn. So a batched call costs at most one goroutine wake-up
+// (its result, or its turn to send), where a flusher cost two (waking the
+// flusher, then the caller) and sent one call at a time at 8 goroutines.
 
 const (
-	// flushers is how many pipelines may be in flight at once: while some
-	// are on the wire, the next batch gathers. Fewer starve the server at
-	// a handful of callers (each call waits for a flusher to come back);
-	// more add goroutine hand-offs without larger batches. 4 was the best
-	// of 2, 3, 4, 6 and 8 at 8 and at 64 goroutines (BenchmarkUncontended,
-	// two cores shared with redis-server).
-	flushers = 4
+	// senders is how many pipelines may be in flight at once: while some
+	// are on the wire, the next batch gathers. 4 was the best of 2, 3, 4,
+	// 6 and 8 for the flushers that preceded the senders, at 8 and at 64
+	// goroutines (BenchmarkUncontended, two cores shared with
+	// redis-server), and fewer starve the server at a handful of callers.
+	senders = 4
 	// maxBatch bounds one pipeline, so one slow batch delays few callers.
 	maxBatch = 256
 )
 
-// batch is one Run's calls waiting to be pipelined. The flusher signals
-// done with a send, not a close, so that a caller that received it can put
-// the batch back in batchPool for the next call: two allocations fewer per
-// batched call. A caller that stopped waiting leaves its batch to the
-// garbage collector, since the flusher may still hold it.
+// batch is one Run's calls waiting to be pipelined. Its caller is woken
+// with a send on done, not a close, so that it can put the batch back in
+// batchPool for the next call. A caller that stopped waiting leaves its
+// batch to the garbage collector when a sender may still hold it.
 type batch struct {
 	calls []*driver.Call
-	done  chan struct{} // capacity 1: the flusher's send never blocks
+	done  chan struct{} // capacity 1: a wake-up never blocks
+	state batchState    // guarded by batcher.mu
 }
+
+type batchState int
+
+const (
+	batchQueued  batchState = iota // waiting in the queue
+	batchSending                   // taken into a pipeline
+	batchDone                      // its calls have their replies
+	batchLead                      // given a sending slot: send the queue
+)
 
 var batchPool = sync.Pool{New: func() any { return &batch{done: make(chan struct{}, 1)} }}
 
-// recycle puts a batch that no flusher holds back in the pool.
+// recycle puts a batch that no sender holds back in the pool.
 func (bt *batch) recycle() {
 	bt.calls = nil
 	batchPool.Put(bt)
 }
 
-// batcher owns the queue and the flusher goroutines, started on first use.
+// batcher owns the queue and the sending slots.
 type batcher struct {
 	run func(context.Context, []*driver.Call) // the driver's pipelined send
 
-	// mu guards closing and started; a submit holds it for reading while
-	// it hands a batch over, so close never closes the queue under a send.
-	mu      sync.RWMutex
+	mu    sync.Mutex
+	busy  int // sending slots in use, at most senders
+	queue []*batch
+	// helpers are the goroutines that send for callers that may leave
+	// early (see submit); close waits for them, and none start after.
+	helpers sync.WaitGroup
 	closing bool
-	started atomic.Bool
-	queue   chan *batch
-	wg      sync.WaitGroup
 }
 
-// start launches the flushers; false once closing.
-func (b *batcher) start() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closing {
-		return false
-	}
-	if !b.started.Load() {
-		b.queue = make(chan *batch, maxBatch)
-		for i := 0; i < flushers; i++ {
-			b.wg.Add(1)
-			go b.flush()
-		}
-		b.started.Store(true)
-	}
-	return true
-}
-
-// submit sends calls in the next pipeline and waits for them. A caller
-// that may leave early (Driver.mustLeaveEarly) waits for them or for ctx:
-// then every call not done has ctx's error (the pipeline fills copies, so a
-// caller that left never shares its calls with a flusher). Any caller may
-// leave while its batch is still queued.
+// submit sends calls in a pipeline with other callers' and waits for them.
+// A caller that may leave early (Driver.mustLeaveEarly) waits for them or
+// for ctx: then every call not done has ctx's error. Such a caller never
+// sends itself, since it could not leave a pipeline on the wire: a helper
+// goroutine sends in its place, and the pipeline fills copies of its calls,
+// so a caller that left never shares its calls with a sender.
 func (b *batcher) submit(ctx context.Context, calls []*driver.Call, leave bool) {
-	if !b.started.Load() && !b.start() {
-		b.run(ctx, calls)
+	if !leave {
+		b.submitAndSend(calls)
 		return
 	}
-	mine := calls
-	if leave {
-		mine = make([]*driver.Call, len(calls))
-		for i, c := range calls {
-			cc := *c
-			mine[i] = &cc
-		}
+	mine := make([]*driver.Call, len(calls))
+	for i, c := range calls {
+		cc := *c
+		mine[i] = &cc
 	}
 	bt := batchPool.Get().(*batch)
-	bt.calls = mine
+	bt.calls, bt.state = mine, batchQueued
 
-	b.mu.RLock()
+	b.mu.Lock()
 	if b.closing {
-		b.mu.RUnlock()
+		b.mu.Unlock()
 		bt.recycle()
 		b.run(ctx, calls)
 		return
 	}
-	select {
-	case b.queue <- bt:
-		b.mu.RUnlock()
-	case <-ctx.Done():
-		b.mu.RUnlock()
-		bt.recycle()
-		failAll(calls, ctx.Err())
-		return
+	if b.busy < senders {
+		b.busy++
+		b.helpLocked(bt)
+	} else {
+		b.queue = append(b.queue, bt)
 	}
-	if !leave {
-		<-bt.done
-		bt.recycle()
-		return
-	}
-	select {
-	case <-bt.done:
-		for i, c := range calls {
-			*c = *mine[i]
+	b.mu.Unlock()
+
+	for {
+		select {
+		case <-bt.done:
+			b.mu.Lock()
+			if bt.state == batchLead {
+				// Given a slot: a helper sends bt and the queue.
+				if b.closing {
+					b.leaveLocked(bt)
+					b.mu.Unlock()
+					b.run(ctx, calls)
+					return
+				}
+				b.helpLocked(bt)
+				b.mu.Unlock()
+				continue
+			}
+			b.mu.Unlock()
+			for i, c := range calls {
+				*c = *mine[i]
+			}
+			bt.recycle()
+			return
+		case <-ctx.Done():
+			b.mu.Lock()
+			b.leaveLocked(bt)
+			b.mu.Unlock()
+			failAll(calls, ctx.Err())
+			return
 		}
-		bt.recycle()
-	case <-ctx.Done():
-		failAll(calls, ctx.Err())
 	}
+}
+
+// submitAndSend is submit for a caller that waits for its calls whatever
+// happens: it sends them itself, with what else is queued, when a slot is
+// free or when it is given one; else a sender wakes it with the replies.
+func (b *batcher) submitAndSend(calls []*driver.Call) {
+	bt := batchPool.Get().(*batch)
+	bt.calls, bt.state = calls, batchQueued
+
+	b.mu.Lock()
+	if b.busy < senders {
+		b.busy++
+		bt.state = batchSending
+		b.mu.Unlock()
+		b.send(bt, true)
+		bt.recycle()
+		return
+	}
+	b.queue = append(b.queue, bt)
+	b.mu.Unlock()
+
+	<-bt.done
+	b.mu.Lock()
+	lead := bt.state == batchLead
+	if lead {
+		bt.state = batchSending
+	}
+	b.mu.Unlock()
+	if lead {
+		b.send(bt, true)
+	}
+	bt.recycle()
+}
+
+// helpLocked starts a helper that sends bt, and what is queued, on a slot
+// just taken or given for bt.
+func (b *batcher) helpLocked(bt *batch) {
+	bt.state = batchSending // from now on, bt's caller may leave but not give the slot away
+	b.helpers.Add(1)
+	go func() {
+		defer b.helpers.Done()
+		b.send(bt, false)
+	}()
+}
+
+// leaveLocked takes bt out of the batching when its caller stops waiting:
+// out of the queue if no sender took it yet; a slot it was given and did
+// not use goes to the next queued caller (or is freed). A sender that took
+// bt still holds it and will write into the copies; the caller drops bt
+// then.
+func (b *batcher) leaveLocked(bt *batch) {
+	switch bt.state {
+	case batchQueued:
+		for i, q := range b.queue {
+			if q == bt {
+				b.queue = append(b.queue[:i], b.queue[i+1:]...)
+				break
+			}
+		}
+	case batchLead:
+		b.handOnLocked()
+	}
+}
+
+// send sends one pipeline on the slot taken or given for first: first's
+// calls, then what is queued, from the head, up to maxBatch calls. Then it
+// wakes the callers it sent for (first's only when its caller is not the
+// one sending: firstIsCaller false) and passes the slot on.
+func (b *batcher) send(first *batch, firstIsCaller bool) {
+	sc := scratchPool.Get().(*scratch)
+	taken := append(sc.taken[:0], first)
+	calls := append(sc.calls[:0], first.calls...)
+	b.mu.Lock()
+	n := 0
+	for n < len(b.queue) && len(calls)+len(b.queue[n].calls) <= maxBatch {
+		q := b.queue[n]
+		q.state = batchSending
+		taken = append(taken, q)
+		calls = append(calls, q.calls...)
+		n++
+	}
+	b.queue = append(b.queue[:0], b.queue[n:]...)
+	if len(b.queue) > 0 && b.busy < senders {
+		// More than one pipeline's worth is queued and a slot is free.
+		b.busy++
+		b.leadLocked(b.popLocked())
+	}
+	b.mu.Unlock()
+
+	// Each caller bounds its own wait; the pipeline itself is bounded by
+	// the client's read and write timeouts.
+	b.run(context.Background(), calls)
+
+	b.mu.Lock()
+	for _, q := range taken {
+		q.state = batchDone
+		if q != first || !firstIsCaller {
+			q.done <- struct{}{}
+		}
+	}
+	b.handOnLocked()
+	b.mu.Unlock()
+	clear(taken) // a woken caller may reuse its batch
+	clear(calls) // drop references to finished calls
+	sc.taken, sc.calls = taken, calls
+	scratchPool.Put(sc)
+}
+
+// scratch is a sender's lists, reused from pipeline to pipeline.
+type scratch struct {
+	taken []*batch
+	calls []*driver.Call
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// handOnLocked passes a slot that its holder no longer needs to the first
+// queued caller, or frees it.
+func (b *batcher) handOnLocked() {
+	if len(b.queue) == 0 {
+		b.busy--
+		return
+	}
+	b.leadLocked(b.popLocked())
+}
+
+func (b *batcher) popLocked() *batch {
+	q := b.queue[0]
+	b.queue = append(b.queue[:0], b.queue[1:]...)
+	return q
+}
+
+// leadLocked wakes q, taken out of the queue, to send with the slot it is
+// given.
+func (b *batcher) leadLocked(q *batch) {
+	q.state = batchLead
+	q.done <- struct{}{}
 }
 
 func failAll(calls []*driver.Call, err error) {
@@ -136,53 +284,11 @@ func failAll(calls []*driver.Call, err error) {
 	}
 }
 
-// flush sends queued batches until close. Each pipeline takes what is
-// queued when it starts, up to maxBatch calls.
-func (b *batcher) flush() {
-	defer b.wg.Done()
-	var (
-		pending []*batch
-		calls   []*driver.Call
-	)
-	for first := range b.queue {
-		pending = append(pending[:0], first)
-		calls = append(calls[:0], first.calls...)
-	gather:
-		for len(calls) < maxBatch {
-			select {
-			case more, ok := <-b.queue:
-				if !ok {
-					break gather
-				}
-				pending = append(pending, more)
-				calls = append(calls, more.calls...)
-			default:
-				break gather
-			}
-		}
-		// Each caller bounds its own wait; the pipeline itself is bounded
-		// by the client's read and write timeouts.
-		b.run(context.Background(), calls)
-		for _, p := range pending {
-			p.done <- struct{}{}
-		}
-		clear(pending) // a caller may reuse its batch once signalled
-		clear(calls)   // drop references to finished calls
-	}
-}
-
-// close stops the flushers after they sent everything queued; later calls
-// are sent by their callers.
+// close waits for the helpers still sending; afterwards a caller that may
+// leave early sends its own calls (Driver.Close then waits for those).
 func (b *batcher) close() {
 	b.mu.Lock()
-	if b.closing {
-		b.mu.Unlock()
-		return
-	}
 	b.closing = true
 	b.mu.Unlock()
-	if b.started.Load() {
-		close(b.queue)
-		b.wg.Wait()
-	}
+	b.helpers.Wait()
 }

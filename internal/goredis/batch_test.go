@@ -23,10 +23,14 @@ func (b *batcher) idle() bool {
 	return b.busy == 0 && len(b.queue) == 0
 }
 
+// outcomes counts calls by how they ended, for calls whose context had a
+// deadline ([1]) and the others ([0]).
+type outcomes struct{ replies, ended [2]int }
+
 // hammer runs calls of echo from goroutines at once, each with a context
 // made by ctxFor, and reports any call that got a reply other than its own
 // argument or an error other than its context's.
-func hammer(t *testing.T, d *Driver, goroutines, calls int, ctxFor func(i int) (context.Context, context.CancelFunc)) (replies, ended int) {
+func hammer(t *testing.T, d *Driver, goroutines, calls int, ctxFor func(i int) (context.Context, context.CancelFunc)) (o outcomes) {
 	t.Helper()
 	var (
 		mu sync.Mutex
@@ -42,13 +46,17 @@ func hammer(t *testing.T, d *Driver, goroutines, calls int, ctxFor func(i int) (
 				ctx, cancel := ctxFor(g*calls + i)
 				c := &driver.Call{Script: echo, Keys: []string{"k"}, Args: []any{want}}
 				d.Run(ctx, c)
+				kind := 0
+				if _, ok := ctx.Deadline(); ok {
+					kind = 1
+				}
 				cancel()
 				mu.Lock()
 				switch {
 				case c.Err == nil && c.Reply == want:
-					replies++
+					o.replies[kind]++
 				case c.Err != nil && (errors.Is(c.Err, context.DeadlineExceeded) || errors.Is(c.Err, context.Canceled)):
-					ended++
+					o.ended[kind]++
 				default:
 					t.Errorf("call %s: reply %v, error %v", want, c.Reply, c.Err)
 				}
@@ -57,7 +65,7 @@ func hammer(t *testing.T, d *Driver, goroutines, calls int, ctxFor func(i int) (
 		}()
 	}
 	wg.Wait()
-	return replies, ended
+	return o
 }
 
 // TestBatchedCallsGetTheirOwnReplies: 64 goroutines share pipelines, with
@@ -68,7 +76,7 @@ func TestBatchedCallsGetTheirOwnReplies(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	d := New(rdb)
 	defer d.Close()
-	replies, ended := hammer(t, d, 64, 200, func(i int) (context.Context, context.CancelFunc) {
+	o := hammer(t, d, 64, 200, func(i int) (context.Context, context.CancelFunc) {
 		switch i % 3 {
 		case 0:
 			return context.Background(), func() {}
@@ -77,8 +85,8 @@ func TestBatchedCallsGetTheirOwnReplies(t *testing.T) {
 		}
 		return context.WithTimeout(context.Background(), time.Minute)
 	})
-	if replies != 64*200 || ended != 0 {
-		t.Errorf("%d replies and %d ended calls, want %d and 0", replies, ended, 64*200)
+	if replies := o.replies[0] + o.replies[1]; replies != 64*200 || o.ended != [2]int{} {
+		t.Errorf("%d replies and %v ended calls, want %d and none", replies, o.ended, 64*200)
 	}
 	if !d.batch.idle() {
 		t.Error("the batcher still holds a slot or a queue")
@@ -87,22 +95,35 @@ func TestBatchedCallsGetTheirOwnReplies(t *testing.T) {
 
 // TestBatchedCallsLeaveAtTheirDeadline: on a slow link, callers whose
 // deadline comes first leave their batches while others wait for replies;
-// nobody gets another's reply, and the slots all come back.
+// nobody gets another's reply, and the slots all come back. Also with
+// ContextTimeoutEnabled: go-redis enforces deadlines for direct calls only,
+// since a pipeline serves many callers.
 func TestBatchedCallsLeaveAtTheirDeadline(t *testing.T) {
+	for _, ctxTimeout := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", ctxTimeout), func(t *testing.T) {
+			testBatchedCallsLeave(t, ctxTimeout)
+		})
+	}
+}
+
+func testBatchedCallsLeave(t *testing.T, ctxTimeout bool) {
 	proxy := redistest.StartProxy(t, redistest.Start(t).Addr())
-	proxy.SetLatency(20 * time.Millisecond)
-	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), PoolSize: 64})
+	proxy.SetLatency(50 * time.Millisecond)
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), PoolSize: 64, ContextTimeoutEnabled: ctxTimeout})
 	t.Cleanup(func() { _ = rdb.Close() })
 	d := New(rdb)
 	defer d.Close()
-	replies, ended := hammer(t, d, 32, 10, func(i int) (context.Context, context.CancelFunc) {
+	o := hammer(t, d, 32, 10, func(i int) (context.Context, context.CancelFunc) {
 		if i%2 == 0 {
 			return context.WithTimeout(context.Background(), time.Millisecond)
 		}
 		return context.WithCancel(context.Background())
 	})
-	if replies < 32*10/2 || ended == 0 {
-		t.Errorf("%d replies and %d ended calls: want every call without a deadline answered, and some with one ended", replies, ended)
+	// A reply takes at least the link's 50 ms: a call with a 1 ms deadline
+	// that got one waited past its deadline.
+	if o.replies[0] != 32*10/2 || o.ended[1] != 32*10/2 {
+		t.Errorf("calls without a deadline: %d replies of %d; with a 1 ms deadline: %d ended of %d (%d replies)",
+			o.replies[0], 32*10/2, o.ended[1], 32*10/2, o.replies[1])
 	}
 	if !d.batch.idle() {
 		t.Error("the batcher still holds a slot or a queue")

@@ -63,9 +63,11 @@ func clientTimeouts(rdb Client) timeouts {
 }
 
 // mustLeaveEarly reports whether a caller with ctx must be able to stop
-// waiting before its round trip ends: when ctx has a deadline go-redis does
-// not enforce, or ctx can end and nothing else would end a call on a
-// silent server (see above).
+// waiting before its round trip ends: when ctx has a deadline, or when ctx
+// can end and nothing else would end a call on a silent server (see above).
+// A batched call then waits on copies (batch.go); a direct one runs in a
+// goroutine of the driver's unless go-redis itself enforces the deadline
+// (enforcesDeadline).
 func (d *Driver) mustLeaveEarly(ctx context.Context) bool {
 	if ctx.Done() == nil {
 		return false
@@ -74,7 +76,15 @@ func (d *Driver) mustLeaveEarly(ctx context.Context) bool {
 		return true
 	}
 	_, hasDeadline := ctx.Deadline()
-	return hasDeadline && !d.io.bounded
+	return hasDeadline
+}
+
+// enforcesDeadline reports whether go-redis ends a call of ctx, sent with
+// ctx, at ctx's deadline. Pipelines of batched calls are sent with
+// context.Background(), so this holds for direct calls only.
+func (d *Driver) enforcesDeadline(ctx context.Context) bool {
+	_, hasDeadline := ctx.Deadline()
+	return hasDeadline && d.io.bounded
 }
 
 // background tracks commands still running after Run gave up on them.

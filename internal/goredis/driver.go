@@ -118,7 +118,7 @@ func (d *Driver) dispatch(ctx context.Context, calls []*driver.Call) {
 		d.batch.submit(ctx, calls, leave)
 		return
 	}
-	if leave && !d.io.bounded {
+	if leave && !d.enforcesDeadline(ctx) {
 		d.inFlight.runBounded(ctx, calls, d.run)
 		return
 	}

@@ -91,6 +91,7 @@ func TestMutualExclusionAcrossClients(t *testing.T) {
 	counterKey := "counter:" + name
 	rdb := srv.Client(t)
 	ctx := testCtx(t)
+	rdb.Del(ctx, counterKey) // left by an earlier run (-count)
 
 	var inside, overlaps atomic.Int32
 	var lastToken atomic.Int64
@@ -396,6 +397,7 @@ func TestWrongTypeKeyConflicts(t *testing.T) {
 	rdb := srv.Client(t)
 	ctx := testCtx(t)
 	name := t.Name()
+	rdb.Del(ctx, lockKey(name)) // left by an earlier run (-count)
 	rdb.RPush(ctx, lockKey(name), "a", "b")
 
 	if _, err := c.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrKeyConflict) {

@@ -86,11 +86,7 @@ func (b *batcher) submit(ctx context.Context, calls []*driver.Call, leave bool) 
 		b.submitAndSend(calls)
 		return
 	}
-	mine := make([]*driver.Call, len(calls))
-	for i, c := range calls {
-		cc := *c
-		mine[i] = &cc
-	}
+	mine := copyCalls(calls)
 	bt := batchPool.Get().(*batch)
 	bt.calls, bt.state = mine, batchQueued
 
@@ -126,9 +122,7 @@ func (b *batcher) submit(ctx context.Context, calls []*driver.Call, leave bool) 
 				continue
 			}
 			b.mu.Unlock()
-			for i, c := range calls {
-				*c = *mine[i]
-			}
+			restoreCalls(calls, mine)
 			bt.recycle()
 			return
 		case <-ctx.Done():
@@ -276,12 +270,6 @@ func (b *batcher) popLocked() *batch {
 func (b *batcher) leadLocked(q *batch) {
 	q.state = batchLead
 	q.done <- struct{}{}
-}
-
-func failAll(calls []*driver.Call, err error) {
-	for _, c := range calls {
-		c.Reply, c.Acked, c.Err = nil, 0, err
-	}
 }
 
 // close waits for the helpers still sending; afterwards a caller that may

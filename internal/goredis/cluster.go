@@ -212,7 +212,6 @@ func masterAt(ctx context.Context, cc *redis.ClusterClient, addr string) (*redis
 	}
 }
 
-// sleepCtx sleeps for d; false when ctx ended first.
 // tryAgainPause is how long to wait before sending again, in round (from
 // 0), calls a migrating slot refused with TRYAGAIN: 5 ms, doubling to at
 // most 200 ms.
@@ -224,6 +223,7 @@ func tryAgainPause(round int) time.Duration {
 	return first << round
 }
 
+// sleepCtx sleeps for d; false when ctx ended first.
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()

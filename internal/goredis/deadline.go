@@ -106,11 +106,7 @@ func (b *background) runBounded(ctx context.Context, calls []*driver.Call, run f
 	b.wg.Add(1)
 	b.mu.Unlock()
 
-	copies := make([]*driver.Call, len(calls))
-	for i, c := range calls {
-		cc := *c
-		copies[i] = &cc
-	}
+	copies := copyCalls(calls)
 	done := make(chan struct{})
 	go func() {
 		defer b.wg.Done()
@@ -119,13 +115,34 @@ func (b *background) runBounded(ctx context.Context, calls []*driver.Call, run f
 	}()
 	select {
 	case <-done:
-		for i, c := range calls {
-			*c = *copies[i]
-		}
+		restoreCalls(calls, copies)
 	case <-ctx.Done():
-		for _, c := range calls {
-			c.Reply, c.Acked, c.Err = nil, 0, ctx.Err()
-		}
+		failAll(calls, ctx.Err())
+	}
+}
+
+// copyCalls returns copies of calls for a sender whose caller may stop
+// waiting: the sender fills the copies, never calls the caller has left.
+func copyCalls(calls []*driver.Call) []*driver.Call {
+	copies := make([]*driver.Call, len(calls))
+	for i, c := range calls {
+		cc := *c
+		copies[i] = &cc
+	}
+	return copies
+}
+
+// restoreCalls gives calls the outcomes the sender wrote into copies.
+func restoreCalls(calls, copies []*driver.Call) {
+	for i, c := range calls {
+		*c = *copies[i]
+	}
+}
+
+// failAll gives every call err.
+func failAll(calls []*driver.Call, err error) {
+	for _, c := range calls {
+		c.Reply, c.Acked, c.Err = nil, 0, err
 	}
 }
 

@@ -120,27 +120,14 @@ func TestErrorsTellContentionFromOutage(t *testing.T) {
 // whatever the context says; dlock must still return at the deadline.
 func TestDeadlineBoundsCallsOnABlackholedServer(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	proxy := redistest.StartProxy(t, srv.Addr())
-	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()}) // default options
-	t.Cleanup(func() { _ = rdb.Close() })
-	c, err := dlock.New(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c, _, proxy := clientBehindProxy(t, &redis.Options{}) // default options
 	ctx := testCtx(t)
-	held, err := c.Mutex(t.Name()).TryLock(ctx) // warm the connection up
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = held.Unlock(ctx)
 
 	proxy.Blackhole(true)
 	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err = c.Mutex(t.Name()).Lock(wctx)
+	_, err := c.Mutex(t.Name()).Lock(wctx)
 	if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v, want ErrNotObtained and DeadlineExceeded", err)
 	}
@@ -148,6 +135,31 @@ func TestDeadlineBoundsCallsOnABlackholedServer(t *testing.T) {
 		t.Errorf("Lock returned %v after a 200ms deadline: the 3s read timeout was not cut short", d)
 	}
 	proxy.Blackhole(false)
+}
+
+// clientBehindProxy returns a Client whose go-redis client, built with opt,
+// reaches a new redis-server through a proxy the test can silence; its
+// connection is warmed up by a lock taken and released.
+func clientBehindProxy(t *testing.T, opt *redis.Options) (*dlock.Client, *redis.Client, *redistest.Proxy) {
+	t.Helper()
+	proxy := redistest.StartProxy(t, redistest.Start(t).Addr())
+	opt.Addr = proxy.Addr()
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := testCtx(t)
+	held, err := c.Mutex(t.Name()).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c, rdb, proxy
 }
 
 // evalStarted is a go-redis hook that reports each script call as it
@@ -178,24 +190,8 @@ func (h evalStarted) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // error and how long it took to return after the cancellation.
 func lockCancelledOnSilentServer(t *testing.T, opt *redis.Options) (error, time.Duration) {
 	t.Helper()
-	srv := redistest.Start(t)
-	proxy := redistest.StartProxy(t, srv.Addr())
-	opt.Addr = proxy.Addr()
 	opt.MaxRetries = -1 // one send: the test is about one call, not go-redis's retries
-	rdb := redis.NewClient(opt)
-	t.Cleanup(func() { _ = rdb.Close() })
-	c, err := dlock.New(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	held, err := c.Mutex(t.Name()).TryLock(testCtx(t)) // warm the connection up
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := held.Unlock(testCtx(t)); err != nil {
-		t.Fatal(err)
-	}
+	c, rdb, proxy := clientBehindProxy(t, opt)
 
 	started := make(evalStarted, 1)
 	rdb.AddHook(started)
@@ -221,7 +217,7 @@ func lockCancelledOnSilentServer(t *testing.T, opt *redis.Options) (error, time.
 	cancel()
 	cancelled := time.Now()
 	select {
-	case err = <-done:
+	case err := <-done:
 		return err, time.Since(cancelled)
 	case <-time.After(20 * time.Second):
 		t.Fatal("Lock did not return 20s after its context was cancelled")

@@ -17,6 +17,7 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/goredis"
 	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/workers"
 )
 
 // Redlock makes locks over N independent Redis masters with the Redlock
@@ -39,6 +40,9 @@ type Redlock struct {
 	flightMu    sync.Mutex
 	flights     int
 	flightsIdle *sync.Cond
+
+	// workers send the node requests of fan-outs (internal/workers).
+	workers *workers.Pool
 }
 
 type redlockNode struct {
@@ -73,7 +77,7 @@ func NewRedlock(nodes []RedisClient, opts ...Option) (*Redlock, error) {
 	if len(nodes) == 0 {
 		return nil, invalidArgf("NewRedlock: no nodes")
 	}
-	r := &Redlock{closed: make(chan struct{})}
+	r := &Redlock{closed: make(chan struct{}), workers: workers.New()}
 	r.flightsIdle = sync.NewCond(&r.flightMu)
 	seen := make(map[string]int, len(nodes))
 	for i, rdb := range nodes {
@@ -231,6 +235,7 @@ func (r *Redlock) Close() error {
 			r.flightsIdle.Wait()
 		}
 		r.flightMu.Unlock()
+		r.workers.Close()
 		for _, n := range r.nodes {
 			if c, ok := n.drv.(interface{ Close() error }); ok {
 				_ = c.Close() // the drivers' own goroutines (batching)
@@ -844,18 +849,20 @@ func (r *Redlock) fanout(ctx context.Context, deadline time.Time, calls []*drive
 	r.flightMu.Unlock()
 
 	results := make(chan int, asked) // buffered: a straggler never blocks
+	// One deadline for the whole fan-out: the nodes' requests share it.
+	nctx, cancel := context.WithDeadline(ctx, deadline)
 	var left atomic.Int32
 	left.Store(int32(asked))
 	for i, c := range calls {
 		if c == nil {
 			continue
 		}
-		go func(i int, c *driver.Call) {
-			nctx, cancel := context.WithDeadline(ctx, deadline)
+		i, c := i, c
+		r.workers.Go(func() {
 			r.nodes[i].drv.Run(nctx, c)
-			cancel()
 			results <- i
 			if left.Add(-1) == 0 {
+				cancel()
 				close(settled)
 				r.flightMu.Lock()
 				if r.flights--; r.flights == 0 {
@@ -863,7 +870,7 @@ func (r *Redlock) fanout(ctx context.Context, deadline time.Time, calls []*drive
 				}
 				r.flightMu.Unlock()
 			}
-		}(i, c)
+		})
 	}
 
 	timer := time.NewTimer(time.Until(deadline))

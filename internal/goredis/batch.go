@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/workers"
 )
 
 // Batching. A caller alone sends its script straight away: nothing is
@@ -64,7 +65,8 @@ func (bt *batch) recycle() {
 
 // batcher owns the queue and the sending slots.
 type batcher struct {
-	run func(context.Context, []*driver.Call) // the driver's pipelined send
+	run     func(context.Context, []*driver.Call) // the driver's pipelined send
+	workers *workers.Pool                         // run the helpers
 
 	mu    sync.Mutex
 	busy  int // sending slots in use, at most senders
@@ -172,10 +174,10 @@ func (b *batcher) submitAndSend(calls []*driver.Call) {
 func (b *batcher) helpLocked(bt *batch) {
 	bt.state = batchSending // from now on, bt's caller may leave but not give the slot away
 	b.helpers.Add(1)
-	go func() {
+	b.workers.Go(func() {
 		defer b.helpers.Done()
 		b.send(bt, false)
-	}()
+	})
 }
 
 // leaveLocked takes bt out of the batching when its caller stops waiting:

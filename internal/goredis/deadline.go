@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/workers"
 )
 
 // go-redis bounds a command by its context's deadline only when the client
@@ -89,6 +90,7 @@ func (d *Driver) enforcesDeadline(ctx context.Context) bool {
 
 // background tracks commands still running after Run gave up on them.
 type background struct {
+	workers *workers.Pool // run the commands
 	mu      sync.Mutex
 	closing bool
 	wg      sync.WaitGroup
@@ -108,11 +110,11 @@ func (b *background) runBounded(ctx context.Context, calls []*driver.Call, run f
 
 	copies := copyCalls(calls)
 	done := make(chan struct{})
-	go func() {
+	b.workers.Go(func() {
 		defer b.wg.Done()
 		defer close(done)
 		run(ctx, copies)
-	}()
+	})
 	select {
 	case <-done:
 		restoreCalls(calls, copies)

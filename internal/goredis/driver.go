@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/workers"
 )
 
 // Client is the part of a go-redis v9 client the driver uses. *redis.Client,
@@ -28,7 +29,8 @@ type Driver struct {
 	io       timeouts // what ends a call besides its reply (deadline.go)
 	routed   bool     // rdb picks a node by the first key (args.go)
 	inFlight background
-	active   atomic.Int32 // Run calls in progress
+	workers  *workers.Pool // goroutines for calls that may be left early
+	active   atomic.Int32  // Run calls in progress
 	batch    batcher
 	pubsub   pubsubKind // Cluster: sharded pub/sub or not (cluster.go)
 }
@@ -42,8 +44,10 @@ var (
 // New returns a Driver over rdb.
 func New(rdb Client) *Driver {
 	_, single := rdb.(*redis.Client)
-	d := &Driver{rdb: rdb, io: clientTimeouts(rdb), routed: !single}
+	d := &Driver{rdb: rdb, io: clientTimeouts(rdb), routed: !single, workers: workers.New()}
 	d.batch.run = d.run // a batch of one goes without a pipeline
+	d.batch.workers = d.workers
+	d.inFlight.workers = d.workers
 	return d
 }
 
@@ -52,6 +56,7 @@ func New(rdb Client) *Driver {
 func (d *Driver) Close() error {
 	d.batch.close()
 	d.inFlight.wait()
+	d.workers.Close()
 	return nil
 }
 

@@ -851,6 +851,15 @@ func (r *Redlock) fanout(ctx context.Context, deadline time.Time, calls []*drive
 	results := make(chan int, asked) // buffered: a straggler never blocks
 	// One deadline for the whole fan-out: the nodes' requests share it.
 	nctx, cancel := context.WithDeadline(ctx, deadline)
+	allReturned := func() {
+		cancel()
+		close(settled)
+		r.flightMu.Lock()
+		if r.flights--; r.flights == 0 {
+			r.flightsIdle.Broadcast()
+		}
+		r.flightMu.Unlock()
+	}
 	var left atomic.Int32
 	left.Store(int32(asked))
 	for i, c := range calls {
@@ -862,13 +871,7 @@ func (r *Redlock) fanout(ctx context.Context, deadline time.Time, calls []*drive
 			r.nodes[i].drv.Run(nctx, c)
 			results <- i
 			if left.Add(-1) == 0 {
-				cancel()
-				close(settled)
-				r.flightMu.Lock()
-				if r.flights--; r.flights == 0 {
-					r.flightsIdle.Broadcast()
-				}
-				r.flightMu.Unlock()
+				allReturned()
 			}
 		})
 	}

@@ -47,7 +47,7 @@ type Redlock struct {
 
 type redlockNode struct {
 	addr string
-	drv  driver.Driver
+	drv  *goredis.Driver
 }
 
 // NewRedlock returns a Redlock over nodes, one go-redis client
@@ -237,9 +237,7 @@ func (r *Redlock) Close() error {
 		r.flightMu.Unlock()
 		r.workers.Close()
 		for _, n := range r.nodes {
-			if c, ok := n.drv.(interface{ Close() error }); ok {
-				_ = c.Close() // the drivers' own goroutines (batching)
-			}
+			_ = n.drv.Close() // the drivers' own goroutines (batching)
 		}
 	})
 	return nil
@@ -868,7 +866,9 @@ func (r *Redlock) fanout(ctx context.Context, deadline time.Time, calls []*drive
 		}
 		i, c := i, c
 		r.workers.Go(func() {
-			r.nodes[i].drv.Run(nctx, c)
+			// The fan-out stops waiting at the deadline by itself: the
+			// driver need not hand the call to another goroutine for that.
+			r.nodes[i].drv.RunToReply(nctx, c)
 			results <- i
 			if left.Add(-1) == 0 {
 				allReturned()

@@ -73,12 +73,28 @@ func (d *Driver) PublishCommand() string { return d.publishCommand() }
 
 // Run implements driver.Driver.
 func (d *Driver) Run(ctx context.Context, calls ...*driver.Call) {
+	d.runCalls(ctx, calls, d.mustLeaveEarly(ctx))
+}
+
+// RunToReply is Run for a caller that stops waiting by itself, such as a
+// worker of a fan-out to several nodes that has a timer of its own: it
+// waits for the replies in the caller even when ctx has a deadline that
+// go-redis does not enforce, instead of handing the calls to a goroutine
+// so as to return at the deadline (deadline.go). go-redis then ends such
+// calls at its read timeout, or at once if ctx has ended before they got a
+// connection; ctx bounds the whole call when the client enforces context
+// deadlines.
+func (d *Driver) RunToReply(ctx context.Context, calls ...*driver.Call) {
+	d.runCalls(ctx, calls, false)
+}
+
+func (d *Driver) runCalls(ctx context.Context, calls []*driver.Call, leave bool) {
 	if len(calls) == 0 {
 		return
 	}
-	d.dispatch(ctx, calls)
+	d.dispatch(ctx, calls, leave)
 	if d.routed {
-		d.retryTryAgain(ctx, calls)
+		d.retryTryAgain(ctx, calls, leave)
 	}
 }
 
@@ -89,7 +105,7 @@ func (d *Driver) Run(ctx context.Context, calls ...*driver.Call) {
 // migration moving many keys outlasts. Pauses grow from 5 ms to 200 ms, for
 // at most maxRedirects rounds (about 2.5 s) or until ctx ends (tryAgainPause); then the
 // calls keep the error (transient: the caller may try again).
-func (d *Driver) retryTryAgain(ctx context.Context, calls []*driver.Call) {
+func (d *Driver) retryTryAgain(ctx context.Context, calls []*driver.Call, leave bool) {
 	for round := 0; round < maxRedirects; round++ {
 		var again []*driver.Call
 		for _, c := range calls {
@@ -102,7 +118,7 @@ func (d *Driver) retryTryAgain(ctx context.Context, calls []*driver.Call) {
 		if len(again) == 0 || !sleepCtx(ctx, tryAgainPause(round)) {
 			return
 		}
-		d.dispatch(ctx, again)
+		d.dispatch(ctx, again, leave)
 	}
 }
 
@@ -112,11 +128,11 @@ func isTryAgain(err error) bool {
 }
 
 // dispatch sends calls directly, or in a shared pipeline when others are
-// in flight.
-func (d *Driver) dispatch(ctx context.Context, calls []*driver.Call) {
+// in flight. leave says the caller must be able to stop waiting before the
+// round trip ends (mustLeaveEarly, deadline.go).
+func (d *Driver) dispatch(ctx context.Context, calls []*driver.Call, leave bool) {
 	active := d.active.Add(1)
 	defer d.active.Add(-1)
-	leave := d.mustLeaveEarly(ctx) // deadline.go
 	if active > 1 && !needsWait(calls) {
 		// Others' commands are in flight: join the next pipeline (batch.go).
 		// Calls with WAIT never do: WAIT must follow its own script.

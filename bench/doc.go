@@ -20,7 +20,10 @@
 //  4. Watchdog scale: 10,000 auto-renewed leases held by one client: round
 //     trips, commands and client CPU per renewal period.
 //  5. Redlock: scenario 1 at 1 and 8 goroutines and scenario 2, over 3 and
-//     5 independent redis-servers (dlock.NewRedlock against redsync).
+//     5 independent redis-servers (dlock.NewRedlock against redsync); and
+//     scenario 1 at one goroutine over 1 and 5 servers behind proxies that
+//     add 0.5 ms each way, where the network rather than this machine's
+//     CPU sets the pace, to show what the parallel fan-out costs.
 //
 // `go test ./...` runs only quick sanity checks. `make bench` in the
 // repository root runs the Go benchmarks and then TestReport with -report,

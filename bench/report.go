@@ -82,11 +82,25 @@ func (v *view) perRep(f func(rep int) float64) []float64 {
 func (v *view) unc(name string, g, nodes int, rep int) *UncontendedResult {
 	for i := range v.res.Uncontended {
 		r := &v.res.Uncontended[i]
-		if r.Target == name && r.Goroutines == g && r.Nodes == nodes && r.Rep == rep && r.Err == "" {
+		if r.Target == name && r.Goroutines == g && r.Nodes == nodes && r.Latency == 0 && r.Rep == rep && r.Err == "" {
 			return r
 		}
 	}
 	return nil
+}
+
+// delayedRate is name's pairs/s at one goroutine over nodes delayed nodes,
+// per repetition.
+func (v *view) delayedRate(name string, nodes int) []float64 {
+	return v.perRep(func(rep int) float64 {
+		for i := range v.res.Uncontended {
+			r := &v.res.Uncontended[i]
+			if r.Target == name && r.Nodes == nodes && r.Latency > 0 && r.Rep == rep && r.Err == "" && r.Pairs > 0 {
+				return r.PairsPerSec()
+			}
+		}
+		return nan()
+	})
 }
 
 func (v *view) uncRate(name string, g, nodes int) []float64 {
@@ -416,6 +430,52 @@ func (v *view) verdicts() []verdict {
 	out = append(out, verdict{fmt.Sprintf("watchdog: %s leases renewed with one round trip per node per period", thousands(float64(v.res.Plan.Watchdog.Leases))),
 		fmt.Sprintf("%s round trips to renew every lease once; each lease renewed %s times per period", fmtSummary(rt, fmtFloat(2)), fmtSummary(per, fmtFloat(2))),
 		atMost(rt.Median, 1.05, fmtFloat(2)(rt.Median-1)+" round trips")})
+	return append(out, v.redlockVerdicts()...)
+}
+
+// redlockVerdicts judges dlock's Redlock: ahead of the Redlock peers over
+// every node count, and a five-node lock+unlock within 1.5× a one-node
+// one when the network sets the pace.
+func (v *view) redlockVerdicts() []verdict {
+	var out []verdict
+	p := v.res.Plan
+	dl := v.names(func(t TargetInfo) bool { return t.Multi && t.Kind == KindDlock })
+	peers := v.names(func(t TargetInfo) bool { return t.Multi && t.Kind == KindPeer && !t.Tuned })
+	if len(dl) == 0 {
+		return nil
+	}
+	d := dl[0]
+	for _, n := range p.RedlockNodes {
+		for _, pe := range peers {
+			var parts []string
+			worst := math.Inf(1)
+			for _, g := range p.RedlockGoroutines {
+				s := Summarize(Ratios(v.uncRate(d, g, n), v.uncRate(pe, g, n)))
+				parts = append(parts, fmt.Sprintf("uncontended g=%d %s", g, fmtRatioValue(s.Median)))
+				worst = math.Min(worst, s.Median)
+			}
+			c := Summarize(Ratios(v.conFig(d, n, (*ContendedResult).AcqPerSec), v.conFig(pe, n, (*ContendedResult).AcqPerSec)))
+			parts = append(parts, "contended "+fmtRatioValue(c.Median))
+			worst = math.Min(worst, c.Median)
+			status := "met"
+			if math.IsNaN(worst) {
+				status = "not measured"
+			} else if worst <= 1 {
+				status = fmt.Sprintf("**missed**: %s is ahead somewhere (dlock at %.2f× of it)", pe, worst)
+			}
+			out = append(out, verdict{fmt.Sprintf("Redlock over %d nodes: ahead of %s", n, pe), strings.Join(parts, ", "), status})
+		}
+	}
+	if ln := p.RedlockLatencyNodes; p.RedlockLatency > 0 && len(ln) >= 2 {
+		lo, hi := ln[0], ln[len(ln)-1]
+		s := Summarize(Ratios(v.delayedRate(d, lo), v.delayedRate(d, hi)))
+		measured := fmt.Sprintf("%s over links with a %s round trip (%d nodes against %d)", ratio(s), fmtMs(durMs(2*p.RedlockLatency)), hi, lo)
+		if loop := Summarize(Ratios(v.uncRate(headline, 1, 1), v.uncRate(d, 1, hi))); !math.IsNaN(loop.Median) {
+			measured += fmt.Sprintf("; on loopback, where the servers share the client's two cores, %s a Mutex's on one node", fmtRatioValue(loop.Median))
+		}
+		out = append(out, verdict{fmt.Sprintf("Redlock, %d nodes: a lock+unlock ≤ 1.5× a single node's (parallel fan-out)", hi), measured,
+			atMost(s.Median, 1.5, fmtRatioValue(s.Median-1.5))})
+	}
 	return out
 }
 
@@ -526,7 +586,7 @@ func (v *view) uncontended() {
 		var w Window
 		var pairs float64
 		for _, r := range v.res.Uncontended {
-			if r.Target == n && r.Nodes == 1 && r.Err == "" {
+			if r.Target == n && r.Nodes == 1 && r.Latency == 0 && r.Err == "" {
 				addWindow(&w, r.Window)
 				pairs += float64(r.Pairs)
 			}
@@ -764,6 +824,36 @@ func (v *view) redlock() {
 		}
 		v.p("Commands per acquisition, contended:\n\n%s\n", v.contendedCommands(n, names))
 	}
+	v.delayedRedlock(untuned)
+}
+
+// delayedRedlock shows the runs over proxies that add latency to every
+// node: what a fan-out to more nodes costs when the network, not this
+// machine's CPU, sets the pace.
+func (v *view) delayedRedlock(names []string) {
+	p := v.res.Plan
+	if p.RedlockLatency <= 0 || len(p.RedlockLatencyNodes) < 2 {
+		return
+	}
+	lo, hi := p.RedlockLatencyNodes[0], p.RedlockLatencyNodes[len(p.RedlockLatencyNodes)-1]
+	v.p("### Over links with a %s round trip\n\n", fmtMs(durMs(2*p.RedlockLatency)))
+	v.p("On loopback, the %d servers and the client share this machine's two cores, so %d nodes cost about %d times the CPU of one, and the lock+unlock time grows with it whether the requests go out in parallel or not. "+
+		"Here a proxy in front of each node delays every chunk by %s each way, as a network between machines would; scenario 1 at one goroutine:\n\n", hi, hi, hi/lo, fmtMs(durMs(p.RedlockLatency)))
+	head := []string{"target"}
+	for _, n := range p.RedlockLatencyNodes {
+		head = append(head, fmt.Sprintf("%d node(s): pairs/s", n))
+	}
+	head = append(head, fmt.Sprintf("time per pair, %d nodes ÷ %d", hi, lo))
+	t := &table{head: head}
+	for _, n := range names {
+		row := []string{n}
+		for _, nodes := range p.RedlockLatencyNodes {
+			row = append(row, rate(Summarize(v.delayedRate(n, nodes))))
+		}
+		row = append(row, ratio(Summarize(Ratios(v.delayedRate(n, lo), v.delayedRate(n, hi)))))
+		t.add(row...)
+	}
+	v.p("%s\n", t)
 }
 
 // --- method and problems ---

@@ -81,16 +81,25 @@ func runReport(t *testing.T) *Results {
 	for _, n := range plan.RedlockNodes {
 		maxNodes = max(maxNodes, n)
 	}
-	var nodes []string
-	for _, s := range redistest.StartNodes(t, maxNodes) {
+	maxDelayed := 0
+	for _, n := range plan.RedlockLatencyNodes {
+		maxDelayed = max(maxDelayed, n)
+	}
+	var nodes, delayed []string
+	for i, s := range redistest.StartNodes(t, max(maxNodes, maxDelayed)) {
 		nodes = append(nodes, s.Addr())
+		if i < maxDelayed {
+			p := redistest.StartProxy(t, s.Addr())
+			p.SetLatency(plan.RedlockLatency)
+			delayed = append(delayed, p.Addr())
+		}
 	}
 	srv := NewServers(single.Addr())
 	defer srv.Close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
 	defer cancel()
-	s := &Suite{Plan: plan, Targets: targets, Single: srv, Nodes: nodes, Log: t.Logf}
+	s := &Suite{Plan: plan, Targets: targets, Single: srv, Nodes: nodes, Delayed: delayed, Log: t.Logf}
 	loadBefore := LoadAvg()
 	res, err := s.Run(ctx)
 	if err != nil {

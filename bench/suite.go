@@ -24,6 +24,15 @@ type Plan struct {
 	// at RedlockGoroutines and scenario 2 over that many redis-servers.
 	RedlockNodes      []int
 	RedlockGoroutines []int
+	// RedlockLatency is the delay added in each direction by proxies in
+	// front of the nodes for the runs that show the fan-out's parallelism:
+	// scenario 1 at one goroutine over each of RedlockLatencyNodes nodes.
+	// On loopback the servers and the client share this machine's cores,
+	// so more nodes cost more CPU; over links whose latency dominates, as
+	// between machines, a parallel fan-out costs about one round trip
+	// whatever the number of nodes.
+	RedlockLatency      time.Duration
+	RedlockLatencyNodes []int
 }
 
 // DefaultPlan returns the plan `make bench` runs.
@@ -38,6 +47,8 @@ func DefaultPlan() Plan {
 		Watchdog:              WatchdogSpec{Leases: 10000, TTL: 3 * time.Second, Warm: 3 * time.Second, Dur: 6 * time.Second},
 		RedlockNodes:          []int{3, 5},
 		RedlockGoroutines:     []int{1, 8},
+		RedlockLatency:        500 * time.Microsecond,
+		RedlockLatencyNodes:   []int{1, 5},
 	}
 }
 
@@ -83,9 +94,12 @@ type Suite struct {
 	Plan    Plan
 	Targets []Target
 	// Single is the redis-server of scenarios 1 to 4; Nodes are at least
-	// max(Plan.RedlockNodes) independent ones for scenario 5.
-	Single *Servers
-	Nodes  []string
+	// max(Plan.RedlockNodes) independent ones for scenario 5, and Delayed
+	// at least max(Plan.RedlockLatencyNodes) proxies to them that add
+	// Plan.RedlockLatency each way.
+	Single  *Servers
+	Nodes   []string
+	Delayed []string
 	// Log receives a line per run; may be nil.
 	Log func(format string, args ...any)
 }
@@ -182,10 +196,36 @@ func (s *Suite) Run(ctx context.Context) (*Results, error) {
 			}
 			_ = srv.Close()
 		}
+		if err := s.runDelayedRedlock(ctx, res, rep, filter(multi, func(t Target) bool { return !t.Tuned })); err != nil {
+			return res, err
+		}
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
 	}
 	res.Took = time.Since(res.Started)
 	return res, nil
+}
+
+// runDelayedRedlock runs scenario 1 at one goroutine over each of
+// Plan.RedlockLatencyNodes delayed nodes, for the targets ts.
+func (s *Suite) runDelayedRedlock(ctx context.Context, res *Results, rep int, ts []Target) error {
+	p := s.Plan
+	if p.RedlockLatency <= 0 {
+		return nil
+	}
+	for _, n := range p.RedlockLatencyNodes {
+		if n > len(s.Delayed) {
+			return fmt.Errorf("bench: Redlock over %d delayed nodes needs %d proxies, have %d", n, n, len(s.Delayed))
+		}
+		srv := NewServers(s.Delayed[:n]...)
+		for _, t := range rotate(ts, rep) {
+			r, err := RunUncontended(ctx, t, srv, 1, p.UncontendedWarm, p.UncontendedDur)
+			r.RunInfo = RunInfo{Rep: rep, Nodes: n, Latency: 2 * p.RedlockLatency, Err: errString(err)}
+			res.Uncontended = append(res.Uncontended, r)
+			s.logf("rep %d redlock n=%d over %v round trips: %-16s %9.0f pairs/s %s", rep+1, n, 2*p.RedlockLatency, t.Name, r.PairsPerSec(), r.Err)
+		}
+		_ = srv.Close()
+	}
+	return nil
 }

@@ -24,7 +24,9 @@ type Window struct {
 type RunInfo struct {
 	Rep   int
 	Nodes int
-	Err   string `json:",omitempty"`
+	// Latency is the round-trip time proxies added to every node (0: none).
+	Latency time.Duration `json:",omitempty"`
+	Err     string        `json:",omitempty"`
 }
 
 // measure sleeps warm, opens the window (resets the server's counters, reads

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/goredis"
+	"github.com/dlock-go/dlock/internal/workers"
 )
 
 // RedisClient is the part of a go-redis v9 client that dlock uses.
@@ -40,8 +41,8 @@ type Client struct {
 	instance string    // random id of this Client, scoping reentrant owners
 	anchors  anchorSet // reentrant owners' shared renewals
 
-	cleanups  cleanups    // abandoned acquires being cleaned up
-	local     localQueues // Mutex waiters sharing one place per name
+	cleanups  *workers.Pool // abandoned acquires being cleaned up; after Close, in the caller
+	local     localQueues   // Mutex waiters sharing one place per name
 	closeOnce sync.Once
 	closed    chan struct{}
 }
@@ -75,7 +76,7 @@ func NewWithDriver(d driver.Driver, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("dlock: New: %w", err)
 	}
 	cfg.seal()
-	c := &Client{drv: d, cfg: cfg, instance: NewOwnerID(), closed: make(chan struct{})}
+	c := &Client{drv: d, cfg: cfg, instance: NewOwnerID(), closed: make(chan struct{}), cleanups: workers.New()}
 	c.notify = newNotifier(c)
 	c.wd = newWatchdog(d)
 	return c, nil
@@ -106,7 +107,7 @@ func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.closed)
 		c.local.close()
-		c.cleanups.wait()
+		c.cleanups.Close()
 		c.wd.close()
 		c.notify.close()
 		if closer, ok := c.drv.(interface{ Close() error }); ok {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand"
-	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -342,45 +341,13 @@ func (c *Client) abandon(ctx context.Context, q queuedLock, cfg *config, owner s
 		return
 	}
 	rctx, cancel := detach(ctx, cfg.releaseTimeout)
-	c.cleanups.run(func() {
+	c.cleanups.Go(func() {
 		defer cancel()
 		if err := q.release(rctx, owner); err != nil && !errors.Is(err, ErrNotHeld) {
 			cfg.logger.Warn("dlock: clean-up after an abandoned acquire failed; the lock expires by its TTL",
 				slog.String("lock", q.lockName()), slog.Any("error", err))
 		}
 	})
-}
-
-// cleanups runs clean-ups in the background and lets Close wait for them.
-// Once closing, a clean-up runs in its caller's goroutine instead: a
-// WaitGroup must not gain work while it is being waited on.
-type cleanups struct {
-	mu      sync.Mutex
-	closing bool
-	wg      sync.WaitGroup
-}
-
-func (cs *cleanups) run(f func()) {
-	cs.mu.Lock()
-	if cs.closing {
-		cs.mu.Unlock()
-		f()
-		return
-	}
-	cs.wg.Add(1)
-	cs.mu.Unlock()
-	go func() {
-		defer cs.wg.Done()
-		f()
-	}()
-}
-
-// wait stops backgrounding and waits for the clean-ups under way.
-func (cs *cleanups) wait() {
-	cs.mu.Lock()
-	cs.closing = true
-	cs.mu.Unlock()
-	cs.wg.Wait()
 }
 
 // pollDelay is how long a waiter waits before asking the server again. It

@@ -215,7 +215,27 @@ func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) 
 
 // release gives up this hold (or its place in the queue). When it was the
 // owner's last hold the lock is released, or handed to the next waiter.
+// The owner's anchor is renewed by the watchdog; when this hold is the
+// anchor's only one, its renewals stop (and one in flight is waited for)
+// before the release is sent, so that no renewal follows the owner's last
+// release. Holds of one owner released at the same moment from several
+// goroutines keep a narrow window: none of them is the only one when it
+// starts.
 func (h *reentrantHold) release(ctx context.Context, member string) error {
+	paused := h.attached && h.m.c.anchors.pauseIfOnly(h.anchor)
+	err, ended := h.sendRelease(ctx, member)
+	switch {
+	case ended:
+		h.detach(paused)
+	case paused:
+		h.m.c.wd.resume(h.anchor.lease) // still held: renew it again
+	}
+	return err
+}
+
+// sendRelease runs the release script; ended reports that the hold is gone
+// (released, handed on, or no longer there).
+func (h *reentrantHold) sendRelease(ctx context.Context, member string) (err error, ended bool) {
 	m := h.m
 	call := &driver.Call{
 		Script: scripts.ReentrantRelease,
@@ -224,42 +244,39 @@ func (h *reentrantHold) release(ctx context.Context, member string) error {
 	}
 	m.c.drv.Run(ctx, call)
 	if call.Err != nil {
-		return call.Err
+		return call.Err, false
 	}
 	items, ok := call.Reply.([]any)
 	if !ok || len(items) == 0 {
-		return unexpectedReply(call.Reply)
+		return unexpectedReply(call.Reply), false
 	}
 	code, _ := items[0].(int64)
 	switch code {
 	case 0, 4:
-		h.detach()
-		return ErrNotHeld
+		return ErrNotHeld, true
 	case 1, 3:
-		h.detach()
-		return nil
+		return nil, true
 	case 2:
-		h.detach()
 		if len(items) < 4 { // a malformed reply must not panic (FuzzScriptReplies)
-			return unexpectedReply(call.Reply)
+			return unexpectedReply(call.Reply), true
 		}
 		v, err := replyInts(items[:3], 3)
 		next, ok := items[3].(string)
 		if err != nil || !ok {
-			return unexpectedReply(call.Reply)
+			return unexpectedReply(call.Reply), true
 		}
 		m.c.notify.deliver(m.keys.channel(), next, v[1], ms(v[2]))
-		return nil
+		return nil, true
 	}
-	return unexpectedReply(call.Reply)
+	return unexpectedReply(call.Reply), false
 }
 
 // detach stops counting this hold in its anchor, retiring the anchor with
-// its last hold.
-func (h *reentrantHold) detach() {
+// its last hold; paused says release paused the anchor's renewals.
+func (h *reentrantHold) detach(paused bool) {
 	if h.attached {
 		h.attached = false
-		h.m.c.anchors.drop(h.anchor)
+		h.m.c.anchors.drop(h.anchor, paused)
 	}
 }
 
@@ -388,10 +405,21 @@ func (s *anchorSet) join(key anchorKey) *anchor {
 	return nil
 }
 
+// pauseIfOnly stops a's renewals, waiting for one in flight, when it has a
+// single hold, whose release may be the owner's last, and reports whether
+// it did. drop, or watchdog.resume if the release did not happen, ends the
+// pause.
+func (s *anchorSet) pauseIfOnly(a *anchor) bool {
+	s.mu.Lock()
+	only := a.holds == 1 && s.anchors[a.key] == a
+	s.mu.Unlock()
+	return only && a.lease.wd.beginUnlock(a.lease) == nil
+}
+
 // drop counts one hold less on a and retires it with its last hold. A hold
 // granted meanwhile keeps it: the anchor renews the key by owner, whichever
-// grant put the owner there.
-func (s *anchorSet) drop(a *anchor) {
+// grant put the owner there (and renews again if it was paused).
+func (s *anchorSet) drop(a *anchor, paused bool) {
 	s.mu.Lock()
 	a.holds--
 	last := a.holds <= 0 && s.anchors[a.key] == a
@@ -399,8 +427,14 @@ func (s *anchorSet) drop(a *anchor) {
 		delete(s.anchors, a.key)
 	}
 	s.mu.Unlock()
-	if last {
-		a.lease.wd.retire(a.lease)
+	wd := a.lease.wd
+	switch {
+	case last && paused:
+		wd.endUnlock(a.lease, nil)
+	case last:
+		wd.retire(a.lease)
+	case paused:
+		wd.resume(a.lease)
 	}
 }
 

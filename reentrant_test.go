@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 func init() {
@@ -341,4 +343,113 @@ func TestReentrantKilledHolderFreesTheLock(t *testing.T) {
 	if d := time.Since(killed); d > 2500*time.Millisecond {
 		t.Errorf("got the killed holder's lock after %v; want within its 1s TTL plus a poll", d)
 	}
+}
+
+// TestReentrantNoRenewalFollowsTheLastRelease: the owner's last Unlock waits
+// for the renewal in flight and sends the release after it, so the renewal
+// cannot land after the release (where it would find the key gone and
+// declare the lease lost although Unlock succeeded).
+func TestReentrantNoRenewalFollowsTheLastRelease(t *testing.T) {
+	srv := redistest.Shared(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	hook := &heldRenewals{started: make(chan struct{}, 1), resume: make(chan struct{})}
+	rdb.AddHook(hook)
+	c, err := dlock.New(rdb, dlock.WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := dlock.WithOwner(testCtx(t), "job")
+	l, err := c.ReentrantMutex(t.Name()).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook.hold.Store(true)
+	select {
+	case <-hook.started: // the watchdog's renewal is on hold, before the wire
+	case <-time.After(10 * time.Second):
+		t.Fatal("no renewal within 10s")
+	}
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- l.Unlock(ctx) }()
+	select {
+	case err := <-unlocked:
+		t.Fatalf("Unlock returned (%v) while the renewal was still in flight", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	hook.hold.Store(false)
+	close(hook.resume)
+	if err := <-unlocked; err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	if err := l.Err(); errors.Is(err, dlock.ErrLockLost) {
+		t.Fatalf("the lease reads as lost after a successful Unlock: %v", err)
+	}
+	hook.mu.Lock()
+	defer hook.mu.Unlock()
+	if want := []string{"renew", "release"}; len(hook.order) < 2 || hook.order[0] != want[0] || hook.order[1] != want[1] {
+		t.Fatalf("script calls sent in the order %v, want the held renewal first, then the release", hook.order)
+	}
+}
+
+// heldRenewals is a go-redis hook that, while hold is set, keeps the first
+// renewal script (owned_extend) it sees from being sent until resume
+// closes, and records the order in which renewals and the reentrant release
+// are sent.
+type heldRenewals struct {
+	hold    atomic.Bool
+	started chan struct{}
+	resume  chan struct{}
+	once    sync.Once
+
+	mu    sync.Mutex
+	order []string
+}
+
+func (h *heldRenewals) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *heldRenewals) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.before(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *heldRenewals) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			h.before(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h *heldRenewals) before(cmd redis.Cmder) {
+	args := cmd.Args()
+	if len(args) < 2 || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
+		return
+	}
+	var op string
+	switch args[1] {
+	case scripts.OwnedExtend.Hash(), scripts.OwnedExtend.Source():
+		op = "renew"
+	case scripts.ReentrantRelease.Hash(), scripts.ReentrantRelease.Source():
+		op = "release"
+	default:
+		return
+	}
+	held := false
+	if op == "renew" && h.hold.Load() {
+		h.once.Do(func() {
+			held = true
+			h.started <- struct{}{}
+		})
+	}
+	if held {
+		<-h.resume
+	}
+	h.mu.Lock()
+	h.order = append(h.order, op)
+	h.mu.Unlock()
 }

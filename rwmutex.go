@@ -1,7 +1,6 @@
 package dlock
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -253,7 +252,7 @@ func (rw *RWMutex) Downgrade(ctx context.Context, write *Lease) (*Lease, error) 
 	}
 	px = px.Truncate(time.Millisecond)
 	if px < MinTTL {
-		rwResume(wd, write)
+		wd.resume(write)
 		return nil, fmt.Errorf("dlock: Downgrade %q: %w: the maximum hold time (WithMaxHold) is reached", rw.name, ErrNotHeld)
 	}
 
@@ -290,22 +289,9 @@ func (rw *RWMutex) Downgrade(ctx context.Context, write *Lease) (*Lease, error) 
 		wd.poke()
 		return nil, fmt.Errorf("dlock: Downgrade %q: %w: it expired or was taken over", rw.name, ErrNotHeld)
 	}
-	rwResume(wd, write)
+	wd.resume(write)
 	rw.c.abandon(ctx, rw.reader, cfg, owner, err)
 	return nil, redisError("Downgrade", rw.name, err)
-}
-
-// rwResume hands a lease that beginUnlock took from the watchdog back to it,
-// unchanged, after a Downgrade that did not happen.
-func rwResume(wd *watchdog, l *Lease) {
-	wd.mu.Lock()
-	l.state = leaseHeld
-	if l.err == nil && !wd.closed && l.heapIndex < 0 {
-		l.eventAt = l.nextEventLocked()
-		heap.Push(&wd.leases, l)
-	}
-	wd.mu.Unlock()
-	wd.poke()
 }
 
 // downgrade runs rw_downgrade.lua and translates its reply: the read

@@ -381,6 +381,20 @@ func (w *watchdog) beginUnlock(l *Lease) error {
 	return nil
 }
 
+// resume hands a lease that beginUnlock took from the watchdog back to it,
+// unchanged, when the release or Downgrade it was paused for did not
+// happen.
+func (w *watchdog) resume(l *Lease) {
+	w.mu.Lock()
+	l.state = leaseHeld
+	if l.err == nil && !w.closed && l.heapIndex < 0 {
+		l.eventAt = l.nextEventLocked()
+		heap.Push(&w.leases, l)
+	}
+	w.mu.Unlock()
+	w.poke()
+}
+
 // endUnlock records the outcome of the release. After a failed release the
 // lease goes back to being held, without renewal, so Unlock can be retried
 // and Done still closes at the deadline.

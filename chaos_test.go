@@ -43,10 +43,12 @@ import (
 // in chaosSpecEnv.
 type chaosSpec struct {
 	Proc string `json:"proc"` // names the worker in events
-	// Kind is what a section does: take a "mutex" (default), a "redlock"
-	// or one permit of a "semaphore"; or, on the latch named by Locks[0],
-	// "latch-wait" (Wait) or "latch-countdown" (CountDown after a random
-	// delay of up to Hold).
+	// Kind is what a section does: take a "mutex" (default), a "fair"
+	// mutex, a "reentrant" mutex (then lock it again once or twice, see
+	// reenter), an "rwmutex" (for reading or writing, see Reads), a
+	// "redlock" or one permit of a "semaphore"; or, on the latch named by
+	// Locks[0], "latch-wait" (Wait) or "latch-countdown" (CountDown after a
+	// random delay of up to Hold).
 	Kind  string   `json:"kind,omitempty"`
 	Addrs []string `json:"addrs"` // the lock's Redis: one address, or every Redlock node
 	// StoreAddr is the server of the counters and the fenced store; empty
@@ -57,6 +59,9 @@ type chaosSpec struct {
 	NoRenew   bool          `json:"norenew,omitempty"`
 	// Permits is a semaphore's limit; each section takes one permit.
 	Permits int `json:"permits,omitempty"`
+	// Reads is the percentage of an rwmutex's sections that read (RLock);
+	// the others write (Lock). Only writers touch the counters.
+	Reads int `json:"reads,omitempty"`
 	// Sections is how many critical sections each goroutine runs.
 	Sections   int `json:"sections"`
 	Goroutines int `json:"goroutines,omitempty"` // default 1
@@ -144,7 +149,7 @@ func (w *chaosWorker) run(ctx context.Context) {
 // release scripts, by taking and releasing a lock nobody else uses, so that
 // the first section's timing is not the connection's or the script cache's.
 func (w *chaosWorker) warm(ctx context.Context) error {
-	lease, err := w.locker(w.spec.Proc + ":warm-up").TryLock(ctx)
+	lease, err := w.locker(w.spec.Proc+":warm-up", "").TryLock(dlock.WithOwner(ctx, w.spec.Proc))
 	if err != nil {
 		return fmt.Errorf("warming up: %w", err)
 	}
@@ -163,6 +168,11 @@ type chaosWorker struct {
 }
 
 func newChaosWorker(spec chaosSpec, rec *chaos.Recorder) (*chaosWorker, error) {
+	switch spec.Kind {
+	case "", "mutex", "fair", "reentrant", "rwmutex", "redlock", "semaphore", "latch-wait", "latch-countdown":
+	default: // never a Mutex by mistake
+		return nil, fmt.Errorf("worker %s: unknown kind %q", spec.Proc, spec.Kind)
+	}
 	w := &chaosWorker{spec: spec, rec: rec}
 	opts := []dlock.Option{dlock.WithOwnerInfo(spec.Proc), dlock.WithAutoRenew(!spec.NoRenew)}
 	if spec.TTL > 0 {
@@ -225,22 +235,45 @@ func (w *chaosWorker) close() {
 	}
 }
 
-func (w *chaosWorker) locker(name string) dlock.Locker {
-	if w.redlock != nil {
+// locker returns the lock called name of the spec's kind; of an rwmutex,
+// the half of mode (a chaos.Mode...). A reentrant mutex's owner is the one
+// the context of each call carries.
+func (w *chaosWorker) locker(name, mode string) dlock.Locker {
+	switch w.spec.Kind {
+	case "redlock":
 		return w.redlock.Mutex(name)
+	case "fair":
+		return w.client.FairMutex(name)
+	case "reentrant":
+		return w.client.ReentrantMutex(name)
+	case "rwmutex":
+		if mode == chaos.ModeRead {
+			return readLocker{w.client.RWMutex(name)}
+		}
+		return w.client.RWMutex(name)
 	}
 	return w.client.Mutex(name)
 }
 
-// acquire takes name, by Lock or by polling TryLock, and records it. It
-// returns the lease and how to release it (Unlock, or a semaphore's
-// Release), or nil.
-func (w *chaosWorker) acquire(ctx context.Context, name, hold string) (*dlock.Lease, func(context.Context) error) {
-	timeout := w.spec.LockTimeout
-	if timeout == 0 {
-		timeout = 30 * time.Second
+// readLocker is an RWMutex's read half as a Locker.
+type readLocker struct{ *dlock.RWMutex }
+
+func (r readLocker) TryLock(ctx context.Context) (*dlock.Lease, error) { return r.TryRLock(ctx) }
+func (r readLocker) Lock(ctx context.Context) (*dlock.Lease, error)    { return r.RLock(ctx) }
+
+// lockTimeout bounds each wait: LockTimeout, by default 30s.
+func (w *chaosWorker) lockTimeout() time.Duration {
+	if w.spec.LockTimeout == 0 {
+		return 30 * time.Second
 	}
-	lctx, cancel := context.WithTimeout(ctx, timeout)
+	return w.spec.LockTimeout
+}
+
+// acquire takes name (of an rwmutex, in mode), by Lock or by polling
+// TryLock, and records it. It returns the lease and how to release it
+// (Unlock, or a semaphore's Release), or nil.
+func (w *chaosWorker) acquire(ctx context.Context, name, hold, mode string) (*dlock.Lease, func(context.Context) error) {
+	lctx, cancel := context.WithTimeout(ctx, w.lockTimeout())
 	defer cancel()
 	take := func() (*dlock.Lease, func(context.Context) error, error) {
 		var lease *dlock.Lease
@@ -259,9 +292,9 @@ func (w *chaosWorker) acquire(ctx context.Context, name, hold string) (*dlock.Le
 			}
 			return dlock.PermitsLease(p), p.Release, nil
 		case w.spec.Try:
-			lease, err = w.locker(name).TryLock(lctx)
+			lease, err = w.locker(name, mode).TryLock(lctx)
 		default:
-			lease, err = w.locker(name).Lock(lctx)
+			lease, err = w.locker(name, mode).Lock(lctx)
 		}
 		if err != nil {
 			return nil, nil, err
@@ -285,7 +318,7 @@ func (w *chaosWorker) acquire(ctx context.Context, name, hold string) (*dlock.Le
 		case <-lctx.Done():
 		}
 	}
-	e := chaos.Event{Kind: chaos.Acquire, T0: t0, T: chaos.Now(), Proc: w.spec.Proc, Lock: name, Hold: hold}
+	e := chaos.Event{Kind: chaos.Acquire, T0: t0, T: chaos.Now(), Proc: w.spec.Proc, Lock: name, Hold: hold, Note: mode}
 	if err != nil {
 		e.Err = errClass(err)
 		w.rec.Add(e)
@@ -316,8 +349,10 @@ func (w *chaosWorker) watch(lease *dlock.Lease, name, hold string) {
 	}()
 }
 
-// section is one critical section: acquire, increment the counters, hold
-// (recording beliefs, writing the fenced store), release.
+// section is one critical section: acquire (in a mode drawn for an
+// rwmutex; as an owner of its own for a reentrant mutex), increment the
+// counters unless it reads, hold (recording beliefs, writing the fenced
+// store; nesting holds of a reentrant mutex), release.
 func (w *chaosWorker) section(ctx context.Context, g, i int, r *rand.Rand) {
 	name := w.spec.Locks[r.Intn(len(w.spec.Locks))]
 	hold := fmt.Sprintf("%s/%d/%d", w.spec.Proc, g, i)
@@ -329,28 +364,49 @@ func (w *chaosWorker) section(ctx context.Context, g, i int, r *rand.Rand) {
 		w.sleep(ctx, time.Duration(r.Int63n(int64(w.spec.Hold)+1)))
 		t0 := chaos.Now()
 		err := w.client.Latch(name).CountDown(ctx)
-		e := chaos.Event{Kind: chaos.CountDown, T0: t0, T: chaos.Now(), Proc: w.spec.Proc, Lock: name, Hold: hold, OK: err == nil}
-		if err != nil {
-			e.Err = errClass(err)
-		}
-		w.rec.Add(e)
+		w.rec.Add(outcome(chaos.Event{Kind: chaos.CountDown, T0: t0, Proc: w.spec.Proc, Lock: name, Hold: hold}, err))
 		return
+	case "reentrant":
+		// A new owner per section: sections exclude each other, in this
+		// process too, and nest only their own holds.
+		ctx = dlock.WithOwner(ctx, dlock.NewOwnerID())
 	}
-	lease, release := w.acquire(ctx, name, hold)
+	mode := ""
+	if w.spec.Kind == "rwmutex" {
+		mode = chaos.ModeWrite
+		if r.Intn(100) < w.spec.Reads {
+			mode = chaos.ModeRead
+		}
+	}
+	lease, release := w.acquire(ctx, name, hold, mode)
 	if lease == nil {
 		return
 	}
 	if w.spec.onLease != nil {
 		w.spec.onLease(lease)
 	}
-	if w.spec.Counter {
+	writes := mode != chaos.ModeRead
+	if w.spec.Counter && writes {
 		w.increment(ctx, name, hold)
 	}
 	holdFor := w.spec.Hold
 	if w.spec.HoldRand && holdFor > 0 {
 		holdFor = holdFor/2 + time.Duration(r.Int63n(int64(holdFor/2)+1))
 	}
-	end := time.Now().Add(holdFor)
+	if w.spec.Kind == "reentrant" {
+		w.reenter(ctx, name, hold, 1+r.Intn(2), holdFor)
+	}
+	w.hold(ctx, lease, name, hold, holdFor, writes)
+	t0 := chaos.Now()
+	err := release(context.WithoutCancel(ctx))
+	w.rec.Add(outcome(chaos.Event{Kind: chaos.Release, T0: t0, Proc: w.spec.Proc, Lock: name, Hold: hold}, err))
+}
+
+// hold holds lease for d: it records Held every Beat while Done is open
+// and, if it writes and the spec says Fenced, increments the fenced
+// counter at each beat.
+func (w *chaosWorker) hold(ctx context.Context, lease *dlock.Lease, name, hold string, d time.Duration, writes bool) {
+	end := time.Now().Add(d)
 	for {
 		s := chaos.Now() // before looking: the belief held at or after s
 		lost := false
@@ -361,41 +417,63 @@ func (w *chaosWorker) section(ctx context.Context, g, i int, r *rand.Rand) {
 			w.rec.Add(chaos.Event{Kind: chaos.Held, T: s, Proc: w.spec.Proc, Hold: hold})
 		}
 		if lost && w.spec.StopOnLoss {
-			break
+			return
 		}
-		if w.spec.Fenced && lease.Token() != 0 {
+		if w.spec.Fenced && writes && lease.Token() != 0 {
 			w.fencedIncrement(ctx, name, hold, lease.Token())
 		}
 		left := time.Until(end)
 		if left <= 0 || w.spec.Beat <= 0 || !w.sleep(ctx, min(left, w.spec.Beat)) {
-			break
+			return
 		}
 	}
+}
+
+// reenter locks the reentrant mutex name again, depth times over, for the
+// owner ctx carries, which holds it as hold, and unlocks the nested leases
+// in reverse order, recording each nested Lock and Unlock (Reenter events).
+// Each nested lease is held for d once the leases nested in it are
+// unlocked, and the section holds its own lease after reenter returns: a
+// nested Unlock that let the lock go shows as an overlap.
+func (w *chaosWorker) reenter(ctx context.Context, name, hold string, depth int, d time.Duration) {
+	lctx, cancel := context.WithTimeout(ctx, w.lockTimeout())
 	t0 := chaos.Now()
-	err := release(context.WithoutCancel(ctx))
-	e := chaos.Event{Kind: chaos.Release, T0: t0, T: chaos.Now(), Proc: w.spec.Proc, Lock: name, Hold: hold, OK: err == nil}
+	lease, err := w.client.ReentrantMutex(name).Lock(lctx)
+	cancel()
+	e := outcome(chaos.Event{Kind: chaos.Reenter, T0: t0, Proc: w.spec.Proc, Lock: name, Hold: hold, Note: "lock"}, err)
+	if err != nil {
+		w.rec.Add(e)
+		return
+	}
+	e.Token = lease.Token()
+	w.rec.Add(e)
+	if depth > 1 {
+		w.reenter(ctx, name, hold, depth-1, d)
+	}
+	w.hold(ctx, lease, name, hold, d, true)
+	t0 = chaos.Now()
+	err = lease.Unlock(context.WithoutCancel(ctx))
+	w.rec.Add(outcome(chaos.Event{Kind: chaos.Reenter, T0: t0, Proc: w.spec.Proc, Lock: name, Hold: hold, Note: "unlock"}, err))
+}
+
+// outcome completes e, an operation invoked at e.T0 that returned err now:
+// it stamps T and sets OK or Err.
+func outcome(e chaos.Event, err error) chaos.Event {
+	e.T, e.OK = chaos.Now(), err == nil
 	if err != nil {
 		e.Err = errClass(err)
 	}
-	w.rec.Add(e)
+	return e
 }
 
 // latchWait waits for the latch name to reach zero and records it.
 func (w *chaosWorker) latchWait(ctx context.Context, name, hold string) {
-	timeout := w.spec.LockTimeout
-	if timeout == 0 {
-		timeout = 30 * time.Second
-	}
-	wctx, cancel := context.WithTimeout(ctx, timeout)
+	wctx, cancel := context.WithTimeout(ctx, w.lockTimeout())
 	defer cancel()
 	t0 := chaos.Now()
 	w.rec.Add(chaos.Event{Kind: chaos.Await, T: t0, Proc: w.spec.Proc, Lock: name, Hold: hold, Note: "invoked"})
 	err := w.client.Latch(name).Wait(wctx)
-	e := chaos.Event{Kind: chaos.Await, T0: t0, T: chaos.Now(), Proc: w.spec.Proc, Lock: name, Hold: hold, Note: "returned", OK: err == nil}
-	if err != nil {
-		e.Err = errClass(err)
-	}
-	w.rec.Add(e)
+	w.rec.Add(outcome(chaos.Event{Kind: chaos.Await, T0: t0, Proc: w.spec.Proc, Lock: name, Hold: hold, Note: "returned"}, err))
 }
 
 // sleep waits d; false if the section must end first.
@@ -472,15 +550,17 @@ func errClass(err error) string {
 type cmdHook struct {
 	rec  *chaos.Recorder
 	proc string
-	ops  map[string]string // script SHA1 or source -> "renew", "release", "acquire"
+	ops  map[string]string // script SHA1 or source -> "renew", "release", "release-hold", "acquire"
 }
 
 func newCmdHook(rec *chaos.Recorder, proc string) *cmdHook {
 	h := &cmdHook{rec: rec, proc: proc, ops: map[string]string{}}
 	for op, ss := range map[string][]*driver.Script{
-		"renew":   {scripts.OwnedExtend},
-		"release": {scripts.MutexRelease, scripts.MutexTransfer, scripts.OwnedRelease},
-		"acquire": {scripts.MutexAcquire, scripts.RedlockAcquire},
+		"renew":   {scripts.OwnedExtend, scripts.RWExtend},
+		"release": {scripts.MutexRelease, scripts.MutexTransfer, scripts.OwnedRelease, scripts.RWRelease},
+		// A reentrant lock's hold: a "release" when it was the owner's last.
+		"release-hold": {scripts.ReentrantRelease},
+		"acquire":      {scripts.MutexAcquire, scripts.RedlockAcquire},
 	} {
 		for _, s := range ss {
 			h.ops[s.Hash()] = op
@@ -519,7 +599,8 @@ func (h *cmdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 }
 
 // classify names a script call and finds its owner, ARGV[1] of every
-// script it records.
+// script it records, less the hold id (32 hex digits) that starts it for
+// a reentrant hold: renewals name the owner alone.
 func (h *cmdHook) classify(cmd redis.Cmder) (op, owner string) {
 	args := cmd.Args()
 	if len(args) < 3 {
@@ -533,7 +614,11 @@ func (h *cmdHook) classify(cmd redis.Cmder) (op, owner string) {
 	if op == "" || err != nil || len(args) <= 3+numKeys {
 		return "", ""
 	}
-	return op, argString(args[3+numKeys])
+	owner = argString(args[3+numKeys])
+	if op == "release-hold" && len(owner) > 32 {
+		owner = owner[32:]
+	}
+	return op, owner
 }
 
 // argString reads a command argument as go-redis writes it: drivers pass
@@ -561,6 +646,9 @@ func (h *cmdHook) record(op, owner string, t0 int64, cmd redis.Cmder) {
 		case []any:
 			code, _ := v[0].(int64)
 			e.OK = code == 1 || code == 2
+			if op == "release-hold" && e.OK {
+				e.Note = "release" // the last hold: the lock is released or handed over
+			}
 		}
 	} else if cmd.Err() != nil {
 		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {

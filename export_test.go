@@ -8,8 +8,17 @@ import "time"
 
 // LeaseOwner returns the owner value a lease's key holds, so that the
 // suite can tell whose lock a script call (seen by a go-redis hook) or a
-// key's value belongs to.
-func LeaseOwner(l *Lease) string { return l.owner }
+// key's value belongs to: for a reentrant hold the owner's value, which
+// its holds share; for an RWMutex the member, mode and owner.
+func LeaseOwner(l *Lease) string {
+	switch h := l.h.(type) {
+	case *reentrantHold:
+		return h.owner
+	case *rwHalf:
+		return h.member(l.owner)
+	}
+	return l.owner
+}
 
 // PermitsLease returns the lease that holds a semaphore's permits, so that
 // the suite records them like any lease.

@@ -22,6 +22,7 @@ const (
 	CheckRenewAfter     = "renewal after Unlock"
 	CheckLateLoss       = "loss signalled late"
 	CheckEarlyWait      = "latch released early"
+	CheckReentry        = "nested hold failed"
 )
 
 // Violation is one proven breach of an invariant.
@@ -40,6 +41,9 @@ type holdInfo struct {
 	release  *Event
 	lost     *Event
 }
+
+// reads reports whether the hold is a reader of a read-write lock.
+func (hi *holdInfo) reads() bool { return hi.acq.Note == ModeRead }
 
 // holds indexes successful acquisitions by hold id.
 func holds(h History) map[string]*holdInfo {
@@ -70,16 +74,68 @@ func holds(h History) map[string]*holdInfo {
 }
 
 // Overlaps finds moments where more than capacity holders of one lock
-// believed they held it (capacity 1 for a mutex). A hold is believed from
-// when its acquisition returned to its last Held stamp: both ends are on
-// the safe side, so every overlap found is real. It does not apply to runs
-// that pause holders, which cannot know they were paused (fencing is the
-// answer there).
+// believed they held it (capacity 1 for a mutex). Readers of a read-write
+// lock (holds whose Acquire has Note ModeRead) may hold it together, but
+// never with any other holder: capacity counts the others. A hold is
+// believed from when its acquisition returned to its last Held stamp: both
+// ends are on the safe side, so every overlap found is real. It does not
+// apply to runs that pause holders, which cannot know they were paused
+// (fencing is the answer there).
 //
 // slack tolerates beliefs that outlast the grant of the next holder by at
 // most that much (a watchdog that fired a little late on a loaded machine);
 // zero tolerates nothing.
 func Overlaps(h History, capacity int, slack int64) []Violation {
+	var out []Violation
+	sweep(h, slack, func(lock string, at int64, active map[*holdInfo]bool) {
+		readers := 0
+		for hi := range active {
+			if hi.reads() {
+				readers++
+			}
+		}
+		others := len(active) - readers
+		if others <= capacity && (readers == 0 || others == 0) {
+			return
+		}
+		var ev []Event
+		for hi := range active {
+			ev = append(ev, hi.acq)
+		}
+		sort.Slice(ev, func(i, j int) bool { return ev[i].T < ev[j].T })
+		msg := fmt.Sprintf("lock %q: %d holders at %s, capacity %d", lock, len(active), fmtNS(at), capacity)
+		if readers > 0 {
+			msg = fmt.Sprintf("lock %q: %d holders at %s, %d of them reading", lock, len(active), fmtNS(at), readers)
+		}
+		out = append(out, Violation{CheckOverlap, msg, ev})
+	})
+	return sortViolations(out)
+}
+
+// MostHeld returns the most holds of one lock believed at once (as
+// Overlaps counts them, with no slack), among the holds whose Acquire
+// matches keep (all if keep is nil). A scenario checks with it that the
+// sharing it meant to test did happen: a semaphore's limit reached,
+// readers holding together.
+func MostHeld(h History, keep func(Event) bool) int {
+	most := 0
+	sweep(h, 0, func(_ string, _ int64, active map[*holdInfo]bool) {
+		n := 0
+		for hi := range active {
+			if keep == nil || keep(hi.acq) {
+				n++
+			}
+		}
+		most = max(most, n)
+	})
+	return most
+}
+
+// sweep walks the holds of each lock in time order and calls visit with
+// the holds believed at that moment each time one begins, the new one
+// included. A hold is believed from when its acquisition returned to its
+// last Held stamp, less slack; holds that merely touch do not overlap.
+func sweep(h History, slack int64, visit func(lock string, at int64, active map[*holdInfo]bool)) {
 	type edge struct {
 		at    int64
 		start bool
@@ -90,7 +146,6 @@ func Overlaps(h History, capacity int, slack int64) []Violation {
 		byLock[hi.acq.Lock] = append(byLock[hi.acq.Lock],
 			edge{hi.acq.T, true, hi}, edge{max(hi.acq.T, hi.lastHeld-slack), false, hi})
 	}
-	var out []Violation
 	for lock, edges := range byLock {
 		sort.Slice(edges, func(i, j int) bool {
 			if edges[i].at != edges[j].at {
@@ -105,18 +160,9 @@ func Overlaps(h History, capacity int, slack int64) []Violation {
 				continue
 			}
 			active[e.hold] = true
-			if len(active) > capacity {
-				var ev []Event
-				for hi := range active {
-					ev = append(ev, hi.acq)
-				}
-				sort.Slice(ev, func(i, j int) bool { return ev[i].T < ev[j].T })
-				out = append(out, Violation{CheckOverlap,
-					fmt.Sprintf("lock %q: %d holders at %s, capacity %d", lock, len(active), fmtNS(e.at), capacity), ev})
-			}
+			visit(lock, e.at, active)
 		}
 	}
-	return sortViolations(out)
 }
 
 // LostUpdates checks the unfenced counters incremented under the lock: the
@@ -256,7 +302,8 @@ func TokenOrder(h History) []Violation {
 // returned before the operation began. B's grant replaced A's value in the
 // key, and nothing may ever put it back (see Recreated), so the operation
 // cannot have found A's lock: it released or renewed someone else's, or
-// claimed a success it did not have.
+// claimed a success it did not have. Readers of a read-write lock (Acquire
+// Note ModeRead) share it, so a reader's grant ends no other reader's.
 func ForeignOps(h History) []Violation {
 	hs := holds(h)
 	byOwner := map[string]*holdInfo{}
@@ -281,7 +328,10 @@ func ForeignOps(h History) []Violation {
 			continue
 		}
 		for _, other := range byLock[self.acq.Lock] {
-			if other != self && other.acq.T0 > self.acq.T && other.acq.T < e.T0 {
+			if other == self || (other.reads() && self.reads()) {
+				continue
+			}
+			if other.acq.T0 > self.acq.T && other.acq.T < e.T0 {
 				out = append(out, Violation{check,
 					fmt.Sprintf("lock %q: hold %s succeeded after hold %s was granted the lock", self.acq.Lock, self.acq.Hold, other.acq.Hold),
 					[]Event{self.acq, other.acq, e}})
@@ -443,10 +493,36 @@ func EarlyWaits(h History, n int) []Violation {
 	return sortViolations(out)
 }
 
+// Reentries checks the nested holds of reentrant locks (Reenter events),
+// all taken and given back by holders that held the lock: every nested Lock
+// and Unlock must succeed, and a nested Lock must return the token of the
+// grant it nests in, which every hold of one owner shares.
+func Reentries(h History) []Violation {
+	hs := holds(h)
+	var out []Violation
+	for _, e := range h {
+		if e.Kind != Reenter {
+			continue
+		}
+		hi := hs[e.Hold]
+		switch {
+		case !e.OK:
+			out = append(out, Violation{CheckReentry,
+				fmt.Sprintf("lock %q: nested %s by hold %s failed: %s", e.Lock, e.Note, e.Hold, e.Err), []Event{e}})
+		case e.Note == "lock" && hi != nil && e.Token != hi.acq.Token:
+			out = append(out, Violation{CheckReentry,
+				fmt.Sprintf("lock %q: nested lock by hold %s got token %d, its grant %d", e.Lock, e.Hold, e.Token, hi.acq.Token),
+				[]Event{hi.acq, e}})
+		}
+	}
+	return sortViolations(out)
+}
+
 // All runs every checker that applies to any run without paused holders,
-// for a lock of the given capacity. With a capacity above 1 (a semaphore)
-// holders coexist, so ForeignOps, which assumes a grant ends the previous
-// one, does not apply.
+// for a lock of the given capacity: 1 for a mutex, and for a read-write
+// lock, whose readers the checkers tell by their Acquire's Note. With a
+// capacity above 1 (a semaphore) holders coexist, so ForeignOps, which
+// assumes a grant ends the previous one, does not apply.
 func All(h History, capacity int, slack int64) []Violation {
 	var out []Violation
 	out = append(out, Overlaps(h, capacity, slack)...)

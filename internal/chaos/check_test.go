@@ -16,6 +16,28 @@ func acq(hold, lock string, t0, t int64, token int64) Event {
 	return Event{Kind: Acquire, T0: ms(t0), T: ms(t), Lock: lock, Hold: hold, Owner: "owner-" + hold, Token: token, OK: true}
 }
 
+// rd and wr are acquisitions of a read-write lock, for reading and for
+// writing.
+func rd(hold, lock string, t0, t int64, token int64) Event {
+	e := acq(hold, lock, t0, t, token)
+	e.Note = ModeRead
+	return e
+}
+
+func wr(hold, lock string, t0, t int64, token int64) Event {
+	e := acq(hold, lock, t0, t, token)
+	e.Note = ModeWrite
+	return e
+}
+
+func reenter(hold, note string, t0, t int64, token int64, ok bool) Event {
+	e := Event{Kind: Reenter, T0: ms(t0), T: ms(t), Lock: "L", Hold: hold, Note: note, Token: token, OK: ok}
+	if !ok {
+		e.Err = "lost: dlock: lock lost"
+	}
+	return e
+}
+
 func held(hold string, t int64) Event { return Event{Kind: Held, T: ms(t), Hold: hold} }
 
 func rel(hold string, t0, t int64, ok bool) Event {
@@ -75,6 +97,39 @@ func TestCheckers(t *testing.T) {
 			acq("a", "S", 0, 1, 1), held("a", 10),
 			acq("b", "S", 0, 2, 2), held("b", 10),
 			acq("c", "S", 0, 11, 3), held("c", 12),
+		}, 0},
+
+		// Overlaps of a read-write lock.
+		{"readers together", func(h History) []Violation { return Overlaps(h, 1, 0) }, History{
+			rd("a", "L", 0, 1, 1), held("a", 10),
+			rd("b", "L", 0, 2, 2), held("b", 10),
+			rd("c", "L", 0, 3, 3), held("c", 10),
+		}, 0},
+		{"a writer after the readers", func(h History) []Violation { return Overlaps(h, 1, 0) }, History{
+			rd("a", "L", 0, 1, 1), held("a", 5),
+			rd("b", "L", 0, 2, 2), held("b", 6),
+			wr("c", "L", 0, 6, 3), held("c", 9),
+			rd("d", "L", 0, 9, 4), held("d", 12),
+		}, 0},
+		{"a writer among readers", func(h History) []Violation { return Overlaps(h, 1, 0) }, History{
+			rd("a", "L", 0, 1, 1), held("a", 10),
+			wr("b", "L", 0, 5, 2), held("b", 12),
+		}, 1},
+		{"a reader inside a writer's hold", func(h History) []Violation { return Overlaps(h, 1, 0) }, History{
+			wr("a", "L", 0, 1, 1), held("a", 10),
+			rd("b", "L", 0, 5, 2), held("b", 12),
+		}, 1},
+		{"two writers", func(h History) []Violation { return Overlaps(h, 1, 0) }, History{
+			wr("a", "L", 0, 1, 1), held("a", 10),
+			wr("b", "L", 0, 5, 2), held("b", 12),
+		}, 1},
+		{"a reader and a hold without a mode", func(h History) []Violation { return Overlaps(h, 1, 0) }, History{
+			rd("a", "L", 0, 1, 1), held("a", 10),
+			acq("b", "L", 0, 5, 2), held("b", 12),
+		}, 1},
+		{"a writer's belief within the slack", func(h History) []Violation { return Overlaps(h, 1, ms(2)) }, History{
+			wr("a", "L", 0, 1, 1), held("a", 6),
+			rd("b", "L", 0, 5, 2), held("b", 12),
 		}, 0},
 
 		// Lost updates.
@@ -149,6 +204,30 @@ func TestCheckers(t *testing.T) {
 			{Kind: Cmd, Note: "renew", T0: ms(7), T: ms(8), Owner: "owner-a"},
 			rel("b", 9, 10, true),
 		}, 0},
+		{"a late Unlock of a reader after another reader's grant", ForeignOps, History{
+			rd("a", "L", 0, 1, 1), rd("b", "L", 5, 6, 2), rel("a", 7, 8, true), rel("b", 9, 10, true),
+		}, 0},
+		{"a late Unlock of a reader after a writer's grant", ForeignOps, History{
+			rd("a", "L", 0, 1, 1), wr("b", "L", 5, 6, 2), rel("a", 7, 8, true), rel("b", 9, 10, true),
+		}, 1},
+		{"a late Unlock of a writer after a reader's grant", ForeignOps, History{
+			wr("a", "L", 0, 1, 1), rd("b", "L", 5, 6, 2), rel("a", 7, 8, true), rel("b", 9, 10, true),
+		}, 1},
+
+		// Nested holds of a reentrant lock.
+		{"nested holds that succeed", Reentries, History{
+			acq("a", "L", 0, 1, 7), reenter("a", "lock", 2, 3, 7, true), reenter("a", "lock", 4, 5, 7, true),
+			reenter("a", "unlock", 6, 7, 0, true), reenter("a", "unlock", 8, 9, 0, true), rel("a", 10, 11, true),
+		}, 0},
+		{"a nested lock refused", Reentries, History{
+			acq("a", "L", 0, 1, 7), reenter("a", "lock", 2, 3, 0, false), rel("a", 10, 11, true),
+		}, 1},
+		{"a nested unlock refused", Reentries, History{
+			acq("a", "L", 0, 1, 7), reenter("a", "lock", 2, 3, 7, true), reenter("a", "unlock", 6, 7, 0, false),
+		}, 1},
+		{"a nested lock with another token", Reentries, History{
+			acq("a", "L", 0, 1, 7), reenter("a", "lock", 2, 3, 8, true), reenter("a", "unlock", 6, 7, 0, true),
+		}, 1},
 
 		// Re-created and unreported losses.
 		{"a wiped lock stays gone", func(h History) []Violation { return append(Recreated(h), Unreported(h)...) }, History{
@@ -249,6 +328,32 @@ func TestAllCombinesCheckers(t *testing.T) {
 	}
 	if len(got) != len(want) {
 		t.Errorf("checks flagged: %v, want %v", got, want)
+	}
+}
+
+func TestMostHeld(t *testing.T) {
+	h := History{
+		rd("a", "L", 0, 1, 1), held("a", 10),
+		rd("b", "L", 0, 2, 2), held("b", 4), // ends before c begins
+		rd("c", "L", 0, 5, 3), held("c", 10),
+		wr("d", "L", 0, 11, 4), held("d", 12),
+		rd("e", "M", 0, 1, 1), held("e", 10),
+		rd("f", "M", 0, 2, 2), held("f", 10),
+		rd("g", "M", 0, 3, 3), held("g", 10),
+	}
+	reads := func(e Event) bool { return e.Note == ModeRead && e.Lock == "L" }
+	if got := MostHeld(h, reads); got != 2 {
+		t.Errorf("readers of L at once: %d, want 2", got)
+	}
+	if got := MostHeld(h, nil); got != 3 {
+		t.Errorf("holders at once: %d, want 3", got)
+	}
+	writes := func(e Event) bool { return e.Note == ModeWrite }
+	if got := MostHeld(h, writes); got != 1 {
+		t.Errorf("writers at once: %d, want 1", got)
+	}
+	if got := MostHeld(nil, nil); got != 0 {
+		t.Errorf("empty history: %d, want 0", got)
 	}
 }
 

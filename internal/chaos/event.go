@@ -19,7 +19,9 @@ type Kind string
 const (
 	// Acquire is a TryLock or Lock call: T0 invoked, T returned. OK: a
 	// lease was granted, with Hold (a new id, unique in the history),
-	// Owner (the value the lock key holds) and Token. Err otherwise.
+	// Owner (the value the lock key holds) and Token. Err otherwise. Note
+	// is the mode of an acquisition of a read-write lock (ModeRead or
+	// ModeWrite), empty for any other lock.
 	Acquire Kind = "acquire"
 	// Held says that Hold's holder found its lease still valid (Done not
 	// closed) at some moment at or after T: T is stamped before looking.
@@ -31,9 +33,18 @@ const (
 	// Release is an Unlock: T0 invoked, T returned. OK: released; Err
 	// "not-held" for ErrNotHeld, or another failure.
 	Release Kind = "release"
+	// Reenter is a nested hold of a reentrant lock, taken by Hold's holder
+	// while it holds the lock: Note "lock" for the nested Lock (Token: the
+	// token it returned), "unlock" for the Unlock of its lease. T0
+	// invoked, T returned, OK, Err. The lock stays held by Hold until its
+	// Release.
+	Reenter Kind = "reenter"
 	// Cmd is a script call as the holder's Redis client sent it (a go-redis
-	// hook): Note "renew", "release" or "acquire"; T0 sent, T answered;
-	// Owner from its arguments; OK when the server said it succeeded.
+	// hook): Note "renew", "release" (the owner gives up the lock),
+	// "release-hold" (a reentrant lock's owner gives up one hold and keeps
+	// the lock, or tried to give one up and failed) or "acquire"; T0 sent,
+	// T answered; Owner from its arguments; OK when the server said it
+	// succeeded.
 	Cmd Kind = "cmd"
 	// Write is an operation on the fenced store (Note "get", "set" or
 	// "update") on Key with Token by Hold: T0 invoked, T returned. OK: the
@@ -57,6 +68,13 @@ const (
 	// "kill", "restart", "wipe", "flush", "blackhole", ...), at T; Lock,
 	// when set, is the one lock it targets, and Proc the process.
 	Fault Kind = "fault"
+)
+
+// The modes of a read-write lock's acquisitions (an Acquire's Note).
+// Readers may hold the lock together; a writer holds it alone.
+const (
+	ModeRead  = "read"
+	ModeWrite = "write"
 )
 
 // Event is one thing a client did or saw, or a fault the test injected.

@@ -71,6 +71,36 @@ func TestChaosRWContention(t *testing.T) {
 		[2]string{"most readers at once", strconv.Itoa(readers)})
 }
 
+// TestChaosRenewalRacesRelease runs the contention scenario with holds that
+// straddle the renewal period (TTL 300 ms, renewed every 100 ms, holds of
+// 75–150 ms), so that the watchdog renews while holds are held and
+// released, on a Mutex, a ReentrantMutex (whose holds share one renewed
+// lease per owner) and an RWMutex: the same checks, among them that no
+// renewal follows a release, and renewals must have been sent, or that
+// check proved nothing. (The other contention scenarios hold for
+// milliseconds under a 1 s TTL and send none in the short tier.) A release
+// meets a renewal in flight only now and then here; TestNoRenewalAfterUnlock
+// and TestReentrantNoRenewalFollowsTheLastRelease test that race directly.
+func TestChaosRenewalRacesRelease(t *testing.T) {
+	for _, kind := range []string{"", "reentrant", "rwmutex"} {
+		kind := kind
+		name := kind
+		if name == "" {
+			name = "mutex"
+		}
+		t.Run(name, func(t *testing.T) {
+			c := runContention(t, chaosSpec{Kind: kind, Reads: 50, TTL: 300 * time.Millisecond, Sections: chaos.Pick(4, 20),
+				Hold: 150 * time.Millisecond, HoldRand: true, Beat: 10 * time.Millisecond})
+			c.check(t)
+			renewals := c.h.Count(chaos.Cmd, func(e chaos.Event) bool { return e.Note == "renew" })
+			if renewals == 0 {
+				t.Errorf("no renewal was sent in %d sections: the check that none follows a release proved nothing", c.acquired)
+			}
+			t.Logf("%d sections, %d renewals", c.acquired, renewals)
+		})
+	}
+}
+
 // contention is a run of critical sections on a few locks, from goroutines
 // of this process and of several child processes, with no faults, and
 // what it recorded.
@@ -91,8 +121,9 @@ type contention struct {
 	refused    int
 }
 
-// runContention runs the sections spec describes (its Kind and holds; the
-// servers, locks, TTL, counters and hooks are set here) in every worker,
+// runContention runs the sections spec describes (its Kind and holds, and
+// its TTL and sections per goroutine when set; the servers, locks, counters
+// and hooks are set here) in every worker,
 // probing every key meanwhile, and returns the history, with the final
 // value of every unfenced counter and a last probe of every key.
 func runContention(t *testing.T, spec chaosSpec) *contention {
@@ -105,6 +136,9 @@ func runContention(t *testing.T, spec chaosSpec) *contention {
 		childGos: chaos.Pick(2, 4),
 		localGos: chaos.Pick(4, 4),
 		perGo:    chaos.Pick(60, 500),
+	}
+	if spec.Sections > 0 {
+		c.perGo = spec.Sections
 	}
 	r := chaos.Rand(c.seed)
 	var (
@@ -119,7 +153,10 @@ func runContention(t *testing.T, spec chaosSpec) *contention {
 	for i := 0; i < chaos.Pick(2, 4); i++ {
 		c.names = append(c.names, fmt.Sprintf("%s-%d", t.Name(), i))
 	}
-	spec.Addrs, spec.Locks, spec.TTL = []string{c.srv.Addr()}, c.names, time.Second
+	spec.Addrs, spec.Locks = []string{c.srv.Addr()}, c.names
+	if spec.TTL == 0 {
+		spec.TTL = time.Second
+	}
 	spec.Counter, spec.Fenced, spec.Hooks = true, true, true
 
 	probeCtx, stopProbe := context.WithCancel(ctx)

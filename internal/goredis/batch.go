@@ -66,14 +66,12 @@ func (bt *batch) recycle() {
 // batcher owns the queue and the sending slots.
 type batcher struct {
 	run     func(context.Context, []*driver.Call) // the driver's pipelined send
-	workers *workers.Pool                         // run the helpers
+	workers *workers.Pool                         // run the helpers; the driver's Close waits for them
 
 	mu    sync.Mutex
 	busy  int // sending slots in use, at most senders
 	queue []*batch
-	// helpers are the goroutines that send for callers that may leave
-	// early (see submit); close waits for them, and none start after.
-	helpers sync.WaitGroup
+	// closing: no helper starts any more (see close).
 	closing bool
 }
 
@@ -173,11 +171,7 @@ func (b *batcher) submitAndSend(calls []*driver.Call) {
 // just taken or given for bt.
 func (b *batcher) helpLocked(bt *batch) {
 	bt.state = batchSending // from now on, bt's caller may leave but not give the slot away
-	b.helpers.Add(1)
-	b.workers.Go(func() {
-		defer b.helpers.Done()
-		b.send(bt, false)
-	})
+	b.workers.Go(func() { b.send(bt, false) })
 }
 
 // leaveLocked takes bt out of the batching when its caller stops waiting:
@@ -274,11 +268,13 @@ func (b *batcher) leadLocked(q *batch) {
 	q.done <- struct{}{}
 }
 
-// close waits for the helpers still sending; afterwards a caller that may
-// leave early sends its own calls (Driver.Close then waits for those).
+// close starts no more helpers: afterwards a caller that may leave early
+// sends its own calls. Driver.Close then waits for the helpers still
+// sending (workers.Pool.Close), which must not be closed before this:
+// helpLocked hands work to the pool under b.mu, and a closed pool would run
+// it right there.
 func (b *batcher) close() {
 	b.mu.Lock()
 	b.closing = true
 	b.mu.Unlock()
-	b.helpers.Wait()
 }

@@ -2,13 +2,11 @@ package goredis
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/workers"
 )
 
 // go-redis bounds a command by its context's deadline only when the client
@@ -88,39 +86,29 @@ func (d *Driver) enforcesDeadline(ctx context.Context) bool {
 	return hasDeadline && d.io.bounded
 }
 
-// background tracks commands still running after Run gave up on them.
-type background struct {
-	workers *workers.Pool // run the commands
-	mu      sync.Mutex
-	closing bool
-	wg      sync.WaitGroup
-}
-
-// runBounded runs calls with run, returning when they are done or ctx ends;
-// then every call not done has ctx's error.
-func (b *background) runBounded(ctx context.Context, calls []*driver.Call, run func(context.Context, []*driver.Call)) {
-	b.mu.Lock()
-	if b.closing {
-		b.mu.Unlock()
-		run(ctx, calls)
-		return
-	}
-	b.wg.Add(1)
-	b.mu.Unlock()
-
+// runBounded runs calls on one of the driver's workers and returns when
+// they are done or ctx ends; then every call not done has ctx's error. The
+// abandoned command finishes on the worker, and Close waits for it. After
+// Close the worker is the caller itself (workers.Pool.Go), so the calls are
+// done before the select, and keep their outcome even if ctx has ended.
+func (d *Driver) runBounded(ctx context.Context, calls []*driver.Call) {
 	copies := copyCalls(calls)
 	done := make(chan struct{})
-	b.workers.Go(func() {
-		defer b.wg.Done()
+	d.workers.Go(func() {
 		defer close(done)
-		run(ctx, copies)
+		d.run(ctx, copies)
 	})
 	select {
 	case <-done:
-		restoreCalls(calls, copies)
 	case <-ctx.Done():
-		failAll(calls, ctx.Err())
+		select {
+		case <-done: // done as well: keep the outcome
+		default:
+			failAll(calls, ctx.Err())
+			return
+		}
 	}
+	restoreCalls(calls, copies)
 }
 
 // copyCalls returns copies of calls for a sender whose caller may stop
@@ -146,12 +134,4 @@ func failAll(calls []*driver.Call, err error) {
 	for _, c := range calls {
 		c.Reply, c.Acked, c.Err = nil, 0, err
 	}
-}
-
-// wait waits for abandoned commands; afterwards calls run in the caller.
-func (b *background) wait() {
-	b.mu.Lock()
-	b.closing = true
-	b.mu.Unlock()
-	b.wg.Wait()
 }

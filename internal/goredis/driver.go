@@ -25,14 +25,13 @@ type Client interface {
 
 // Driver runs dlock's scripts and subscription on a go-redis client.
 type Driver struct {
-	rdb      Client
-	io       timeouts // what ends a call besides its reply (deadline.go)
-	routed   bool     // rdb picks a node by the first key (args.go)
-	inFlight background
-	workers  *workers.Pool // goroutines for calls that may be left early
-	active   atomic.Int32  // Run calls in progress
-	batch    batcher
-	pubsub   pubsubKind // Cluster: sharded pub/sub or not (cluster.go)
+	rdb     Client
+	io      timeouts      // what ends a call besides its reply (deadline.go)
+	routed  bool          // rdb picks a node by the first key (args.go)
+	workers *workers.Pool // goroutines for calls that may be left early (deadline.go, batch.go)
+	active  atomic.Int32  // Run calls in progress
+	batch   batcher
+	pubsub  pubsubKind // Cluster: sharded pub/sub or not (cluster.go)
 }
 
 var (
@@ -47,16 +46,15 @@ func New(rdb Client) *Driver {
 	d := &Driver{rdb: rdb, io: clientTimeouts(rdb), routed: !single, workers: workers.New()}
 	d.batch.run = d.run // a batch of one goes without a pipeline
 	d.batch.workers = d.workers
-	d.inFlight.workers = d.workers
 	return d
 }
 
-// Close waits for commands that Run stopped waiting for at their deadline.
-// It does not close the go-redis client, which the caller owns.
+// Close waits for commands that Run stopped waiting for at their deadline;
+// afterwards such calls run in their caller. It does not close the go-redis
+// client, which the caller owns.
 func (d *Driver) Close() error {
-	d.batch.close()
-	d.inFlight.wait()
-	d.workers.Close()
+	d.batch.close()   // no more batch helpers
+	d.workers.Close() // waits for them and for abandoned commands
 	return nil
 }
 
@@ -140,7 +138,7 @@ func (d *Driver) dispatch(ctx context.Context, calls []*driver.Call, leave bool)
 		return
 	}
 	if leave && !d.enforcesDeadline(ctx) {
-		d.inFlight.runBounded(ctx, calls, d.run)
+		d.runBounded(ctx, calls)
 		return
 	}
 	d.run(ctx, calls)

@@ -35,13 +35,8 @@ type Redlock struct {
 	closeOnce sync.Once
 	closed    chan struct{}
 
-	// flights counts fan-outs whose node requests are still running; Close
-	// waits for them.
-	flightMu    sync.Mutex
-	flights     int
-	flightsIdle *sync.Cond
-
-	// workers send the node requests of fan-outs (internal/workers).
+	// workers send the node requests of fan-outs (internal/workers); Close
+	// waits for those still running.
 	workers *workers.Pool
 }
 
@@ -78,7 +73,6 @@ func NewRedlock(nodes []RedisClient, opts ...Option) (*Redlock, error) {
 		return nil, invalidArgf("NewRedlock: no nodes")
 	}
 	r := &Redlock{closed: make(chan struct{}), workers: workers.New()}
-	r.flightsIdle = sync.NewCond(&r.flightMu)
 	seen := make(map[string]int, len(nodes))
 	for i, rdb := range nodes {
 		addr, err := redlockNodeAddr(rdb)
@@ -230,11 +224,6 @@ func (r *Redlock) Close() error {
 	r.closeOnce.Do(func() {
 		close(r.closed)
 		r.wd.close()
-		r.flightMu.Lock()
-		for r.flights > 0 {
-			r.flightsIdle.Wait()
-		}
-		r.flightMu.Unlock()
 		r.workers.Close()
 		for _, n := range r.nodes {
 			_ = n.drv.Close() // the drivers' own goroutines (batching)
@@ -842,21 +831,12 @@ func (r *Redlock) fanout(ctx context.Context, deadline time.Time, calls []*drive
 		close(settled)
 		return replies, settled
 	}
-	r.flightMu.Lock()
-	r.flights++
-	r.flightMu.Unlock()
-
 	results := make(chan int, asked) // buffered: a straggler never blocks
 	// One deadline for the whole fan-out: the nodes' requests share it.
 	nctx, cancel := context.WithDeadline(ctx, deadline)
 	allReturned := func() {
 		cancel()
 		close(settled)
-		r.flightMu.Lock()
-		if r.flights--; r.flights == 0 {
-			r.flightsIdle.Broadcast()
-		}
-		r.flightMu.Unlock()
 	}
 	var left atomic.Int32
 	left.Store(int32(asked))

@@ -79,38 +79,34 @@ func (v *view) perRep(f func(rep int) float64) []float64 {
 	return out
 }
 
-func (v *view) unc(name string, g, nodes int, rep int) *UncontendedResult {
+// unc is name's scenario 1 run at g goroutines over nodes servers in
+// repetition rep, over delayed links (Plan.RedlockLatency) or not.
+func (v *view) unc(name string, g, nodes int, delayed bool, rep int) *UncontendedResult {
 	for i := range v.res.Uncontended {
 		r := &v.res.Uncontended[i]
-		if r.Target == name && r.Goroutines == g && r.Nodes == nodes && r.Latency == 0 && r.Rep == rep && r.Err == "" {
+		if r.Target == name && r.Goroutines == g && r.Nodes == nodes && (r.Latency > 0) == delayed && r.Rep == rep && r.Err == "" {
 			return r
 		}
 	}
 	return nil
 }
 
-// delayedRate is name's pairs/s at one goroutine over nodes delayed nodes,
-// per repetition.
-func (v *view) delayedRate(name string, nodes int) []float64 {
+// pairRate is name's pairs/s at g goroutines over nodes servers, per
+// repetition.
+func (v *view) pairRate(name string, g, nodes int, delayed bool) []float64 {
 	return v.perRep(func(rep int) float64 {
-		for i := range v.res.Uncontended {
-			r := &v.res.Uncontended[i]
-			if r.Target == name && r.Nodes == nodes && r.Latency > 0 && r.Rep == rep && r.Err == "" && r.Pairs > 0 {
-				return r.PairsPerSec()
-			}
-		}
-		return nan()
-	})
-}
-
-func (v *view) uncRate(name string, g, nodes int) []float64 {
-	return v.perRep(func(rep int) float64 {
-		if r := v.unc(name, g, nodes, rep); r != nil && r.Pairs > 0 {
+		if r := v.unc(name, g, nodes, delayed, rep); r != nil && r.Pairs > 0 {
 			return r.PairsPerSec()
 		}
 		return nan()
 	})
 }
+
+func (v *view) uncRate(name string, g, nodes int) []float64 { return v.pairRate(name, g, nodes, false) }
+
+// delayedRate is name's pairs/s at one goroutine over nodes delayed nodes,
+// per repetition.
+func (v *view) delayedRate(name string, nodes int) []float64 { return v.pairRate(name, 1, nodes, true) }
 
 func (v *view) con(name string, nodes, rep int) *ContendedResult {
 	for _, r := range v.res.Contended {

@@ -223,7 +223,7 @@ func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) 
 // starts.
 func (h *reentrantHold) release(ctx context.Context, member string) error {
 	paused := h.attached && h.m.c.anchors.pauseIfOnly(h.anchor)
-	err, ended := h.sendRelease(ctx, member)
+	ended, err := h.sendRelease(ctx, member)
 	switch {
 	case ended:
 		h.detach(paused)
@@ -235,7 +235,7 @@ func (h *reentrantHold) release(ctx context.Context, member string) error {
 
 // sendRelease runs the release script; ended reports that the hold is gone
 // (released, handed on, or no longer there).
-func (h *reentrantHold) sendRelease(ctx context.Context, member string) (err error, ended bool) {
+func (h *reentrantHold) sendRelease(ctx context.Context, member string) (ended bool, err error) {
 	m := h.m
 	call := &driver.Call{
 		Script: scripts.ReentrantRelease,
@@ -244,31 +244,31 @@ func (h *reentrantHold) sendRelease(ctx context.Context, member string) (err err
 	}
 	m.c.drv.Run(ctx, call)
 	if call.Err != nil {
-		return call.Err, false
+		return false, call.Err
 	}
 	items, ok := call.Reply.([]any)
 	if !ok || len(items) == 0 {
-		return unexpectedReply(call.Reply), false
+		return false, unexpectedReply(call.Reply)
 	}
 	code, _ := items[0].(int64)
 	switch code {
 	case 0, 4:
-		return ErrNotHeld, true
+		return true, ErrNotHeld
 	case 1, 3:
-		return nil, true
+		return true, nil
 	case 2:
 		if len(items) < 4 { // a malformed reply must not panic (FuzzScriptReplies)
-			return unexpectedReply(call.Reply), true
+			return true, unexpectedReply(call.Reply)
 		}
 		v, err := replyInts(items[:3], 3)
 		next, ok := items[3].(string)
 		if err != nil || !ok {
-			return unexpectedReply(call.Reply), true
+			return true, unexpectedReply(call.Reply)
 		}
 		m.c.notify.deliver(m.keys.channel(), next, v[1], ms(v[2]))
-		return nil, true
+		return true, nil
 	}
-	return unexpectedReply(call.Reply), false
+	return false, unexpectedReply(call.Reply)
 }
 
 // detach stops counting this hold in its anchor, retiring the anchor with

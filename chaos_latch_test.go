@@ -134,15 +134,3 @@ func fault(t *testing.T, rec *chaos.Recorder, srv *redistest.Server, proxy *redi
 	proxy.ResetAll()
 	rec.Add(chaos.Event{Kind: chaos.Fault, Note: "reset", Lock: name})
 }
-
-// waitUntil polls cond until it holds, failing t after timeout.
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s after %v", what, timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}

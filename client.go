@@ -77,7 +77,7 @@ func NewWithDriver(d driver.Driver, opts ...Option) (*Client, error) {
 	}
 	cfg.seal()
 	c := &Client{drv: d, cfg: cfg, instance: NewOwnerID(), closed: make(chan struct{}), cleanups: workers.New()}
-	c.notify = newNotifier(c)
+	c.notify = newNotifier(d, cfg.logger)
 	c.wd = newWatchdog(d)
 	return c, nil
 }

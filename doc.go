@@ -104,8 +104,12 @@
 // granted it with validity left: TTL − elapsed − drift, where drift is TTL ×
 // WithDriftFactor + 2ms and elapsed runs on the monotonic clock from before
 // the first request. Otherwise it releases whatever it got, on every node,
-// before it returns; Lock then retries after a random delay
-// (WithRetryDelay). Renewals need a quorum within the validity as well, and
+// before it returns. A waiting Lock is woken by the holder's release, which
+// publishes on every node, and asks again; only the first of one Redlock's
+// Lock calls for a name waits on the nodes, the others take their turns
+// behind it in arrival order. After a split vote, or while too few nodes
+// answer, it retries after a random delay (WithRetryDelay) instead.
+// Renewals need a quorum within the validity as well, and
 // loss is signalled as for a single node. Unlock releases on every node. A
 // Redlock lock thus survives the loss of a minority of the nodes, where a
 // lock on one replicated master can vanish in a failover.

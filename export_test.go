@@ -43,3 +43,16 @@ func MutateValidityIgnoringElapsed() (restore func()) {
 	}
 	return func() { validityDeadline = orig }
 }
+
+// RedlockGateUsers returns how many Lock calls of r hold or wait for the
+// turn to wait in Redis for the lock called name (redlock_wait.go), so that
+// a test can line goroutines up in a known order.
+func RedlockGateUsers(r *Redlock, name string) int {
+	key := newLockKeys(r.cfg.keyPrefix, name).lock
+	r.gates.mu.Lock()
+	defer r.gates.mu.Unlock()
+	if g := r.gates.gates[key]; g != nil {
+		return g.users
+	}
+	return 0
+}

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -181,7 +182,7 @@ func FuzzGrantMessage(f *testing.F) {
 		if ok && (g.px <= 0 || owner == "" || g.atUs < 0) {
 			t.Fatalf("parseGrant(%q) = %+v, %q: accepted a grant without a claim window, time or owner", payload, g, owner)
 		}
-		n := newNotifier(&Client{})
+		n := newNotifier(nil, slog.Default())
 		n.Message("ch", payload) // no waiter: nothing to deliver, nothing to panic
 	})
 }
@@ -196,7 +197,7 @@ func FuzzRedlockReply(f *testing.F) {
 		// A malformed reply may yield any holder TTL (it only shapes an
 		// error message and a retry delay); it must not panic, and a grant
 		// carries none.
-		if ok, ttl, err := parseAcquire(reply); err == nil && ok && ttl != 0 {
+		if ok, ttl, _, err := parseAcquire(reply); err == nil && ok && ttl != 0 {
 			t.Fatalf("parseAcquire(%#v): granted with a holder TTL %v", reply, ttl)
 		}
 		_, _ = replyInts(reply, 3)

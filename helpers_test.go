@@ -95,3 +95,16 @@ func waitDone(t testing.TB, l *dlock.Lease, limit time.Duration) time.Duration {
 		return 0
 	}
 }
+
+// waitUntil polls cond (a state observed from outside, such as a server's
+// subscriptions) until it holds, failing t after timeout.
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after %v", what, timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

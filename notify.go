@@ -16,12 +16,14 @@ import (
 // for each would add a round trip to every wait.
 const subscriptionLinger = 30 * time.Second
 
-// notifier is the Client's one pub/sub subscription, multiplexed across every
-// lock name: a channel is subscribed while some local waiter waits on it (and
-// for subscriptionLinger after), and each message is routed to the waiter it
-// names. It implements driver.Handler.
+// notifier is one pub/sub subscription to a Redis deployment (a Client's, or
+// one Redlock node's), multiplexed across every lock name: a channel is
+// subscribed while some local waiter waits on it (and for subscriptionLinger
+// after), and each message is routed to the waiter it names. It implements
+// driver.Handler.
 type notifier struct {
-	c *Client
+	drv    driver.Driver // opens the subscription, at the first wait
+	logger *slog.Logger
 
 	mu       sync.Mutex
 	sub      driver.Subscription
@@ -64,14 +66,20 @@ type handoff struct {
 	atUs  int64 // when the server granted it, in µs of its clock; 0 unknown
 }
 
-func newNotifier(c *Client) *notifier {
-	return &notifier{c: c, channels: make(map[string]*channelState)}
+func newNotifier(drv driver.Driver, logger *slog.Logger) *notifier {
+	return &notifier{drv: drv, logger: logger, channels: make(map[string]*channelState)}
 }
 
 // register adds a waiter for owner on channel. Register before the first
 // acquire attempt, so that a grant published right after it is not missed.
 func (n *notifier) register(channel, owner string) *waiter {
-	w := &waiter{owner: owner, signal: make(chan struct{}, 1)}
+	return n.registerSignal(channel, owner, make(chan struct{}, 1))
+}
+
+// registerSignal is register with the waiter's signal given: a Redlock
+// waiter listens to every node with one channel (capacity 1).
+func (n *notifier) registerSignal(channel, owner string, signal chan struct{}) *waiter {
+	w := &waiter{owner: owner, signal: signal}
 	n.mu.Lock()
 	cs := n.channels[channel]
 	if cs == nil {
@@ -143,7 +151,7 @@ func (n *notifier) expire(channel string, cs *channelState) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := sub.Unsubscribe(ctx, channel); err != nil {
-		n.c.cfg.logger.Debug("dlock: unsubscribe failed", slog.String("channel", channel), slog.Any("error", err))
+		n.logger.Debug("dlock: unsubscribe failed", slog.String("channel", channel), slog.Any("error", err))
 	}
 }
 
@@ -208,7 +216,7 @@ func (n *notifier) subscribe(ctx context.Context, channel string) error {
 		done := make(chan struct{})
 		cs.pending = done
 		if n.sub == nil {
-			n.sub = n.c.drv.Subscribe(n)
+			n.sub = n.drv.Subscribe(n)
 		}
 		sub := n.sub
 		n.mu.Unlock()
@@ -258,7 +266,7 @@ func (n *notifier) Reset() {
 		}
 	}
 	n.mu.Unlock()
-	n.c.cfg.logger.Info("dlock: pub/sub subscription reconnected; waiters ask the server again", slog.Int("waiters", waiting))
+	n.logger.Info("dlock: pub/sub subscription reconnected; waiters ask the server again", slog.Int("waiters", waiting))
 }
 
 // deliver passes a grant to the local waiter that owns it, if it is still

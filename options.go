@@ -376,9 +376,11 @@ func WithDriftFactor(f float64) Option {
 }
 
 // WithRetryDelay sets how long a waiting RedlockMutex.Lock sleeps between
-// attempts: a random delay whose range doubles from [min/2, min] after each
-// attempt up to [max/2, max], so that clients whose attempts collided drift
-// apart and long waits poll slowly. It needs 1ms <= min <= max <= 1m; both
+// attempts when no release will wake it: after an attempt in which no owner
+// held a quorum (contenders split the nodes), while too few nodes answer,
+// and where pub/sub is unavailable. The delay is random and its range
+// doubles from [min/2, min] after each attempt up to [max/2, max], so that
+// clients whose attempts collided drift apart. It needs 1ms <= min <= max <= 1m; both
 // zero mean the default. Redlock only: New and Client.Mutex reject it with
 // ErrInvalidArgument. Default: 10ms and 200ms.
 func WithRetryDelay(min, max time.Duration) Option {

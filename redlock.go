@@ -38,11 +38,13 @@ type Redlock struct {
 	// workers send the node requests of fan-outs (internal/workers); Close
 	// waits for those still running.
 	workers *workers.Pool
+	gates   redlockGates // one waiting Lock per name in Redis (redlock_wait.go)
 }
 
 type redlockNode struct {
-	addr string
-	drv  *goredis.Driver
+	addr   string
+	drv    *goredis.Driver
+	notify *notifier // the node's subscription, for waiters (redlock_wait.go)
 }
 
 // NewRedlock returns a Redlock over nodes, one go-redis client
@@ -102,6 +104,9 @@ func NewRedlock(nodes []RedisClient, opts ...Option) (*Redlock, error) {
 	}
 	r.cfg = cfg
 	r.wd = newWatchdog(nil)
+	for i := range r.nodes {
+		r.nodes[i].notify = newNotifier(r.nodes[i].drv, cfg.logger)
+	}
 	return r, nil
 }
 
@@ -224,6 +229,9 @@ func (r *Redlock) Close() error {
 	r.closeOnce.Do(func() {
 		close(r.closed)
 		r.wd.close()
+		for _, n := range r.nodes {
+			n.notify.close()
+		}
 		r.workers.Close()
 		for _, n := range r.nodes {
 			_ = n.drv.Close() // the drivers' own goroutines (batching)
@@ -247,10 +255,12 @@ func (r *Redlock) checkOpen() error {
 // Redlock.Mutex; it is an immutable descriptor, safe for concurrent use, and
 // cheap to create per call.
 //
-// Unlike Mutex, waiters do not queue: Lock retries after a random delay
-// (WithRetryDelay), so grants do not follow arrival order, and its leases
-// carry no fencing token (Lease.Token returns 0). Lease.TTL reports how long
-// a quorum of the nodes still hold the key.
+// Unlike Mutex, waiters do not queue on the nodes: a release wakes one
+// waiting Lock per process (the others of that process wait their turn
+// behind it, in arrival order), and those race for the lock, so grants do
+// not follow arrival order across processes. Its leases carry no fencing
+// token (Lease.Token returns 0). Lease.TTL reports how long a quorum of the
+// nodes still hold the key.
 type RedlockMutex struct {
 	r    *Redlock
 	name string
@@ -304,9 +314,12 @@ func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
 	return nil, res.err
 }
 
-// Lock takes the lock, attempting as TryLock does and retrying after a
-// random delay (WithRetryDelay) as long as ctx allows: while another owner
-// holds it, and while too few nodes answer. When ctx ends first, the error
+// Lock takes the lock, attempting as TryLock does and attempting again as
+// long as ctx allows: when the owner that holds it releases it (heard by
+// pub/sub on the nodes) or its keys could have expired, and after a random
+// delay (WithRetryDelay) when no owner holds a quorum (a split vote) or too
+// few nodes answer. Lock calls of one Redlock for one name take turns: the
+// others wait, in arrival order, until the first returns. When ctx ends first, the error
 // matches ErrNotObtained and ctx's error and carries the last attempt's
 // failure (which may match ErrQuorum). It returns at once with
 // ErrInvalidArgument, with ErrClosed (also matching ErrNotObtained) when
@@ -325,12 +338,26 @@ func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	delay := newSpinDelay(SpinWait(m.cfg.retryMin, m.cfg.retryMax))
+	leave, err := m.r.gates.enter(ctx, m.r.closed, m.key)
+	switch {
+	case errors.Is(err, ErrClosed):
+		return nil, errors.Join(ErrClosed, waitEnded(ctx, m.name, began, 0, nil))
+	case err != nil:
+		return nil, waitEnded(ctx, m.name, began, 0, nil)
+	}
+	defer leave()
+	l := m.r.listen(m.key, owner)
+	defer l.stop()
+	wait := redlockWait{m: m, l: l, spin: newSpinDelay(SpinWait(m.cfg.retryMin, m.cfg.retryMax))}
 	var (
 		holderTTL time.Duration
 		last      error
 	)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
+		heard := l.hears()
+		l.drain()
 		res := m.attempt(ctx, "Lock", owner)
 		switch {
 		case res.hold != nil:
@@ -345,15 +372,28 @@ func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
 		if errors.As(res.err, &nerr) {
 			last = nerr.last // contention is what the wait is about: keep only node failures
 		}
-		timer := time.NewTimer(delay.next())
+		delay, wake := wait.next(ctx, res, heard)
+		if delay == 0 && ctx.Err() == nil {
+			continue
+		}
+		var signal <-chan struct{}
+		if wake {
+			signal = l.signal
+		}
+		timer.Reset(delay)
 		select {
+		case <-signal:
 		case <-timer.C:
 		case <-ctx.Done():
-			timer.Stop()
 			return nil, waitEnded(ctx, m.name, began, holderTTL, last)
 		case <-m.r.closed:
-			timer.Stop()
 			return nil, errors.Join(ErrClosed, waitEnded(ctx, m.name, began, holderTTL, last))
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
 		}
 	}
 }
@@ -387,6 +427,7 @@ type acquireResult struct {
 	err       error
 	holderTTL time.Duration
 	permanent bool
+	held      int // the most nodes one other owner holds
 }
 
 // acquireVerdict is what one attempt's tally means.
@@ -461,7 +502,7 @@ func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireRes
 		granted := 0
 		for _, rep := range replies {
 			if rep.done && rep.err == nil {
-				if ok, _, err := parseAcquire(rep.reply); err == nil && ok {
+				if ok, _, _, err := parseAcquire(rep.reply); err == nil && ok {
 					granted++
 				}
 			}
@@ -477,15 +518,17 @@ func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireRes
 		permanent int
 		release   = make([]bool, n)
 		grantedBy = make([]bool, n)
+		heldBy    = make(map[string]int, 1) // nodes per other owner
 	)
 	for i, rep := range replies {
 		var (
-			ok   bool
-			pttl time.Duration
-			err  = rep.err
+			ok     bool
+			pttl   time.Duration
+			holder string
+			err    = rep.err
 		)
 		if rep.done && err == nil {
-			ok, pttl, err = parseAcquire(rep.reply)
+			ok, pttl, holder, err = parseAcquire(rep.reply)
 		}
 		switch {
 		case !rep.done || err != nil:
@@ -506,6 +549,7 @@ func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireRes
 			grantedBy[i] = true
 		default:
 			holders = append(holders, pttl)
+			heldBy[holder]++
 		}
 	}
 
@@ -536,27 +580,36 @@ func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireRes
 		res.permanent = permanent > n-q
 	default:
 		res.holderTTL = quorumFreeIn(q-granted, holders)
+		for holder, nodes := range heldBy {
+			if holder != "" && nodes > res.held {
+				res.held = nodes
+			}
+		}
 		res.err = &notObtainedError{name: m.name, holderTTL: res.holderTTL, last: failed.orNil()}
 	}
 	return res
 }
 
 // parseAcquire reads redlock_acquire's reply: granted, or the other owner's
-// remaining time.
-func parseAcquire(reply any) (granted bool, holderTTL time.Duration, err error) {
+// remaining time and value (empty from an older dlock's script, which did
+// not send it).
+func parseAcquire(reply any) (granted bool, holderTTL time.Duration, holder string, err error) {
 	items, ok := reply.([]any)
 	if !ok || len(items) == 0 {
-		return false, 0, unexpectedReply(reply)
+		return false, 0, "", unexpectedReply(reply)
 	}
 	switch code, _ := items[0].(int64); code {
 	case 1:
-		return true, 0, nil
+		return true, 0, "", nil
 	case 0:
 		if v, err := replyInts(reply, 2); err == nil {
-			return false, ms(v[1]), nil
+			if len(items) > 2 {
+				holder, _ = items[2].(string)
+			}
+			return false, ms(v[1]), holder, nil
 		}
 	}
-	return false, 0, unexpectedReply(reply)
+	return false, 0, "", unexpectedReply(reply)
 }
 
 // redlockHold is the holder of one Redlock lease: its renewals, release and
@@ -665,7 +718,7 @@ func (h *redlockHold) release(ctx context.Context, owner string) error {
 	n, q := len(m.r.nodes), quorum(len(m.r.nodes))
 	// Wait for every node (each bounded by the node timeout), so that when
 	// Unlock returns no reachable node still holds the key.
-	released, gone, failed := m.releaseOn(ctx, owner, nil, nil)
+	released, gone, failed := m.releaseOn(ctx, owner, nil, true, nil)
 	switch {
 	case gone > n-q:
 		return fmt.Errorf("%w: %d of %d nodes no longer held it", ErrNotHeld, gone, n)
@@ -685,14 +738,16 @@ func (h *redlockHold) release(ctx context.Context, owner string) error {
 // acquisition go on in the background (they are unreachable, or too slow to
 // matter). What it cannot reach expires by its TTL.
 func (h *redlockHold) releaseShares(ctx context.Context, owner string, which, granted []bool) {
-	some := false
+	m := h.m
+	some := 0
 	for _, w := range which {
-		some = some || w
+		if w {
+			some++
+		}
 	}
-	if !some {
+	if some == 0 {
 		return
 	}
-	m := h.m
 	rctx, cancel := detach(ctx, m.cfg.releaseTimeout)
 	defer cancel()
 	enough := func(replies []nodeReply) bool {
@@ -703,22 +758,30 @@ func (h *redlockHold) releaseShares(ctx context.Context, owner string, which, gr
 		}
 		return true
 	}
-	if _, _, failed := m.releaseOn(rctx, owner, which, enough); len(failed) > 0 {
+	// Waiters wait only for an owner seen on a quorum of the nodes (see
+	// redlock_wait.go): tell them only when these shares may be as many.
+	tell := some >= quorum(len(m.r.nodes))
+	if _, _, failed := m.releaseOn(rctx, owner, which, tell, enough); len(failed) > 0 {
 		m.cfg.logger.Warn("dlock: could not release a failed Redlock acquisition on every node; the lock's key there expires by its TTL",
 			slog.String("lock", m.name), slog.Any("error", failed))
 	}
 }
 
 // releaseOn runs the compare-and-delete on the nodes in which (all when nil),
-// in parallel, each bounded by the node timeout. It waits for every answer,
+// in parallel, each bounded by the node timeout, publishing the release to
+// the lock's waiters when tell is set. It waits for every answer,
 // or until enough (if not nil) says that the rest cannot matter: their
 // requests then finish in the background, and they are not counted as
 // failed.
-func (m *RedlockMutex) releaseOn(ctx context.Context, owner string, which []bool, enough func([]nodeReply) bool) (released, gone int, failed nodeErrors) {
+func (m *RedlockMutex) releaseOn(ctx context.Context, owner string, which []bool, tell bool, enough func([]nodeReply) bool) (released, gone int, failed nodeErrors) {
+	publish := "0"
+	if tell {
+		publish = "1"
+	}
 	calls := make([]*driver.Call, len(m.r.nodes))
 	for i := range calls {
 		if which == nil || which[i] {
-			calls[i] = &driver.Call{Script: scripts.OwnedRelease, Keys: []string{m.key}, Args: []any{owner}}
+			calls[i] = &driver.Call{Script: scripts.OwnedRelease, Keys: []string{m.key}, Args: []any{owner, publish}}
 		}
 	}
 	wait := redlockNodeTimeout(&m.cfg)

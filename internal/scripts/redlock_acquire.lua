@@ -3,7 +3,9 @@
 -- ARGV: 1 owner value, 2 ttl ms
 -- Returns: {1}: owner holds the key now, for ttl ms (set by this call, or
 --          re-armed when an earlier attempt by the same owner had set it);
---          {0, pttl}: another owner holds it for pttl ms more.
+--          {0, pttl, holder}: the owner value holder holds it for pttl ms
+--          more (a waiter tells a holder with a quorum of the nodes from
+--          contenders that split them).
 --          Error DLOCK_CONFLICT (or WRONGTYPE) when the key holds something
 --          that is not a lock; nothing is modified then.
 local cur = redis.call('GET', KEYS[1])
@@ -15,4 +17,4 @@ local pttl = redis.call('PTTL', KEYS[1])
 if pttl < 0 then
   return redis.error_reply('DLOCK_CONFLICT ' .. KEYS[1] .. ' holds a value with no expiry that no lock wrote')
 end
-return {0, pttl}
+return {0, pttl, cur}

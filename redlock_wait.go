@@ -1,0 +1,212 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand"
+	"sync"
+	"time"
+)
+
+// How RedlockMutex.Lock waits.
+//
+// A release on a node publishes on the lock's channel there
+// (owned_release.lua), and a waiting Lock listens on every node through the
+// node's notifier, the same machinery as a Client's waiters: a release wakes
+// it at once, and it asks every node again. Between releases it sends
+// nothing, but for one attempt when a quorum of the holder's keys could have
+// expired (a holder that died publishes nothing), and at least every third
+// of the TTL in case a message was lost.
+//
+// Hearing one node is enough: a holder's release goes to every node, and a
+// holder has a quorum of them, so a waiter subscribed on N−quorum+1 nodes
+// shares at least one of them with any holder. With fewer (nodes down, or no
+// pub/sub behind a proxy) it falls back to retrying after a random delay
+// (WithRetryDelay), as it also does after an attempt in which no owner holds
+// a quorum (a split vote: contenders that all retried at once must spread
+// out, as the Redlock algorithm prescribes, or they split again) and while
+// too few nodes answer.
+//
+// Within one process, Lock calls for the same name take turns (redlockGates):
+// only the first of them attempts and listens, so waiting costs the nodes the
+// same for one goroutine as for a thousand, a release wakes one goroutine per
+// process rather than every goroutine, and the goroutines of a process are
+// served in arrival order. Processes race for the lock when it is released,
+// as Redlock has no queue on the servers to order them.
+
+// redlockGates let one Lock call per lock name at a time wait in Redis; the
+// others queue behind it in arrival order.
+type redlockGates struct {
+	mu    sync.Mutex
+	gates map[string]*redlockGate
+}
+
+// redlockGate is one name's turn: turn holds a token while nobody has it,
+// and the goroutines blocked receiving from it are served first come, first
+// served (the runtime hands a sent value to the longest-waiting receiver).
+type redlockGate struct {
+	turn  chan struct{}
+	users int // holding or waiting for the turn; the gate goes at 0
+}
+
+// enter waits for name's turn. It returns the function that gives the turn
+// to the next goroutine, or ctx's error or ErrClosed when those come first.
+func (g *redlockGates) enter(ctx context.Context, closed <-chan struct{}, name string) (leave func(), err error) {
+	g.mu.Lock()
+	gt := g.gates[name]
+	if gt == nil {
+		if g.gates == nil {
+			g.gates = make(map[string]*redlockGate)
+		}
+		gt = &redlockGate{turn: make(chan struct{}, 1)}
+		gt.turn <- struct{}{}
+		g.gates[name] = gt
+	}
+	gt.users++
+	g.mu.Unlock()
+	done := func() {
+		g.mu.Lock()
+		if gt.users--; gt.users == 0 {
+			delete(g.gates, name)
+		}
+		g.mu.Unlock()
+	}
+	select {
+	case <-gt.turn:
+		return func() {
+			gt.turn <- struct{}{}
+			done()
+		}, nil
+	case <-ctx.Done():
+		done()
+		return nil, ctx.Err()
+	case <-closed:
+		done()
+		return nil, ErrClosed
+	}
+}
+
+// redlockListener is one waiting Lock's ear on every node: a waiter in each
+// node's notifier, all sharing one signal.
+type redlockListener struct {
+	r       *Redlock
+	channel string
+	signal  chan struct{}
+	waiters []*waiter
+}
+
+// listen registers owner's waiter on channel at every node. Register before
+// the first attempt, so that a release right after it is heard; stop
+// unregisters.
+func (r *Redlock) listen(channel, owner string) *redlockListener {
+	l := &redlockListener{r: r, channel: channel, signal: make(chan struct{}, 1), waiters: make([]*waiter, len(r.nodes))}
+	for i, n := range r.nodes {
+		l.waiters[i] = n.notify.registerSignal(channel, owner, l.signal)
+	}
+	return l
+}
+
+func (l *redlockListener) stop() {
+	for i, n := range l.r.nodes {
+		n.notify.unregister(l.channel, l.waiters[i])
+	}
+}
+
+// hears reports whether enough nodes' subscriptions are in place for any
+// holder's release to reach the waiter (see above).
+func (l *redlockListener) hears() bool {
+	n := len(l.r.nodes)
+	confirmed := 0
+	for _, nd := range l.r.nodes {
+		if nd.notify.confirmed(l.channel) {
+			confirmed++
+		}
+	}
+	return confirmed >= n-quorum(n)+1
+}
+
+// subscribe subscribes the channel on every node at once, each bounded by
+// timeout and ctx, and waits for them all. It returns the first failure, to
+// report when too few nodes could be heard.
+func (l *redlockListener) subscribe(ctx context.Context, timeout time.Duration) error {
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	errs := make([]error, len(l.r.nodes))
+	var wg sync.WaitGroup
+	for i, nd := range l.r.nodes {
+		if nd.notify.confirmed(l.channel) {
+			continue
+		}
+		i, nd := i, nd
+		wg.Add(1)
+		l.r.workers.Go(func() {
+			defer wg.Done()
+			if err := nd.notify.subscribe(sctx, l.channel); err != nil {
+				errs[i] = &NodeError{Addr: nd.addr, Err: err}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// drain forgets a wake-up heard before now.
+func (l *redlockListener) drain() {
+	select {
+	case <-l.signal:
+	default:
+	}
+}
+
+// redlockWait is how a waiting Lock spaces its attempts.
+type redlockWait struct {
+	m      *RedlockMutex
+	l      *redlockListener
+	spin   *spinDelay
+	tried  bool // subscribed once, successfully or not
+	warned bool
+}
+
+// next returns how long to wait after the failed attempt res, which began
+// while the listener heard (or not) every holder, and whether a wake-up may
+// cut the wait short. It subscribes after the first failure.
+func (w *redlockWait) next(ctx context.Context, res acquireResult, heardBefore bool) (delay time.Duration, wake bool) {
+	m := w.m
+	n := len(m.r.nodes)
+	if res.held < quorum(n) {
+		// Too few nodes answered, or a split vote: no owner holds a quorum,
+		// so none may be left to publish a release, and contenders that
+		// split the nodes must spread out. A release heard meanwhile
+		// (another owner's quorum) still cuts the wait short.
+		return w.spin.next(), w.l.hears()
+	}
+	if !w.tried {
+		w.tried = true
+		err := w.l.subscribe(ctx, redlockNodeTimeout(&m.cfg))
+		if !w.l.hears() {
+			if ctx.Err() == nil && !w.warned {
+				w.warned = true
+				m.cfg.logger.Warn("dlock: cannot subscribe on enough Redlock nodes; waiting by polling",
+					slog.String("lock", m.name), slog.Any("error", err))
+			}
+			return w.spin.next(), false
+		}
+		if !heardBefore {
+			// A release published before the subscriptions were in place
+			// went unheard: ask once more now.
+			return 0, false
+		}
+	}
+	if !w.l.hears() {
+		return w.spin.next(), false
+	}
+	// Look again when a quorum of the holder's keys could have expired, and
+	// at least every third of the TTL; up to 10% later, so that the waiting
+	// processes spread out.
+	d := redlockPX(&m.cfg) / 3
+	if res.holderTTL > 0 && res.holderTTL+time.Millisecond < d {
+		d = res.holderTTL + time.Millisecond
+	}
+	return d + time.Duration(rand.Int63n(int64(d/10)+1)), true
+}

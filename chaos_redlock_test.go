@@ -276,18 +276,21 @@ func TestChaosRedlockSafety(t *testing.T) {
 	spec := chaosSpec{
 		Kind: "redlock", Addrs: rig.addrs(), StoreAddr: store.Addr(), Locks: names, TTL: 10 * time.Second,
 		Goroutines: 3, Sections: 1 << 30, Hold: 20 * time.Millisecond, HoldRand: true, Beat: 5 * time.Millisecond,
-		Counter: true, Try: true, Spin: 5 * time.Millisecond, LockTimeout: 10 * time.Second,
+		Counter: true, Spin: 5 * time.Millisecond, LockTimeout: 10 * time.Second,
 	}
+	// Half the processes poll with TryLock; the others wait in Lock, woken
+	// by releases and handed the lock by their own Unlocks.
+	polls := func(i int) bool { return i%2 == 0 }
 	var kids []*chaosChild
 	for i := 0; i < children; i++ {
 		s := spec
-		s.Proc, s.Seed = fmt.Sprintf("p%d", i+1), r.Int63()
+		s.Proc, s.Seed, s.Try = fmt.Sprintf("p%d", i+1), r.Int63(), polls(i+1)
 		kids = append(kids, startChaosChild(t, s, &rec))
 	}
 	var wg sync.WaitGroup
 	for i := 0; i < 2; i++ {
 		s := spec
-		s.Proc, s.Seed = fmt.Sprintf("p0.%d", i), r.Int63()
+		s.Proc, s.Seed, s.Try = fmt.Sprintf("p0.%d", i), r.Int63(), polls(i)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -357,6 +360,6 @@ func TestChaosRedlockSafety(t *testing.T) {
 	s.Table([]string{"faults (kill / blackhole of 1–2 nodes)", "critical sections", "overlapping holds", "lost updates (unfenced)", "acquisitions abandoned (ErrQuorum, timeouts)"},
 		[][]string{{fmt.Sprintf("%d / %d", kills, blackholes), strconv.Itoa(acquired), strconv.Itoa(by[chaos.CheckOverlap]),
 			strconv.Itoa(by[chaos.CheckLostUpdate]), strconv.Itoa(h.Count(chaos.Acquire, func(e chaos.Event) bool { return !e.OK }))}})
-	s.Printf("\nTTL 10s (node timeout 100 ms), nodes with appendfsync always (Redlock requires restarted nodes to remember their keys), %d processes × 2 Redlocks × 3 goroutines polling with TryLock on 2 locks; a fault every second, held for half of it.\n", 1+children)
+	s.Printf("\nTTL 10s (node timeout 100 ms), nodes with appendfsync always (Redlock requires restarted nodes to remember their keys), %d processes × 2 Redlocks × 3 goroutines on 2 locks, half of the Redlocks polling with TryLock and the others waiting in Lock; a fault every second, held for half of it.\n", 1+children)
 	publish(t, s)
 }

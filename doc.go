@@ -107,7 +107,10 @@
 // before it returns. A waiting Lock is woken by the holder's release, which
 // publishes on every node, and asks again; only the first of one Redlock's
 // Lock calls for a name waits on the nodes, the others take their turns
-// behind it in arrival order. After a split vote, or while too few nodes
+// behind it in arrival order, and an Unlock by the same Redlock hands the
+// lock straight to that first waiter (a bounded number of times in a row,
+// so other processes get their chance). After a split vote, or while too
+// few nodes
 // answer, it retries after a random delay (WithRetryDelay) instead.
 // Renewals need a quorum within the validity as well, and
 // loss is signalled as for a single node. Unlock releases on every node. A

@@ -44,15 +44,22 @@ func MutateValidityIgnoringElapsed() (restore func()) {
 	return func() { validityDeadline = orig }
 }
 
-// RedlockGateUsers returns how many Lock calls of r hold or wait for the
-// turn to wait in Redis for the lock called name (redlock_wait.go), so that
-// a test can line goroutines up in a known order.
-func RedlockGateUsers(r *Redlock, name string) int {
+// RedlockGateState returns how many Lock calls of r are in line for the
+// turn to wait in Redis for the lock called name (redlock_wait.go), and
+// what the first in line does: "waiting" (attempting, or between
+// attempts), "taken" (a hand-off to it is in flight) or "" (nobody in
+// line). Tests line goroutines up with it.
+func RedlockGateState(r *Redlock, name string) (users int, head string) {
 	key := newLockKeys(r.cfg.keyPrefix, name).lock
 	r.gates.mu.Lock()
 	defer r.gates.mu.Unlock()
-	if g := r.gates.gates[key]; g != nil {
-		return g.users
+	g := r.gates.gates[key]
+	if g == nil {
+		return 0, ""
 	}
-	return 0
+	head = "waiting"
+	if g.line[0].taken {
+		head = "taken"
+	}
+	return len(g.line), head
 }

@@ -258,7 +258,9 @@ func (r *Redlock) checkOpen() error {
 // Unlike Mutex, waiters do not queue on the nodes: a release wakes one
 // waiting Lock per process (the others of that process wait their turn
 // behind it, in arrival order), and those race for the lock, so grants do
-// not follow arrival order across processes. Its leases carry no fencing
+// not follow arrival order across processes. An Unlock hands the lock
+// straight to its own Redlock's first waiter for it, up to 7 times in a
+// row. Its leases carry no fencing
 // token (Lease.Token returns 0). Lease.TTL reports how long a quorum of the
 // nodes still hold the key.
 type RedlockMutex struct {
@@ -338,14 +340,14 @@ func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	leave, err := m.r.gates.enter(ctx, m.r.closed, m.key)
+	turn, err := m.r.gates.enter(ctx, m.r.closed, m)
 	switch {
 	case errors.Is(err, ErrClosed):
 		return nil, errors.Join(ErrClosed, waitEnded(ctx, m.name, began, 0, nil))
 	case err != nil:
 		return nil, waitEnded(ctx, m.name, began, 0, nil)
 	}
-	defer leave()
+	defer turn.leave(ctx)
 	l := m.r.listen(m.key, owner)
 	defer l.stop()
 	wait := redlockWait{m: m, l: l, spin: newSpinDelay(SpinWait(m.cfg.retryMin, m.cfg.retryMax))}
@@ -358,6 +360,14 @@ func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
 	for {
 		heard := l.hears()
 		l.drain()
+		if turn.handingOver() {
+			// An Unlock of this Redlock is handing the lock over: its
+			// outcome comes within a node timeout.
+			if lease, ok, err := m.takeHandoff(ctx, turn, <-turn.handoff); ok {
+				return lease, err
+			}
+			continue
+		}
 		res := m.attempt(ctx, "Lock", owner)
 		switch {
 		case res.hold != nil:
@@ -383,6 +393,10 @@ func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
 		timer.Reset(delay)
 		select {
 		case <-signal:
+		case h := <-turn.handoff:
+			if lease, ok, err := m.takeHandoff(ctx, turn, h); ok {
+				return lease, err
+			}
 		case <-timer.C:
 		case <-ctx.Done():
 			return nil, waitEnded(ctx, m.name, began, holderTTL, last)
@@ -396,6 +410,17 @@ func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
 			}
 		}
 	}
+}
+
+// takeHandoff takes the outcome of a hand-off to turn: the lease (ok) or,
+// when it failed, nothing: the Lock attempts again.
+func (m *RedlockMutex) takeHandoff(ctx context.Context, turn *redlockTurn, h redlockHandoff) (*Lease, bool, error) {
+	turn.received()
+	if h.res.hold == nil {
+		return nil, false, nil
+	}
+	lease, err := m.lease(ctx, h.owner, h.res)
+	return lease, true, err
 }
 
 // usable reports an invalid descriptor or a closed Redlock.
@@ -620,11 +645,13 @@ type redlockHold struct {
 	// none runs past deadline (as far as the client honours deadlines).
 	settled  <-chan struct{}
 	deadline time.Time
+	handoffs int // local hand-offs in a row that led to it (redlock_handoff.go)
 }
 
 var (
-	_ holder  = (*redlockHold)(nil)
-	_ drifter = (*redlockHold)(nil)
+	_ holder   = (*redlockHold)(nil)
+	_ unlocker = (*redlockHold)(nil)
+	_ drifter  = (*redlockHold)(nil)
 )
 
 func (h *redlockHold) lockName() string { return h.m.name }
@@ -714,11 +741,16 @@ func (h *redlockHold) renew(ctx context.Context, owner string, px time.Duration)
 // ErrQuorum when a quorum may still hold it.
 func (h *redlockHold) release(ctx context.Context, owner string) error {
 	h.awaitSettled() // a late grant must not land after its release
-	m := h.m
-	n, q := len(m.r.nodes), quorum(len(m.r.nodes))
 	// Wait for every node (each bounded by the node timeout), so that when
 	// Unlock returns no reachable node still holds the key.
-	released, gone, failed := m.releaseOn(ctx, owner, nil, true, nil)
+	released, gone, failed := h.m.releaseOn(ctx, owner, nil, true, nil)
+	return h.m.releaseVerdict(released, gone, failed)
+}
+
+// releaseVerdict judges a release of our key on every node, of which
+// released gave it up, gone no longer held it and failed did not answer.
+func (m *RedlockMutex) releaseVerdict(released, gone int, failed nodeErrors) error {
+	n, q := len(m.r.nodes), quorum(len(m.r.nodes))
 	switch {
 	case gone > n-q:
 		return fmt.Errorf("%w: %d of %d nodes no longer held it", ErrNotHeld, gone, n)
@@ -736,7 +768,8 @@ func (h *redlockHold) release(ctx context.Context, owner string) error {
 // which, detached from ctx's cancellation. It waits until the nodes that
 // granted their share have answered; releases sent to nodes that failed the
 // acquisition go on in the background (they are unreachable, or too slow to
-// matter). What it cannot reach expires by its TTL.
+// matter), bounded by the node timeout alone: a context ending when this
+// returns would cancel them. What it cannot reach expires by its TTL.
 func (h *redlockHold) releaseShares(ctx context.Context, owner string, which, granted []bool) {
 	m := h.m
 	some := 0
@@ -748,8 +781,6 @@ func (h *redlockHold) releaseShares(ctx context.Context, owner string, which, gr
 	if some == 0 {
 		return
 	}
-	rctx, cancel := detach(ctx, m.cfg.releaseTimeout)
-	defer cancel()
 	enough := func(replies []nodeReply) bool {
 		for i, rep := range replies {
 			if granted[i] && !rep.done {
@@ -761,7 +792,7 @@ func (h *redlockHold) releaseShares(ctx context.Context, owner string, which, gr
 	// Waiters wait only for an owner seen on a quorum of the nodes (see
 	// redlock_wait.go): tell them only when these shares may be as many.
 	tell := some >= quorum(len(m.r.nodes))
-	if _, _, failed := m.releaseOn(rctx, owner, which, tell, enough); len(failed) > 0 {
+	if _, _, failed := m.releaseOn(context.WithoutCancel(ctx), owner, which, tell, enough); len(failed) > 0 {
 		m.cfg.logger.Warn("dlock: could not release a failed Redlock acquisition on every node; the lock's key there expires by its TTL",
 			slog.String("lock", m.name), slog.Any("error", failed))
 	}

@@ -33,7 +33,8 @@ import (
 // same for one goroutine as for a thousand, a release wakes one goroutine per
 // process rather than every goroutine, and the goroutines of a process are
 // served in arrival order. Processes race for the lock when it is released,
-// as Redlock has no queue on the servers to order them.
+// as Redlock has no queue on the servers to order them; an Unlock may first
+// hand the lock to its own process's waiting turn (redlock_handoff.go).
 
 // redlockGates let one Lock call per lock name at a time wait in Redis; the
 // others queue behind it in arrival order.
@@ -42,48 +43,126 @@ type redlockGates struct {
 	gates map[string]*redlockGate
 }
 
-// redlockGate is one name's turn: turn holds a token while nobody has it,
-// and the goroutines blocked receiving from it are served first come, first
-// served (the runtime hands a sent value to the longest-waiting receiver).
+// redlockGate is one name's line: line[0] holds the turn. The gate goes when
+// the line is empty.
 type redlockGate struct {
-	turn  chan struct{}
-	users int // holding or waiting for the turn; the gate goes at 0
+	line []*redlockTurn
 }
 
-// enter waits for name's turn. It returns the function that gives the turn
-// to the next goroutine, or ctx's error or ErrClosed when those come first.
-func (g *redlockGates) enter(ctx context.Context, closed <-chan struct{}, name string) (leave func(), err error) {
+// redlockTurn is one Lock call's place at its gate. The first in line
+// attempts on the nodes and waits for releases, and an Unlock of the same
+// Redlock may hand it the lock directly (redlock_handoff.go).
+type redlockTurn struct {
+	g    *redlockGates
+	name string
+	m    *RedlockMutex // the Lock's descriptor: a hand-off uses its options
+	wake chan struct{} // capacity 1: first in line now
+	// handoff brings the outcome of a hand-off to this turn (capacity 1):
+	// exactly one after taken was set (under g.mu) by the Unlock handing
+	// the lock over.
+	handoff chan redlockHandoff
+	taken   bool
+}
+
+// enter lines up for the turn of m's lock and waits until it is first in
+// line. It returns ctx's error or ErrClosed when those come first. The
+// caller must leave the turn.
+func (g *redlockGates) enter(ctx context.Context, closed <-chan struct{}, m *RedlockMutex) (*redlockTurn, error) {
+	t := &redlockTurn{g: g, name: m.key, m: m, wake: make(chan struct{}, 1), handoff: make(chan redlockHandoff, 1)}
 	g.mu.Lock()
-	gt := g.gates[name]
+	gt := g.gates[t.name]
 	if gt == nil {
 		if g.gates == nil {
 			g.gates = make(map[string]*redlockGate)
 		}
-		gt = &redlockGate{turn: make(chan struct{}, 1)}
-		gt.turn <- struct{}{}
-		g.gates[name] = gt
+		gt = &redlockGate{}
+		g.gates[t.name] = gt
 	}
-	gt.users++
+	gt.line = append(gt.line, t)
+	first := len(gt.line) == 1
 	g.mu.Unlock()
-	done := func() {
-		g.mu.Lock()
-		if gt.users--; gt.users == 0 {
-			delete(g.gates, name)
-		}
-		g.mu.Unlock()
+	if first {
+		return t, nil
 	}
+	var err error
 	select {
-	case <-gt.turn:
-		return func() {
-			gt.turn <- struct{}{}
-			done()
-		}, nil
+	case <-t.wake:
+		return t, nil
 	case <-ctx.Done():
-		done()
-		return nil, ctx.Err()
+		err = ctx.Err()
 	case <-closed:
-		done()
-		return nil, ErrClosed
+		err = ErrClosed
+	}
+	g.mu.Lock()
+	if gt.line[0] == t {
+		// First in line as ctx ended: pass the turn on.
+		g.mu.Unlock()
+		t.leave(ctx)
+		return nil, err
+	}
+	gt.remove(t)
+	g.mu.Unlock()
+	return nil, err
+}
+
+// handingOver reports whether an Unlock is handing the lock to the turn:
+// then the turn takes that outcome rather than attempt.
+func (t *redlockTurn) handingOver() bool {
+	t.g.mu.Lock()
+	defer t.g.mu.Unlock()
+	return t.taken
+}
+
+// received notes that the turn took a hand-off's outcome.
+func (t *redlockTurn) received() {
+	t.g.mu.Lock()
+	t.taken = false
+	t.g.mu.Unlock()
+}
+
+// leave ends the first in line's turn: the next in line gets it. A hand-off
+// still on its way is then awaited (its Unlock is bounded by the node
+// timeout) and released again, so that a Lock that gave up, or took the
+// lock by an attempt of its own meanwhile, leaves nothing behind.
+func (t *redlockTurn) leave(ctx context.Context) {
+	t.g.mu.Lock()
+	gt := t.g.gates[t.name]
+	gt.remove(t)
+	if len(gt.line) == 0 {
+		delete(t.g.gates, t.name)
+	} else {
+		gt.line[0].wake <- struct{}{}
+	}
+	taken := t.taken
+	t.g.mu.Unlock()
+	if taken {
+		t.releaseHandoff(ctx)
+	}
+}
+
+// releaseHandoff waits for the outcome of a hand-off to a Lock that gave
+// up, and releases what it got.
+func (t *redlockTurn) releaseHandoff(ctx context.Context) {
+	h := <-t.handoff
+	t.received()
+	if h.res.hold == nil {
+		return
+	}
+	rctx, cancel := detach(ctx, t.m.cfg.releaseTimeout)
+	defer cancel()
+	if err := h.res.hold.release(rctx, h.owner); err != nil {
+		t.m.cfg.logger.Warn("dlock: could not release a Redlock lock handed over to a Lock that gave up; the lock's key expires by its TTL",
+			slog.String("lock", t.m.name), slog.Any("error", err))
+	}
+}
+
+// remove takes t out of the line, if there.
+func (gt *redlockGate) remove(t *redlockTurn) {
+	for i, x := range gt.line {
+		if x == t {
+			gt.line = append(gt.line[:i], gt.line[i+1:]...)
+			return
+		}
 	}
 }
 

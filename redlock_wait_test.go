@@ -39,21 +39,24 @@ func subscribers(t *testing.T, s *redistest.Server, name string) int64 {
 	return n
 }
 
-// scriptCalls is how many script calls (EVALSHA and EVAL) s has run.
-func scriptCalls(t *testing.T, s *redistest.Server) int64 {
+// commandCalls is how many times s has run the commands named (lower case,
+// as INFO commandstats names them).
+func commandCalls(t *testing.T, s *redistest.Server, commands ...string) int64 {
 	info, _ := s.Do(t, "INFO", "commandstats").(string)
 	var total int64
 	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
-			continue
+		for _, c := range commands {
+			if !strings.HasPrefix(line, "cmdstat_"+c+":") {
+				continue
+			}
+			_, rest, _ := strings.Cut(line, "calls=")
+			calls, _, _ := strings.Cut(rest, ",")
+			n, err := strconv.ParseInt(calls, 10, 64)
+			if err != nil {
+				t.Fatalf("INFO commandstats: cannot read %q", line)
+			}
+			total += n
 		}
-		_, rest, _ := strings.Cut(line, "calls=")
-		calls, _, _ := strings.Cut(rest, ",")
-		n, err := strconv.ParseInt(calls, 10, 64)
-		if err != nil {
-			t.Fatalf("INFO commandstats: cannot read %q", line)
-		}
-		total += n
 	}
 	return total
 }
@@ -141,7 +144,7 @@ func TestRedlockWaitersSendNothingBetweenReleases(t *testing.T) {
 
 	// Two processes with 20 waiters each, for 1.5 s, retrying every 10–40 ms
 	// if they polled: hundreds of attempts per node.
-	before := scriptCalls(t, servers[0])
+	before := commandCalls(t, servers[0], "evalsha", "eval")
 	wait, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -166,7 +169,7 @@ func TestRedlockWaitersSendNothingBetweenReleases(t *testing.T) {
 	}
 	// One waiter per process attempts: once, and once more after
 	// subscribing. The rest queue in their process.
-	if calls := scriptCalls(t, servers[0]) - before; calls > 10 {
+	if calls := commandCalls(t, servers[0], "evalsha", "eval") - before; calls > 10 {
 		t.Errorf("40 waiters in 2 processes sent %d script calls to one node in 1.5 s; want at most 10 (no polling)", calls)
 	}
 }
@@ -202,7 +205,7 @@ func TestRedlockLocalWaitersTakeTurnsInOrder(t *testing.T) {
 				t.Errorf("waiter %d: Unlock: %v", i, err)
 			}
 		}()
-		waitUntil(t, 10*time.Second, "waiter "+strconv.Itoa(i)+" in line", func() bool { return dlock.RedlockGateUsers(r, name) == i+1 })
+		waitUntil(t, 10*time.Second, "waiter "+strconv.Itoa(i)+" in line", func() bool { n, _ := dlock.RedlockGateState(r, name); return n == i+1 })
 	}
 	waitUntil(t, 10*time.Second, "first waiter listening on every node", func() bool {
 		for _, s := range servers {
@@ -224,7 +227,7 @@ func TestRedlockLocalWaitersTakeTurnsInOrder(t *testing.T) {
 	if len(order) != waiters {
 		t.Fatalf("%d of %d waiters took the lock", len(order), waiters)
 	}
-	if n := dlock.RedlockGateUsers(r, name); n != 0 {
+	if n, _ := dlock.RedlockGateState(r, name); n != 0 {
 		t.Errorf("%d Lock calls still in line after every waiter returned", n)
 	}
 }
@@ -245,7 +248,7 @@ func TestRedlockCloseEndsQueuedWaiters(t *testing.T) {
 			errs <- err
 		}()
 	}
-	waitUntil(t, 10*time.Second, "three waiters in line", func() bool { return dlock.RedlockGateUsers(r, name) == 3 })
+	waitUntil(t, 10*time.Second, "three waiters in line", func() bool { n, _ := dlock.RedlockGateState(r, name); return n == 3 })
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -37,6 +37,8 @@ var (
 	ownedPTTL string
 	//go:embed owned_release.lua
 	ownedRelease string
+	//go:embed owned_transfer.lua
+	ownedTransfer string
 	//go:embed redlock_acquire.lua
 	redlockAcquire string
 )
@@ -67,6 +69,8 @@ var (
 	OwnedPTTL = driver.NewScript(ownedPTTL)
 	// OwnedRelease deletes an owned key (owned_release.lua).
 	OwnedRelease = driver.NewScript(ownedRelease)
+	// OwnedTransfer passes an owned key to a new owner (owned_transfer.lua).
+	OwnedTransfer = driver.NewScript(ownedTransfer)
 	// RedlockAcquire takes one Redlock node's share of a lock
 	// (redlock_acquire.lua).
 	RedlockAcquire = driver.NewScript(redlockAcquire)

@@ -1,0 +1,157 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/scripts"
+)
+
+// Local hand-off of a Redlock lock.
+//
+// An Unlock whose Redlock has a Lock waiting for the same name (the first
+// in line of redlock_wait.go) may pass the lock straight to it:
+// one fan-out moves every node's key to a fresh owner value
+// (owned_transfer.lua), and the releasing goroutine hands the result over
+// itself. Without it, each grant under contention costs a release fan-out,
+// a message through every node's subscription and an acquire fan-out; with
+// it, one fan-out. The keys are never free in between, so no other process
+// can take the lock midway, and the waiter's lease counts its validity from
+// before the transfer, as an acquisition does. Other processes keep their
+// chance by the Mutex's bound (maxLocalHandoffs): a lease that was the last
+// of that many hand-offs in a row is released on the nodes, with a message,
+// and every process's waiter races for the lock. The count travels with the
+// leases (redlockHold.handoffs), not with the waiters: two goroutines that
+// pass the lock back and forth are bounded as well.
+//
+// A transfer that does not move a quorum within the validity gives back
+// what it moved, and the Unlock releases the rest as usual; the waiter
+// attempts again. The waiter may be in the middle of an attempt of its own:
+// the new owner value is not the one it attempts with, so its attempt finds
+// the moved keys held by another owner and fails rather than counting them
+// as its own (at most one of the two can reach a quorum while the old holder
+// holds one). A waiter that takes the lock by its attempt, or whose context
+// ends, while a transfer to it is in flight waits for the outcome and
+// releases what it got.
+
+// redlockHandoff is a hand-off's outcome: the lock, held by owner, or
+// res.hold nil when it failed.
+type redlockHandoff struct {
+	res   acquireResult
+	owner string
+}
+
+// takeHeir returns the turn an Unlock of the lock keyed name may hand the
+// lock to, the first in line, marked taken. It returns nil when the Unlock
+// must release on the nodes: nobody of this Redlock waits for the lock, the
+// lease to unlock was itself the last of maxLocalHandoffs hand-offs in a
+// row, or the Redlock is closed.
+func (g *redlockGates) takeHeir(name string, handoffs int, closed <-chan struct{}) *redlockTurn {
+	if handoffs >= maxLocalHandoffs {
+		return nil
+	}
+	select {
+	case <-closed:
+		return nil
+	default:
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gt := g.gates[name]
+	if gt == nil || gt.line[0].taken {
+		return nil
+	}
+	t := gt.line[0]
+	t.taken = true
+	return t
+}
+
+// unlock is Unlock: hand the lock to this Redlock's waiting Lock for it, if
+// any (see above), or release it on every node.
+func (h *redlockHold) unlock(ctx context.Context, owner string) error {
+	heir := h.m.r.gates.takeHeir(h.m.key, h.handoffs, h.m.r.closed)
+	if heir == nil {
+		return h.release(ctx, owner)
+	}
+	var (
+		res   acquireResult
+		moved = make([]bool, len(h.m.r.nodes))
+	)
+	// A fresh owner value: the heir's attempts, which may be in flight, use
+	// another and cannot count the moved keys as theirs.
+	next, err := newOwner(heir.m.cfg.ownerInfo)
+	if err == nil {
+		h.awaitSettled() // a late grant must not land after the transfer
+		res, moved = heir.m.transfer(ctx, owner, next, h.handoffs+1)
+	}
+	heir.handoff <- redlockHandoff{res: res, owner: next}
+	if res.hold != nil {
+		return nil
+	}
+	// Release what did not move; what moved counts as released.
+	notMoved := make([]bool, len(moved))
+	movedCount := 0
+	for i, mv := range moved {
+		notMoved[i] = !mv
+		if mv {
+			movedCount++
+		}
+	}
+	released, gone, failed := h.m.releaseOn(ctx, owner, notMoved, true, nil)
+	return h.m.releaseVerdict(released+movedCount, gone, failed)
+}
+
+// transfer moves the lock's key from owner from to owner to on every node,
+// the handoffs-th local hand-off in a row. It succeeds, returning the new
+// owner's hold, when a quorum moved within the validity to's lease gets
+// (m's TTL, counted from before the first request); otherwise it gives back
+// to's shares. moved marks the nodes that answered that the key moved.
+//
+// It returns once a quorum moved; the other nodes' requests go on in the
+// background, bounded by the node timeout but not by ctx: the Unlock that
+// sent them ends ctx when it returns, and a node left to the old owner
+// would hold its key until the TTL.
+func (m *RedlockMutex) transfer(ctx context.Context, from, to string, handoffs int) (res acquireResult, moved []bool) {
+	n, q := len(m.r.nodes), quorum(len(m.r.nodes))
+	px := redlockPX(&m.cfg)
+	valid := px - m.drift(px)
+	start := time.Now()
+	deadline := start.Add(min(redlockNodeTimeout(&m.cfg), valid))
+	calls := make([]*driver.Call, n)
+	for i := range calls {
+		calls[i] = &driver.Call{Script: scripts.OwnedTransfer, Keys: []string{m.key}, Args: []any{from, to, px.Milliseconds()}}
+	}
+	isMoved := func(rep nodeReply) bool { return rep.done && rep.err == nil && rep.reply == int64(1) }
+	replies, settled := m.r.fanout(context.WithoutCancel(ctx), deadline, calls, func(replies []nodeReply) bool {
+		count := 0
+		for _, rep := range replies {
+			if isMoved(rep) {
+				count++
+			}
+		}
+		return count >= q
+	})
+	elapsed := time.Since(start)
+	moved = make([]bool, n)
+	mayHold := make([]bool, n) // moved, or no answer that says it did not
+	count := 0
+	for i, rep := range replies {
+		switch {
+		case isMoved(rep):
+			moved[i], mayHold[i] = true, true
+			count++
+		case !rep.done || rep.err != nil:
+			var rerr *driver.ReplyError
+			mayHold[i] = !errors.As(rep.err, &rerr) // an error reply: the script wrote nothing
+		}
+	}
+	hold := &redlockHold{m: m, settled: settled, deadline: deadline, handoffs: handoffs}
+	if count >= q && elapsed < valid {
+		return acquireResult{hold: hold, start: start, px: px}, moved
+	}
+	hold.awaitSettled()
+	hold.releaseShares(ctx, to, mayHold, moved)
+	return acquireResult{start: start}, moved
+}

@@ -1,0 +1,148 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// lockWhenHeir starts a Lock of r on name and waits until it waits between
+// attempts, where an Unlock of r may hand it the lock. The lease (or error)
+// comes on the channel returned.
+func lockWhenHeir(ctx context.Context, t *testing.T, r *dlock.Redlock, name string) <-chan leaseOrError {
+	t.Helper()
+	got := make(chan leaseOrError, 1)
+	go func() {
+		l, err := r.Mutex(name).Lock(ctx)
+		got <- leaseOrError{l, err}
+	}()
+	waitUntil(t, 10*time.Second, "Lock waiting between attempts", func() bool {
+		_, head := dlock.RedlockGateState(r, name)
+		return head == "waiting"
+	})
+	return got
+}
+
+type leaseOrError struct {
+	l   *dlock.Lease
+	err error
+}
+
+func TestRedlockUnlockHandsOverLocally(t *testing.T) {
+	servers := redistest.StartNodes(t, 3)
+	r := newRedlock(t, addrsOf(servers), slowRetry)
+	ctx := testCtx(t)
+	name := t.Name()
+	held, err := r.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := lockWhenHeir(ctx, t, r, name)
+	published := commandCalls(t, servers[0], "publish")
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	got := <-next
+	if got.err != nil {
+		t.Fatalf("Lock: %v", got.err)
+	}
+	if n := commandCalls(t, servers[0], "publish") - published; n != 0 {
+		t.Errorf("the hand-off published %d messages; want none (nothing was released)", n)
+	}
+	eventually(t, func() string {
+		for i, v := range holdersOf(t, servers, lockKey(name)) {
+			if v != dlock.LeaseOwner(got.l) {
+				return "node " + string(rune('0'+i)) + " holds " + v + ", not the new lease's owner"
+			}
+		}
+		return ""
+	})
+	if err := held.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("a second Unlock of the lease handed over: got %v, want ErrNotHeld", err)
+	}
+	if err := got.l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock of the lease handed over: %v", err)
+	}
+	wantNoKey(t, servers, lockKey(name))
+}
+
+func TestRedlockLocalHandoffsAreBounded(t *testing.T) {
+	servers := redistest.StartNodes(t, 3)
+	r := newRedlock(t, addrsOf(servers))
+	ctx := testCtx(t)
+	name := t.Name()
+	held, err := r.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	published := commandCalls(t, servers[0], "publish")
+	// Ten Unlocks, each with a Lock of the same Redlock waiting: seven
+	// hand-offs, then one release on the nodes, then hand-offs again.
+	for i := 0; i < 10; i++ {
+		next := lockWhenHeir(ctx, t, r, name)
+		if err := held.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock %d: %v", i+1, err)
+		}
+		got := <-next
+		if got.err != nil {
+			t.Fatalf("Lock %d: %v", i+1, got.err)
+		}
+		held = got.l
+	}
+	if n := commandCalls(t, servers[0], "publish") - published; n != 1 {
+		t.Errorf("10 Unlocks with a local waiter published %d releases; want 1 (other processes get a chance after 7 hand-offs)", n)
+	}
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantNoKey(t, servers, lockKey(name))
+}
+
+func TestRedlockHandoffToALockThatGaveUp(t *testing.T) {
+	servers := redistest.StartNodes(t, 3)
+	proxies, addrs := proxied(t, servers)
+	r := newRedlock(t, addrs, dlock.WithNodeTimeout(2*time.Second))
+	ctx := testCtx(t)
+	name := t.Name()
+	held, err := r.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next := lockWhenHeir(waitCtx, t, r, name)
+
+	// The transfer's replies are held back while the waiter gives up.
+	for _, p := range proxies {
+		p.HoldReplies(true)
+	}
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- held.Unlock(ctx) }()
+	waitUntil(t, 10*time.Second, "hand-off in flight", func() bool {
+		_, head := dlock.RedlockGateState(r, name)
+		return head == "taken"
+	})
+	cancel()
+	waitUntil(t, 10*time.Second, "waiter leaving", func() bool {
+		_, head := dlock.RedlockGateState(r, name)
+		return head == ""
+	})
+	for _, p := range proxies {
+		p.HoldReplies(false)
+	}
+	if err := <-unlocked; err != nil {
+		t.Errorf("Unlock: %v", err)
+	}
+	if got := <-next; !errors.Is(got.err, dlock.ErrNotObtained) || !errors.Is(got.err, context.Canceled) {
+		t.Errorf("Lock that gave up during a hand-off: got %v, %v; want ErrNotObtained and Canceled", got.l, got.err)
+	}
+	// It released what it was handed: nothing is left locked.
+	wantNoKey(t, servers, lockKey(name))
+	if _, err := r.Mutex(name).TryLock(ctx); err != nil {
+		t.Errorf("TryLock after the abandoned hand-off: %v", err)
+	}
+}

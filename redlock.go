@@ -328,7 +328,7 @@ func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
 // the Redlock is closed, and with ErrQuorum when more nodes than a quorum
 // can spare answer with errors that retrying cannot fix, such as
 // ErrKeyConflict. The caller must Unlock the returned Lease.
-func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
+func (m *RedlockMutex) Lock(ctx context.Context) (lease *Lease, err error) {
 	if err := m.usable(); err != nil {
 		return nil, err
 	}
@@ -347,9 +347,8 @@ func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
 	case err != nil:
 		return nil, waitEnded(ctx, m.name, began, 0, nil)
 	}
-	defer turn.leave(ctx)
-	l := m.r.listen(m.key, owner)
-	defer l.stop()
+	defer func() { turn.leave(ctx, lease != nil) }()
+	l := turn.listener()
 	wait := redlockWait{m: m, l: l, spin: newSpinDelay(SpinWait(m.cfg.retryMin, m.cfg.retryMax))}
 	var (
 		holderTTL time.Duration
@@ -357,34 +356,45 @@ func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
 	)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	for {
-		heard := l.hears()
-		l.drain()
+	for first := true; ; first = false {
 		if turn.handingOver() {
 			// An Unlock of this Redlock is handing the lock over: its
 			// outcome comes within a node timeout.
-			if lease, ok, err := m.takeHandoff(ctx, turn, <-turn.handoff); ok {
-				return lease, err
+			if got, ok, err := m.takeHandoff(ctx, turn, <-turn.handoff); ok {
+				return got, err
 			}
 			continue
 		}
-		res := m.attempt(ctx, "Lock", owner)
-		switch {
-		case res.hold != nil:
-			return m.lease(ctx, owner, res)
-		case res.err == nil: // ctx ended
-			return nil, waitEnded(ctx, m.name, began, holderTTL, last)
-		case res.permanent:
-			return nil, res.err
-		}
-		holderTTL, last = res.holderTTL, res.err
-		var nerr *notObtainedError
-		if errors.As(res.err, &nerr) {
-			last = nerr.last // contention is what the wait is about: keep only node failures
-		}
-		delay, wake := wait.next(ctx, res, heard)
-		if delay == 0 && ctx.Err() == nil {
-			continue
+		heard := l.hears()
+		var (
+			delay time.Duration
+			wake  bool
+		)
+		if first && turn.inherited && heard {
+			// This process holds the lock: its Unlock hands it over or
+			// publishes the release. Asking the nodes now would only
+			// find it held.
+			delay, wake = wait.idle(0), true
+		} else {
+			l.drain()
+			res := m.attempt(ctx, "Lock", owner)
+			switch {
+			case res.hold != nil:
+				return m.lease(ctx, owner, res)
+			case res.err == nil: // ctx ended
+				return nil, waitEnded(ctx, m.name, began, holderTTL, last)
+			case res.permanent:
+				return nil, res.err
+			}
+			holderTTL, last = res.holderTTL, res.err
+			var nerr *notObtainedError
+			if errors.As(res.err, &nerr) {
+				last = nerr.last // contention is what the wait is about: keep only node failures
+			}
+			delay, wake = wait.next(ctx, res, heard)
+			if delay == 0 && ctx.Err() == nil {
+				continue
+			}
 		}
 		var signal <-chan struct{}
 		if wake {
@@ -394,8 +404,8 @@ func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
 		select {
 		case <-signal:
 		case h := <-turn.handoff:
-			if lease, ok, err := m.takeHandoff(ctx, turn, h); ok {
-				return lease, err
+			if got, ok, err := m.takeHandoff(ctx, turn, h); ok {
+				return got, err
 			}
 		case <-timer.C:
 		case <-ctx.Done():

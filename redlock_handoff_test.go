@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -144,5 +145,63 @@ func TestRedlockHandoffToALockThatGaveUp(t *testing.T) {
 	wantNoKey(t, servers, lockKey(name))
 	if _, err := r.Mutex(name).TryLock(ctx); err != nil {
 		t.Errorf("TryLock after the abandoned hand-off: %v", err)
+	}
+}
+
+func TestRedlockNextInLineWaitsForItsOwnProcess(t *testing.T) {
+	servers := redistest.StartNodes(t, 3)
+	r := newRedlock(t, addrsOf(servers), slowRetry)
+	ctx := testCtx(t)
+	// Run once to load the scripts (a first EVALSHA fails with NOSCRIPT),
+	// then count.
+	for round := 0; round < 2; round++ {
+		name := t.Name() + strconv.Itoa(round)
+		before := commandCalls(t, servers[0], "evalsha", "eval")
+		handOverTwice(ctx, t, r, name)
+		// TryLock 1, the first waiter's attempts 2 (before and after it
+		// subscribed), two transfers, the last release: 6 scripts a node.
+		if n := commandCalls(t, servers[0], "evalsha", "eval") - before; round == 1 && n != 6 {
+			t.Errorf("node 0 ran %d scripts; want 6 (the second waiter must not attempt while its process holds the lock)", n)
+		}
+	}
+}
+
+// handOverTwice takes name with TryLock, lines two Lock calls up behind it,
+// and unlocks each lease as soon as the next in line is first: two
+// hand-offs, then a release.
+func handOverTwice(ctx context.Context, t *testing.T, r *dlock.Redlock, name string) {
+	t.Helper()
+	a, err := r.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := lockWhenHeir(ctx, t, r, name)
+	c := make(chan leaseOrError, 1)
+	go func() {
+		l, err := r.Mutex(name).Lock(ctx)
+		c <- leaseOrError{l, err}
+	}()
+	waitUntil(t, 10*time.Second, "second waiter in line", func() bool { n, _ := dlock.RedlockGateState(r, name); return n == 2 })
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	gotB := <-b
+	if gotB.err != nil {
+		t.Fatalf("first waiter: %v", gotB.err)
+	}
+	// The second waiter is now first in line while this process holds the
+	// lock: it must not ask the nodes, only wait for the hand-off. Give it
+	// time to (wrongly) ask before unlocking: the caller counts.
+	waitUntil(t, 10*time.Second, "second waiter first in line", func() bool { n, _ := dlock.RedlockGateState(r, name); return n == 1 })
+	time.Sleep(200 * time.Millisecond) // observing that nothing happens: no event to await
+	if err := gotB.l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	gotC := <-c
+	if gotC.err != nil {
+		t.Fatalf("second waiter: %v", gotC.err)
+	}
+	if err := gotC.l.Unlock(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

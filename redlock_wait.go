@@ -47,6 +47,10 @@ type redlockGates struct {
 // the line is empty.
 type redlockGate struct {
 	line []*redlockTurn
+	// l listens for the lock's releases on behalf of whoever is first in
+	// line, for as long as the line exists: a release heard between two
+	// turns is not lost.
+	l *redlockListener
 }
 
 // redlockTurn is one Lock call's place at its gate. The first in line
@@ -57,6 +61,10 @@ type redlockTurn struct {
 	name string
 	m    *RedlockMutex // the Lock's descriptor: a hand-off uses its options
 	wake chan struct{} // capacity 1: first in line now
+	// inherited is set (before wake) when the turn came from a Lock that
+	// took the lock: this process holds it, and its Unlock hands it over or
+	// publishes its release, so the turn need not ask the nodes first.
+	inherited bool
 	// handoff brings the outcome of a hand-off to this turn (capacity 1):
 	// exactly one after taken was set (under g.mu) by the Unlock handing
 	// the lock over.
@@ -75,7 +83,7 @@ func (g *redlockGates) enter(ctx context.Context, closed <-chan struct{}, m *Red
 		if g.gates == nil {
 			g.gates = make(map[string]*redlockGate)
 		}
-		gt = &redlockGate{}
+		gt = &redlockGate{l: m.r.listen(t.name)}
 		g.gates[t.name] = gt
 	}
 	gt.line = append(gt.line, t)
@@ -97,7 +105,7 @@ func (g *redlockGates) enter(ctx context.Context, closed <-chan struct{}, m *Red
 	if gt.line[0] == t {
 		// First in line as ctx ended: pass the turn on.
 		g.mu.Unlock()
-		t.leave(ctx)
+		t.leave(ctx, false)
 		return nil, err
 	}
 	gt.remove(t)
@@ -120,17 +128,20 @@ func (t *redlockTurn) received() {
 	t.g.mu.Unlock()
 }
 
-// leave ends the first in line's turn: the next in line gets it. A hand-off
-// still on its way is then awaited (its Unlock is bounded by the node
-// timeout) and released again, so that a Lock that gave up, or took the
-// lock by an attempt of its own meanwhile, leaves nothing behind.
-func (t *redlockTurn) leave(ctx context.Context) {
+// leave ends the first in line's turn, holding the lock or not: the next in
+// line gets it. A hand-off still on its way is then awaited (its Unlock is
+// bounded by the node timeout) and released again, so that a Lock that gave
+// up, or took the lock by an attempt of its own meanwhile, leaves nothing
+// behind.
+func (t *redlockTurn) leave(ctx context.Context, holding bool) {
 	t.g.mu.Lock()
 	gt := t.g.gates[t.name]
 	gt.remove(t)
 	if len(gt.line) == 0 {
 		delete(t.g.gates, t.name)
+		gt.l.stop()
 	} else {
+		gt.line[0].inherited = holding
 		gt.line[0].wake <- struct{}{}
 	}
 	taken := t.taken
@@ -166,8 +177,8 @@ func (gt *redlockGate) remove(t *redlockTurn) {
 	}
 }
 
-// redlockListener is one waiting Lock's ear on every node: a waiter in each
-// node's notifier, all sharing one signal.
+// redlockListener is a line's ear on every node: a waiter in each node's
+// notifier, all sharing one signal.
 type redlockListener struct {
 	r       *Redlock
 	channel string
@@ -175,13 +186,14 @@ type redlockListener struct {
 	waiters []*waiter
 }
 
-// listen registers owner's waiter on channel at every node. Register before
-// the first attempt, so that a release right after it is heard; stop
-// unregisters.
-func (r *Redlock) listen(channel, owner string) *redlockListener {
+// listen registers a waiter on channel at every node. Register before the
+// first attempt, so that a release right after it is heard; stop
+// unregisters. The waiters' owner value only matters to grants, which a
+// Redlock never publishes.
+func (r *Redlock) listen(channel string) *redlockListener {
 	l := &redlockListener{r: r, channel: channel, signal: make(chan struct{}, 1), waiters: make([]*waiter, len(r.nodes))}
 	for i, n := range r.nodes {
-		l.waiters[i] = n.notify.registerSignal(channel, owner, l.signal)
+		l.waiters[i] = n.notify.registerSignal(channel, "redlock", l.signal)
 	}
 	return l
 }
@@ -280,12 +292,24 @@ func (w *redlockWait) next(ctx context.Context, res acquireResult, heardBefore b
 	if !w.l.hears() {
 		return w.spin.next(), false
 	}
-	// Look again when a quorum of the holder's keys could have expired, and
-	// at least every third of the TTL; up to 10% later, so that the waiting
-	// processes spread out.
-	d := redlockPX(&m.cfg) / 3
-	if res.holderTTL > 0 && res.holderTTL+time.Millisecond < d {
-		d = res.holderTTL + time.Millisecond
+	return w.idle(res.holderTTL), true
+}
+
+// idle is how long a waiter that hears releases waits before it asks the
+// nodes again: when a quorum of the holder's keys could have expired
+// (holderTTL, 0 unknown), and at least every third of the TTL; up to 10%
+// later, so that the waiting processes spread out.
+func (w *redlockWait) idle(holderTTL time.Duration) time.Duration {
+	d := redlockPX(&w.m.cfg) / 3
+	if holderTTL > 0 && holderTTL+time.Millisecond < d {
+		d = holderTTL + time.Millisecond
 	}
-	return d + time.Duration(rand.Int63n(int64(d/10)+1)), true
+	return d + time.Duration(rand.Int63n(int64(d/10)+1))
+}
+
+// listener is the listener of the turn's line.
+func (t *redlockTurn) listener() *redlockListener {
+	t.g.mu.Lock()
+	defer t.g.mu.Unlock()
+	return t.g.gates[t.name].l
 }

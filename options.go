@@ -380,8 +380,8 @@ func WithDriftFactor(f float64) Option {
 // held a quorum (contenders split the nodes), while too few nodes answer,
 // and where pub/sub is unavailable. The delay is random and its range
 // doubles from [min/2, min] after each attempt up to [max/2, max], so that
-// clients whose attempts collided drift apart. It needs 1ms <= min <= max <= 1m; both
-// zero mean the default. Redlock only: New and Client.Mutex reject it with
+// clients whose attempts collided drift apart. It needs 1ms <= min <= max
+// <= 1m; both zero mean the default. Redlock only: New and Client.Mutex reject it with
 // ErrInvalidArgument. Default: 10ms and 200ms.
 func WithRetryDelay(min, max time.Duration) Option {
 	return func(c *config) {

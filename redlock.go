@@ -260,9 +260,8 @@ func (r *Redlock) checkOpen() error {
 // behind it, in arrival order), and those race for the lock, so grants do
 // not follow arrival order across processes. An Unlock hands the lock
 // straight to its own Redlock's first waiter for it, up to 7 times in a
-// row. Its leases carry no fencing
-// token (Lease.Token returns 0). Lease.TTL reports how long a quorum of the
-// nodes still hold the key.
+// row. Its leases carry no fencing token (Lease.Token returns 0). Lease.TTL
+// reports how long a quorum of the nodes still hold the key.
 type RedlockMutex struct {
 	r    *Redlock
 	name string
@@ -321,9 +320,9 @@ func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
 // pub/sub on the nodes) or its keys could have expired, and after a random
 // delay (WithRetryDelay) when no owner holds a quorum (a split vote) or too
 // few nodes answer. Lock calls of one Redlock for one name take turns: the
-// others wait, in arrival order, until the first returns. When ctx ends first, the error
-// matches ErrNotObtained and ctx's error and carries the last attempt's
-// failure (which may match ErrQuorum). It returns at once with
+// others wait, in arrival order, until the first returns. When ctx ends
+// first, the error matches ErrNotObtained and ctx's error and carries the
+// last attempt's failure (which may match ErrQuorum). It returns at once with
 // ErrInvalidArgument, with ErrClosed (also matching ErrNotObtained) when
 // the Redlock is closed, and with ErrQuorum when more nodes than a quorum
 // can spare answer with errors that retrying cannot fix, such as
@@ -348,7 +347,7 @@ func (m *RedlockMutex) Lock(ctx context.Context) (lease *Lease, err error) {
 		return nil, waitEnded(ctx, m.name, began, 0, nil)
 	}
 	defer func() { turn.leave(ctx, lease != nil) }()
-	l := turn.listener()
+	l := turn.gt.l
 	wait := redlockWait{m: m, l: l, spin: newSpinDelay(SpinWait(m.cfg.retryMin, m.cfg.retryMax))}
 	var (
 		holderTTL time.Duration
@@ -782,12 +781,7 @@ func (m *RedlockMutex) releaseVerdict(released, gone int, failed nodeErrors) err
 // returns would cancel them. What it cannot reach expires by its TTL.
 func (h *redlockHold) releaseShares(ctx context.Context, owner string, which, granted []bool) {
 	m := h.m
-	some := 0
-	for _, w := range which {
-		if w {
-			some++
-		}
-	}
+	some := countTrue(which)
 	if some == 0 {
 		return
 	}
@@ -806,6 +800,17 @@ func (h *redlockHold) releaseShares(ctx context.Context, owner string, which, gr
 		m.cfg.logger.Warn("dlock: could not release a failed Redlock acquisition on every node; the lock's key there expires by its TTL",
 			slog.String("lock", m.name), slog.Any("error", failed))
 	}
+}
+
+// countTrue counts the nodes set in a per-node mask.
+func countTrue(mask []bool) int {
+	n := 0
+	for _, set := range mask {
+		if set {
+			n++
+		}
+	}
+	return n
 }
 
 // releaseOn runs the compare-and-delete on the nodes in which (all when nil),

@@ -92,15 +92,11 @@ func (h *redlockHold) unlock(ctx context.Context, owner string) error {
 	}
 	// Release what did not move; what moved counts as released.
 	notMoved := make([]bool, len(moved))
-	movedCount := 0
 	for i, mv := range moved {
 		notMoved[i] = !mv
-		if mv {
-			movedCount++
-		}
 	}
 	released, gone, failed := h.m.releaseOn(ctx, owner, notMoved, true, nil)
-	return h.m.releaseVerdict(released+movedCount, gone, failed)
+	return h.m.releaseVerdict(released+countTrue(moved), gone, failed)
 }
 
 // transfer moves the lock's key from owner from to owner to on every node,
@@ -136,19 +132,19 @@ func (m *RedlockMutex) transfer(ctx context.Context, from, to string, handoffs i
 	elapsed := time.Since(start)
 	moved = make([]bool, n)
 	mayHold := make([]bool, n) // moved, or no answer that says it did not
-	count := 0
 	for i, rep := range replies {
 		switch {
 		case isMoved(rep):
 			moved[i], mayHold[i] = true, true
-			count++
 		case !rep.done || rep.err != nil:
 			var rerr *driver.ReplyError
 			mayHold[i] = !errors.As(rep.err, &rerr) // an error reply: the script wrote nothing
 		}
 	}
 	hold := &redlockHold{m: m, settled: settled, deadline: deadline, handoffs: handoffs}
-	if count >= q && elapsed < valid {
+	// Judged as an acquisition is: a failure to answer is not held against
+	// it, since a quorum moved or it did not.
+	if judgeAcquire(n, countTrue(moved), 0, elapsed, valid) == verdictGranted {
 		return acquireResult{hold: hold, start: start, px: px}, moved
 	}
 	hold.awaitSettled()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math/rand"
 	"sync"
 	"time"
 )
@@ -46,6 +45,7 @@ type redlockGates struct {
 // redlockGate is one name's line: line[0] holds the turn. The gate goes when
 // the line is empty.
 type redlockGate struct {
+	name string // the lock's key, its key in redlockGates
 	line []*redlockTurn
 	// l listens for the lock's releases on behalf of whoever is first in
 	// line, for as long as the line exists: a release heard between two
@@ -58,7 +58,7 @@ type redlockGate struct {
 // Redlock may hand it the lock directly (redlock_handoff.go).
 type redlockTurn struct {
 	g    *redlockGates
-	name string
+	gt   *redlockGate  // its line, which lasts while the turn is in it
 	m    *RedlockMutex // the Lock's descriptor: a hand-off uses its options
 	wake chan struct{} // capacity 1: first in line now
 	// inherited is set (before wake) when the turn came from a Lock that
@@ -76,16 +76,16 @@ type redlockTurn struct {
 // line. It returns ctx's error or ErrClosed when those come first. The
 // caller must leave the turn.
 func (g *redlockGates) enter(ctx context.Context, closed <-chan struct{}, m *RedlockMutex) (*redlockTurn, error) {
-	t := &redlockTurn{g: g, name: m.key, m: m, wake: make(chan struct{}, 1), handoff: make(chan redlockHandoff, 1)}
 	g.mu.Lock()
-	gt := g.gates[t.name]
+	gt := g.gates[m.key]
 	if gt == nil {
 		if g.gates == nil {
 			g.gates = make(map[string]*redlockGate)
 		}
-		gt = &redlockGate{l: m.r.listen(t.name)}
-		g.gates[t.name] = gt
+		gt = &redlockGate{name: m.key, l: m.r.listen(m.key)}
+		g.gates[m.key] = gt
 	}
+	t := &redlockTurn{g: g, gt: gt, m: m, wake: make(chan struct{}, 1), handoff: make(chan redlockHandoff, 1)}
 	gt.line = append(gt.line, t)
 	first := len(gt.line) == 1
 	g.mu.Unlock()
@@ -135,10 +135,10 @@ func (t *redlockTurn) received() {
 // behind.
 func (t *redlockTurn) leave(ctx context.Context, holding bool) {
 	t.g.mu.Lock()
-	gt := t.g.gates[t.name]
+	gt := t.gt
 	gt.remove(t)
 	if len(gt.line) == 0 {
-		delete(t.g.gates, t.name)
+		delete(t.g.gates, gt.name)
 		gt.l.stop()
 	} else {
 		gt.line[0].inherited = holding
@@ -218,7 +218,7 @@ func (l *redlockListener) hears() bool {
 }
 
 // subscribe subscribes the channel on every node at once, each bounded by
-// timeout and ctx, and waits for them all. It returns the first failure, to
+// timeout and ctx, and waits for them all. It returns the failures, to
 // report when too few nodes could be heard.
 func (l *redlockListener) subscribe(ctx context.Context, timeout time.Duration) error {
 	sctx, cancel := context.WithTimeout(ctx, timeout)
@@ -252,11 +252,10 @@ func (l *redlockListener) drain() {
 
 // redlockWait is how a waiting Lock spaces its attempts.
 type redlockWait struct {
-	m      *RedlockMutex
-	l      *redlockListener
-	spin   *spinDelay
-	tried  bool // subscribed once, successfully or not
-	warned bool
+	m     *RedlockMutex
+	l     *redlockListener
+	spin  *spinDelay
+	tried bool // subscribed once, successfully or not
 }
 
 // next returns how long to wait after the failed attempt res, which began
@@ -275,15 +274,13 @@ func (w *redlockWait) next(ctx context.Context, res acquireResult, heardBefore b
 	if !w.tried {
 		w.tried = true
 		err := w.l.subscribe(ctx, redlockNodeTimeout(&m.cfg))
-		if !w.l.hears() {
-			if ctx.Err() == nil && !w.warned {
-				w.warned = true
+		switch {
+		case !w.l.hears():
+			if ctx.Err() == nil {
 				m.cfg.logger.Warn("dlock: cannot subscribe on enough Redlock nodes; waiting by polling",
 					slog.String("lock", m.name), slog.Any("error", err))
 			}
-			return w.spin.next(), false
-		}
-		if !heardBefore {
+		case !heardBefore:
 			// A release published before the subscriptions were in place
 			// went unheard: ask once more now.
 			return 0, false
@@ -297,19 +294,7 @@ func (w *redlockWait) next(ctx context.Context, res acquireResult, heardBefore b
 
 // idle is how long a waiter that hears releases waits before it asks the
 // nodes again: when a quorum of the holder's keys could have expired
-// (holderTTL, 0 unknown), and at least every third of the TTL; up to 10%
-// later, so that the waiting processes spread out.
+// (holderTTL, 0 unknown), and at least every third of the TTL.
 func (w *redlockWait) idle(holderTTL time.Duration) time.Duration {
-	d := redlockPX(&w.m.cfg) / 3
-	if holderTTL > 0 && holderTTL+time.Millisecond < d {
-		d = holderTTL + time.Millisecond
-	}
-	return d + time.Duration(rand.Int63n(int64(d/10)+1))
-}
-
-// listener is the listener of the turn's line.
-func (t *redlockTurn) listener() *redlockListener {
-	t.g.mu.Lock()
-	defer t.g.mu.Unlock()
-	return t.g.gates[t.name].l
+	return lookAgainIn(redlockPX(&w.m.cfg)/3, holderTTL)
 }

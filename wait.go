@@ -366,11 +366,19 @@ func (c *Client) pollDelay(cfg *config, holderTTL time.Duration, spin *spinDelay
 		}
 		return refresh
 	}
-	d := refresh
+	return lookAgainIn(refresh, holderTTL)
+}
+
+// lookAgainIn is when a waiter that is woken by releases asks the server
+// again anyway: just after the holder's key expires (holderTTL, 0 unknown),
+// in case the holder died without releasing (nobody would publish then),
+// and at least every limit; up to 10% later, so waiters of one lock spread
+// out.
+func lookAgainIn(limit, holderTTL time.Duration) time.Duration {
+	d := limit
 	if holderTTL > 0 && holderTTL < d {
 		d = holderTTL + time.Millisecond
 	}
-	// Up to 10% later, so waiters of one lock spread out.
 	return d + time.Duration(rand.Int63n(int64(d/10)+1))
 }
 

@@ -28,6 +28,20 @@ func holdElsewhere(ctx context.Context, t *testing.T, addrs []string, name strin
 	return held
 }
 
+// waitListening waits until a waiter listens for the lock called name's
+// releases on every one of servers.
+func waitListening(t *testing.T, servers []*redistest.Server, name string) {
+	t.Helper()
+	waitUntil(t, 10*time.Second, "waiter listening on every node", func() bool {
+		for _, s := range servers {
+			if subscribers(t, s, name) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // subscribers counts the pub/sub subscribers of the lock called name's
 // channel on s.
 func subscribers(t *testing.T, s *redistest.Server, name string) int64 {
@@ -90,14 +104,7 @@ func checkWokenByRelease(t *testing.T, addrs []string, live []*redistest.Server)
 		}
 		got <- err
 	}()
-	waitUntil(t, 10*time.Second, "waiter listening on every live node", func() bool {
-		for _, s := range live {
-			if subscribers(t, s, name) == 0 {
-				return false
-			}
-		}
-		return true
-	})
+	waitListening(t, live, name)
 	released := time.Now()
 	if err := held.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock: %v", err)
@@ -208,14 +215,7 @@ func TestRedlockLocalWaitersTakeTurnsInOrder(t *testing.T) {
 		}()
 		waitUntil(t, 10*time.Second, "waiter "+strconv.Itoa(i)+" in line", func() bool { n, _ := dlock.RedlockGateState(r, name); return n == i+1 })
 	}
-	waitUntil(t, 10*time.Second, "first waiter listening on every node", func() bool {
-		for _, s := range servers {
-			if subscribers(t, s, name) == 0 {
-				return false
-			}
-		}
-		return true
-	})
+	waitListening(t, servers, name)
 	if err := held.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock: %v", err)
 	}

@@ -84,9 +84,6 @@ func newServer(sp spec) (*Server, error) {
 			if s.busPort, err = freePort(); err != nil {
 				return nil, err
 			}
-			if s.busPort == s.port {
-				continue
-			}
 		}
 		s.mu.Lock()
 		err = s.launch()
@@ -101,15 +98,44 @@ func newServer(sp spec) (*Server, error) {
 	return s, nil
 }
 
-// freePort asks the kernel for a free loopback port. Another process may take
-// it before redis-server binds it; launch detects that.
+// handedOut holds every port freePort has returned in this test binary.
+// A server keeps its port for life, Restart included, so a port is never
+// given to a second server: a test that kills a server can rely on nothing
+// of its own binary answering there afterwards. (The kernel readily hands a
+// just-freed port to the next bind, and a parallel test's new server once
+// answered in place of a killed one.) Other test binaries can still take
+// it; launch detects that for new servers, but not for killed ones.
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// freePortAttempts bounds how often freePort asks the kernel again when it
+// gets a port already handed out in this binary.
+const freePortAttempts = 100
+
+// freePort asks the kernel for a free loopback port that no earlier server
+// of this test binary was given. Another process may take it before
+// redis-server binds it; launch detects that.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = make(map[int]bool)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	for i := 0; i < freePortAttempts; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, fmt.Errorf("find a free port: %w", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port, nil
+		}
+	}
+	return 0, fmt.Errorf("find a free port: the kernel offered only ports already used by this test binary, %d times", freePortAttempts)
 }
 
 // Start starts one redis-server on a free port in a temporary directory,
@@ -370,7 +396,8 @@ func (s *Server) Running() bool {
 
 // Kill sends SIGKILL and waits until the process is reaped, as a crash
 // would. Without WithPersistence the data is gone. Killing a stopped server
-// is a no-op.
+// is a no-op. No other server of this test binary is ever given the port,
+// so clients of a killed server meet refused connections until Restart.
 func (s *Server) Kill() {
 	s.faultInjection("Kill")
 	s.mu.Lock()

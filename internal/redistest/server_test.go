@@ -97,6 +97,25 @@ func TestKillThenRestartOnSamePort(t *testing.T) {
 	}
 }
 
+// TestKilledServersPortIsNeverHandedOutAgain: a test that kills a server
+// relies on nothing of its binary answering on that port afterwards.
+func TestKilledServersPortIsNeverHandedOutAgain(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+	s.Kill()
+	seen := map[int]bool{s.Port(): true}
+	for i := 0; i < 500; i++ {
+		port, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[port] {
+			t.Fatalf("freePort handed out port %d twice (killed server's: %d)", port, s.Port())
+		}
+		seen[port] = true
+	}
+}
+
 func TestDataSurvivesRestartOnlyWithPersistence(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -95,26 +96,60 @@ func isNilClient(rdb RedisClient) bool {
 }
 
 // Close stops the Client's goroutines: the watchdog, the subscription, and
-// the driver's (a command abandoned at its deadline finishes within the
-// go-redis client's ReadTimeout).
-// Waits in progress end with ErrClosed, and Close waits (at most the release
-// timeout) for them to leave their queues. Leases still held stop being renewed:
-// their Done channels close with ErrLockLost, and their keys expire one TTL
-// after the last renewal (Close does not release them, because their holders
-// may still be working; Unlock them first). Close is idempotent and always
-// returns nil.
+// the driver's. Waits in progress end with ErrClosed. Leases still held
+// stop being renewed: their Done channels close with ErrLockLost, and their
+// keys expire one TTL after the last renewal (Close does not release them,
+// because their holders may still be working; Unlock them first).
+//
+// Close waits for the clean-up of waits that gave up (leaving their queues)
+// and for commands that calls abandoned at their deadline, but returns
+// within the release timeout. A command still without a reply then is one
+// the go-redis client gives more time (a ReadTimeout longer than the
+// release timeout, or none) on a server that stopped answering: Close
+// returns an error matching context.DeadlineExceeded, and the command's
+// goroutine ends when go-redis returns it (closing the go-redis client ends
+// it at once). Otherwise Close returns nil. It is idempotent: later calls
+// return nil.
 func (c *Client) Close() error {
+	var err error
 	c.closeOnce.Do(func() {
+		deadline := time.Now().Add(c.cfg.releaseTimeout)
 		close(c.closed)
 		c.local.close()
-		c.cleanups.Close()
+		c.cleanups.Close() // each clean-up ends by the release timeout
 		c.wd.close()
 		c.notify.close()
 		if closer, ok := c.drv.(interface{ Close() error }); ok {
-			_ = closer.Close()
+			err = closeWithin(deadline, "Close", func() { _ = closer.Close() })
 		}
 	})
-	return nil
+	return err
+}
+
+// closeWithin runs stop, which waits for commands in flight, and returns
+// when it does or at deadline, whichever comes first; in the second case,
+// stop goes on in a goroutine of its own, which ends with the last of those
+// commands, and the error says so. what names the method in the error.
+func closeWithin(deadline time.Time, what string, stop func()) error {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		stop()
+	}()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+		select {
+		case <-done: // both ready: stop did finish
+			return nil
+		default:
+		}
+		return fmt.Errorf("dlock: %s: Redis commands abandoned at their deadline were still without a reply at the release timeout; "+
+			"they end when the Redis client gives up on them (its read timeout) or is closed: %w", what, context.DeadlineExceeded)
+	}
 }
 
 func (c *Client) checkOpen() error {

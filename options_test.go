@@ -254,3 +254,62 @@ func TestCancelEndsACallAtOnceWhenTheClientNeverTimesOut(t *testing.T) {
 		t.Errorf("Lock returned %v after the cancellation", took)
 	}
 }
+
+// TestCloseReturnsWithinTheReleaseTimeoutOnASilentServer: with a client
+// whose reads never time out, a renewal in flight and a command abandoned
+// at its deadline wait for ever on a silent server. Close must still
+// return, within the release timeout, and say why; the commands end when
+// the connections do.
+func TestCloseReturnsWithinTheReleaseTimeoutOnASilentServer(t *testing.T) {
+	t.Parallel()
+	const release = time.Second
+	proxy := redistest.StartProxy(t, redistest.Start(t).Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: -1, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	started := make(evalStarted, 1)
+	rdb.AddHook(started) // before any use: AddHook is not safe for concurrent use
+	c, err := dlock.New(rdb, dlock.WithTTL(6*time.Second), dlock.WithReleaseTimeout(release))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	lease, err := c.Mutex(t.Name() + "-held").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started // the Lock's own
+	proxy.Blackhole(true)
+	defer func() {
+		proxy.Blackhole(false)
+		proxy.ResetAll() // ends the commands Close left behind
+	}()
+	// The watchdog renews at TTL/3: 2s, and its renewal waits for ever.
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no renewal was sent")
+	}
+	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := c.Mutex(t.Name()).Lock(wctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock on a silent server: got %v, want DeadlineExceeded", err)
+	}
+
+	start := time.Now()
+	err = c.Close()
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "read timeout") {
+		t.Errorf("Close with commands left on a silent server: got %v, want DeadlineExceeded and the reason", err)
+	}
+	// Without a bound Close would never return; a renewal that close did
+	// not cancel would hold it until the lease's validity deadline (6s).
+	if took < release/2 || took > 3*release {
+		t.Errorf("Close returned after %v, want about the release timeout (%v)", took, release)
+	}
+	if err := lease.Err(); !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("lease after Close: Err() = %v, want ErrLockLost", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}

@@ -218,26 +218,36 @@ func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Conte
 	return do(ctx, r.Mutex(name, opts...), fn)
 }
 
-// Close stops the Redlock's watchdog and waits for the node requests still
-// running. Waits in progress end with ErrClosed. Leases still held stop
+// Close stops the Redlock's watchdog. Waits in progress end with ErrClosed. Leases still held stop
 // being renewed: their Done channels close with ErrLockLost, and their keys
 // expire one TTL after the last renewal (Close does not release them,
 // because their holders may still be working; Unlock them first, which still
-// works after Close). Close does not close the nodes' clients. It is
-// idempotent and always returns nil.
+// works after Close). Close does not close the nodes' clients.
+//
+// Close waits for the node requests still running, but returns within the
+// release timeout. A request still without a reply then is one its node's
+// client gives more time (a ReadTimeout longer than the release timeout, or
+// none) on a node that stopped answering: Close returns an error matching
+// context.DeadlineExceeded, and the request's goroutine ends when the
+// client returns it (closing the client ends it at once). Otherwise Close
+// returns nil. It is idempotent: later calls return nil.
 func (r *Redlock) Close() error {
+	var err error
 	r.closeOnce.Do(func() {
+		deadline := time.Now().Add(r.cfg.releaseTimeout)
 		close(r.closed)
 		r.wd.close()
 		for _, n := range r.nodes {
 			n.notify.close()
 		}
-		r.workers.Close()
-		for _, n := range r.nodes {
-			_ = n.drv.Close() // the drivers' own goroutines (batching)
-		}
+		err = closeWithin(deadline, "Redlock.Close", func() {
+			r.workers.Close()
+			for _, n := range r.nodes {
+				_ = n.drv.Close() // the drivers' own goroutines (batching)
+			}
+		})
 	})
-	return nil
+	return err
 }
 
 func (r *Redlock) checkOpen() error {

@@ -825,6 +825,48 @@ func TestRedlockClose(t *testing.T) {
 	}
 }
 
+// TestRedlockCloseReturnsWithinTheReleaseTimeoutOnASilentNode: a node
+// request to a silent node, on a client whose reads never time out, never
+// ends by itself; Close must still return within the release timeout and
+// say why.
+func TestRedlockCloseReturnsWithinTheReleaseTimeoutOnASilentNode(t *testing.T) {
+	t.Parallel()
+	const release = time.Second
+	proxies, addrs := proxied(t, redistest.StartNodes(t, 3))
+	nodes := make([]dlock.RedisClient, len(addrs))
+	for i, addr := range addrs {
+		rdb := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: -1, MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		nodes[i] = rdb
+	}
+	r, err := dlock.NewRedlock(nodes, dlock.WithReleaseTimeout(release), dlock.WithNodeTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	proxies[2].Blackhole(true)
+	defer func() {
+		proxies[2].Blackhole(false)
+		proxies[2].ResetAll() // ends the request Close left behind
+	}()
+	lease, err := r.Mutex(t.Name()).TryLock(ctx) // node 2's share waits for ever
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = r.Close()
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "read timeout") {
+		t.Errorf("Close with a request left on a silent node: got %v, want DeadlineExceeded and the reason", err)
+	}
+	if took < release/2 || took > 3*release {
+		t.Errorf("Close returned after %v, want about the release timeout (%v)", took, release)
+	}
+	if err := lease.Err(); !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("lease after Close: Err() = %v, want ErrLockLost", err)
+	}
+}
+
 func TestNewRedlockRejectsBadInput(t *testing.T) {
 	servers := redistest.StartNodes(t, 2)
 	a, b := redlockNodeClient(t, servers[0].Addr()), redlockNodeClient(t, servers[1].Addr())

@@ -36,14 +36,22 @@ type watchdog struct {
 	stop    chan struct{}
 	done    chan struct{}
 	batches sync.WaitGroup
+	// ctx is the parent of every renewal's context; close cancels it, so
+	// a renewal waiting on a silent server does not hold close up until
+	// the lease's validity deadline.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 func newWatchdog(drv driver.Driver) *watchdog {
+	ctx, cancel := context.WithCancel(context.Background())
 	return &watchdog{
-		drv:  drv,
-		wake: make(chan struct{}, 1),
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+		drv:    drv,
+		wake:   make(chan struct{}, 1),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+		ctx:    ctx,
+		cancel: cancel,
 	}
 }
 
@@ -218,7 +226,7 @@ func (w *watchdog) renew(batch []*Lease) {
 	}
 	w.mu.Unlock()
 
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	ctx, cancel := context.WithDeadline(w.ctx, deadline)
 	var wg sync.WaitGroup
 	for _, i := range solo {
 		wg.Add(1)
@@ -422,7 +430,7 @@ func (w *watchdog) endUnlock(l *Lease, err error) {
 	runLossFuncs(funcs, l)
 }
 
-// close stops the loop, waits for renewals in flight and declares every
+// close stops the loop, ends the renewals in flight and declares every
 // lease still held lost.
 func (w *watchdog) close() {
 	w.mu.Lock()
@@ -433,6 +441,7 @@ func (w *watchdog) close() {
 		close(w.stop)
 		<-w.done
 	}
+	w.cancel()
 	w.batches.Wait()
 	var (
 		lost  []*Lease

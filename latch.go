@@ -21,6 +21,16 @@ const defaultLatchTTL = 24 * time.Hour
 // number Lua's numbers hold exactly.
 const maxLatchCount = 1<<53 - 1
 
+// latchCallMemory is how long a latch remembers a TrySetCount or CountDown
+// call that took effect, so that the same call sent again has no second
+// effect: go-redis sends a command again when it lost the reply (a read
+// timeout, a reset connection), and a CountDown counted twice would open
+// the latch early. Each call is bounded by it too, since go-redis starts no
+// new attempt once the call's context has ended. A minute is far more than
+// go-redis's retries take (3 by default, each within its read timeout) and
+// keeps the memory small: one entry per call made in the last minute.
+const latchCallMemory = time.Minute
+
 // Latch is a distributed count-down latch: TrySetCount sets a count, each
 // CountDown decrements it, and Wait returns once it reaches zero, in every
 // process that uses the same name on the same Redis. Get one from
@@ -29,7 +39,9 @@ const maxLatchCount = 1<<53 - 1
 //
 // The count is one key with an expiry, refreshed by TrySetCount and
 // CountDown (24h unless WithTTL is given to Client.Latch), so an abandoned
-// latch disappears. An expired latch reads as zero: it releases its waiters
+// latch disappears. A TrySetCount or CountDown takes effect at most once,
+// even when the Redis client sends it again after losing its reply (a
+// second key remembers the calls of the last minute). An expired latch reads as zero: it releases its waiters
 // as if counted down, so choose a TTL longer than the longest gap between
 // count-downs. The last CountDown deletes the key and wakes the waiters
 // through the Client's shared subscription; waiters also check the count
@@ -92,8 +104,16 @@ func (l *Latch) TrySetCount(ctx context.Context, n int64) (bool, error) {
 	if n < 1 || n > maxLatchCount {
 		return false, fmt.Errorf("dlock: TrySetCount %q: %w", l.name, invalidArgf("count %d: want between 1 and %d", n, int64(maxLatchCount)))
 	}
-	call := &driver.Call{Script: scripts.LatchTrySet, Keys: []string{l.key}, Args: []any{n, l.ttl.Milliseconds()}}
-	l.c.drv.Run(ctx, call)
+	id, err := newCallID()
+	if err != nil {
+		return false, err
+	}
+	call := &driver.Call{
+		Script: scripts.LatchTrySet,
+		Keys:   []string{l.key, l.callsKey()},
+		Args:   []any{n, l.ttl.Milliseconds(), id, latchCallMemory.Milliseconds()},
+	}
+	l.runOnce(ctx, call)
 	if call.Err != nil {
 		return false, redisError("TrySetCount", l.name, call.Err)
 	}
@@ -114,12 +134,16 @@ func (l *Latch) CountDown(ctx context.Context) error {
 	if err := l.usable(); err != nil {
 		return err
 	}
+	id, err := newCallID()
+	if err != nil {
+		return err
+	}
 	call := &driver.Call{
 		Script: scripts.LatchCountDown,
-		Keys:   []string{l.key},
-		Args:   []any{l.ttl.Milliseconds(), l.c.drv.PublishCommand(), l.key},
+		Keys:   []string{l.key, l.callsKey()},
+		Args:   []any{l.ttl.Milliseconds(), l.c.drv.PublishCommand(), l.key, id, latchCallMemory.Milliseconds()},
 	}
-	l.c.drv.Run(ctx, call)
+	l.runOnce(ctx, call)
 	if call.Err != nil {
 		return redisError("CountDown", l.name, call.Err)
 	}
@@ -127,6 +151,18 @@ func (l *Latch) CountDown(ctx context.Context) error {
 		return redisError("CountDown", l.name, unexpectedReply(call.Reply))
 	}
 	return nil
+}
+
+// callsKey is the key of the latch's recent calls (latch_lib.lua).
+func (l *Latch) callsKey() string { return l.key + ":calls" }
+
+// runOnce runs a call that changes the latch, within latchCallMemory, so
+// that no copy of it the Redis client sends again can arrive after the
+// latch forgot it.
+func (l *Latch) runOnce(ctx context.Context, call *driver.Call) {
+	ctx, cancel := context.WithTimeout(ctx, latchCallMemory)
+	defer cancel()
+	l.c.drv.Run(ctx, call)
 }
 
 // Count returns the current count: zero once counted down, and for a latch

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
@@ -365,5 +367,70 @@ func TestLatchKilledWaiterProcess(t *testing.T) {
 	}
 	if n := rdb.Exists(ctx, latchKey(name)).Val(); n != 0 {
 		t.Error("the latch key survived")
+	}
+}
+
+// afterLostReply runs call on a client behind proxy whose first reply never
+// arrives: the proxy holds replies until executed reports that the server
+// ran the command, then resets every connection. go-redis sends the command
+// again on a new connection (its MaxRetries), as it does after any read
+// error, so the server runs it twice. It returns call's error.
+func afterLostReply(t *testing.T, proxy *redistest.Proxy, executed func() bool, call func() error) error {
+	t.Helper()
+	proxy.HoldReplies(true)
+	done := make(chan error, 1)
+	go func() { done <- call() }()
+	waitUntil(t, 10*time.Second, "the server ran the command", executed)
+	proxy.ResetAll()
+	proxy.HoldReplies(false)
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(20 * time.Second):
+		t.Fatal("the call did not return after its connection was reset")
+		return nil
+	}
+}
+
+// TestLatchCallsSentTwiceCountOnce: a CountDown or TrySetCount whose reply
+// was lost and that go-redis therefore sent again must count once, and
+// report what the first sending did.
+func TestLatchCallsSentTwiceCountOnce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := testCtx(t)
+	// Load the scripts first: a NOSCRIPT reply would be held too.
+	warm := c.Latch(t.Name() + "-warm")
+	if _, err := warm.TrySetCount(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.CountDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := c.Latch(t.Name())
+	count := func() string { v, _ := srv.Do(t, "GET", latchKey(t.Name())).(string); return v }
+
+	var set bool
+	err = afterLostReply(t, proxy, func() bool { return count() == "5" }, func() (err error) {
+		set, err = l.TrySetCount(ctx, 5)
+		return err
+	})
+	if err != nil || !set {
+		t.Fatalf("TrySetCount sent twice: got %v, %v; want true, nil (the first sending set it)", set, err)
+	}
+	err = afterLostReply(t, proxy, func() bool { return count() == "4" }, func() error { return l.CountDown(ctx) })
+	if err != nil {
+		t.Fatalf("CountDown sent twice: %v", err)
+	}
+	if n, err := l.Count(ctx); err != nil || n != 4 {
+		t.Fatalf("after one CountDown sent twice from 5: Count = %d, %v; want 4", n, err)
 	}
 }

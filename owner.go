@@ -10,13 +10,17 @@ import (
 // from crypto/rand, hex-encoded.
 const ownerIDLen = 32
 
+// newCallID returns 128 random bits in hex that name one call, so that a
+// script can tell the same call sent again from a new one.
+func newCallID() (string, error) { return newOwner("") }
+
 // newOwner returns a fresh owner value: 128 random bits in hex, then ";" and
 // the client's owner info when it has one. The whole value is what the lock
 // key holds and what release and renewal compare, so it never repeats.
 func newOwner(info string) (string, error) {
 	var raw [ownerIDLen / 2]byte
 	if _, err := rand.Read(raw[:]); err != nil {
-		return "", fmt.Errorf("dlock: reading crypto/rand for an owner token: %w", err)
+		return "", fmt.Errorf("dlock: reading crypto/rand for a random id: %w", err)
 	}
 	const digits = "0123456789abcdef"
 	var b strings.Builder

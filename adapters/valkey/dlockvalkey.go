@@ -36,12 +36,12 @@
 //     stops answering; the driver then dials a new one, subscribes to every
 //     channel again, and tells dlock to re-check its waiters (messages sent
 //     in between are lost).
-//   - valkey-go dials a shared connection with the context of the call that
-//     needed it first, and fails every call waiting for that connection
-//     when that context ends. A call that fails that way while its own
-//     context is live was never sent, so the driver sends it again (up to
-//     three times in all) instead of passing another caller's cancellation
-//     on to it.
+//   - valkey-go dials a shared connection, and sends its handshake, with the
+//     context of the call that needed it first, and fails every call
+//     waiting for that connection when that context ends. A call that
+//     fails that way while its own context is live was never sent, so the
+//     driver sends it again (up to ten times) instead of passing another
+//     caller's cancellation on to it.
 //   - Replies are normalized to int64, string, nil and []any; error replies
 //     become *driver.ReplyError. valkey-go drops a leading "ERR " from error
 //     messages; other codes (WRONGTYPE, NOSCRIPT, ...) are kept.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 
 	"github.com/dlock-go/dlock/driver"
@@ -32,6 +33,9 @@ func TestDialCancelledByOther(t *testing.T) {
 		want bool
 	}{
 		{"another caller's cancelled dial", live, dialErr, true},
+		{"another caller's cancelled handshake", live, context.Canceled, true},
+		{"another caller's handshake past its deadline", live, context.DeadlineExceeded, true},
+		{"our own cancelled handshake", dead, context.Canceled, false},
 		{"our own cancelled dial", dead, dialErr, false},
 		{"refused dial", live, &net.OpError{Op: "dial", Err: errors.New("connection refused")}, false},
 		{"cancelled read", live, &net.OpError{Op: "read", Err: context.Canceled}, false},
@@ -54,10 +58,14 @@ func TestCallsSurviveAnotherCallersCancelledDial(t *testing.T) {
 		Eval:    func(c *driver.Call) string { return "eval " + c.Keys[0] },
 		Wait:    func(c *driver.Call) string { return "wait" },
 	}
+	noScript := false // EVALSHA answers NOSCRIPT
 	reply := func(cmd string) Result {
 		if fails > 0 {
 			fails--
 			return Result{Err: dialErr}
+		}
+		if noScript && strings.HasPrefix(cmd, "evalsha") {
+			return Result{Err: &driver.ReplyError{Msg: "NOSCRIPT No matching script"}}
 		}
 		return Result{Reply: cmd}
 	}
@@ -72,7 +80,7 @@ func TestCallsSurviveAnotherCallersCancelledDial(t *testing.T) {
 	d := New(lib)
 	ctx := context.Background()
 
-	fails = maxSends - 1
+	fails = maxDialResends
 	one := &driver.Call{Script: driver.NewScript("return 1"), Keys: []string{"a"}}
 	d.Run(ctx, one)
 	if one.Err != nil || one.Reply != "evalsha a" {
@@ -87,10 +95,19 @@ func TestCallsSurviveAnotherCallersCancelledDial(t *testing.T) {
 		t.Errorf("batch: got (%v, %v) and (%v, %v)", a.Reply, a.Err, b.Reply, b.Err)
 	}
 
-	fails = maxSends // more than the driver retries: the error reaches the caller
+	// Dials cancelled, then NOSCRIPT: the EVAL fallback still comes.
+	fails, noScript = 2*maxDialResends/3, true
+	a.Reply, b.Reply = nil, nil
+	d.Run(ctx, a, b)
+	if a.Err != nil || a.Reply != "eval a" || b.Err != nil || b.Reply != "eval b" {
+		t.Errorf("batch after cancelled dials and NOSCRIPT: got (%v, %v) and (%v, %v)", a.Reply, a.Err, b.Reply, b.Err)
+	}
+	noScript = false
+
+	fails = maxDialResends + 1 // more than the driver resends: the error reaches the caller
 	gone := &driver.Call{Script: driver.NewScript("return 1"), Keys: []string{"c"}}
 	d.Run(ctx, gone)
 	if !errors.Is(gone.Err, context.Canceled) {
-		t.Errorf("after %d failed sends: Err = %v, want the dial's error", maxSends, gone.Err)
+		t.Errorf("after %d failed sends: Err = %v, want the dial's error", maxDialResends+1, gone.Err)
 	}
 }

@@ -108,3 +108,38 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// afterLostReply runs call on a client behind proxies whose first replies
+// never arrive: the proxies hold the replies on the connections open when
+// it starts until executed reports that the servers ran the command, then
+// reset every connection. go-redis sends the
+// command again on a new connection (its MaxRetries), as it does after any
+// read error, so the servers run it twice. It returns call's error.
+func afterLostReply(t *testing.T, proxies []*redistest.Proxy, executed func() bool, call func() error) error {
+	t.Helper()
+	for _, p := range proxies {
+		p.HoldOpenReplies(true)
+	}
+	done := make(chan error, 1)
+	go func() { done <- call() }()
+	for deadline := time.Now().Add(10 * time.Second); !executed(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			select {
+			case err := <-done:
+				t.Fatalf("the servers did not run the command; the call returned %v", err)
+			default:
+				t.Fatal("the servers did not run the command in 10s")
+			}
+		}
+	}
+	for _, p := range proxies {
+		p.ResetAll()
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(20 * time.Second):
+		t.Fatal("the call did not return after its connection was reset")
+		return nil
+	}
+}

@@ -59,6 +59,19 @@ const (
 
 var errReleased = fmt.Errorf("%w: released by Unlock", ErrNotHeld)
 
+// errResentRelease is a release's "not held" answer to a call the Redis
+// client sent more than once (driver.Call.Resent): its first sending, whose
+// reply was lost, may have released the lock itself.
+var errResentRelease = fmt.Errorf("%w (the Redis client sent the release again after losing a reply, so its first sending may have released it)", ErrNotHeld)
+
+// notHeld is a release script's "not held" answer to call.
+func notHeld(call *driver.Call) error {
+	if call.Resent {
+		return errResentRelease
+	}
+	return ErrNotHeld
+}
+
 // Lease is a held lock, returned by a successful TryLock or Lock. It stays
 // valid until Unlock, or until it is lost: then Done closes and Err says why.
 // While auto-renew is on (the default) the Client's watchdog renews it every
@@ -173,31 +186,61 @@ func (l *Lease) onLoss(f func(error)) {
 // runs detached from ctx's cancellation (bounded by WithReleaseTimeout), so
 // a request whose context is already cancelled still releases its lock. It
 // returns ErrNotHeld if the lock had expired or was taken over (another
-// owner's key is never touched), or if the lease was already unlocked. When
-// waiters are queued the lock passes straight to the first of them.
+// owner's key is never touched), or if the lease was already unlocked; a
+// release that the Redis client sent twice after losing a reply, whose
+// second sending found the lock gone, is a release, not ErrNotHeld, while
+// the lease was valid when it went out. When waiters are queued the lock
+// passes straight to the first of them.
 func (l *Lease) Unlock(ctx context.Context) error {
+	return l.end(ctx, "Unlock", "it expired or was taken over before Unlock")
+}
+
+// end is Unlock, and Permits.Release: op names the call in errors, and
+// notHeld says what ErrNotHeld means for this kind of lease.
+func (l *Lease) end(ctx context.Context, op, notHeld string) error {
 	name := l.Name()
 	if err := l.wd.beginUnlock(l); err != nil {
-		return fmt.Errorf("dlock: Unlock %q: %w", name, err)
+		return fmt.Errorf("dlock: %s %q: %w", op, name, err)
 	}
 	rctx, cancel := detach(ctx, l.cfg.releaseTimeout)
 	defer cancel()
+	valid := l.validAt(time.Now())
 	var err error
 	if u, ok := l.h.(unlocker); ok {
 		err = u.unlock(rctx, l.owner)
 	} else {
 		err = l.h.release(rctx, l.owner)
 	}
+	if errors.Is(err, errResentRelease) && valid {
+		// The lock was ours when the release went out, so the likeliest
+		// reason the second sending found it gone is the first sending:
+		// the lock was held to the end either way (docs/design.md).
+		err = nil
+	}
 	l.wd.endUnlock(l, err)
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrNotHeld):
-		err = fmt.Errorf("dlock: Unlock %q: %w: it expired or was taken over before Unlock", name, ErrNotHeld)
+		err = fmt.Errorf("dlock: %s %q: %w: %s", op, name, ErrNotHeld, notHeld)
 	default:
-		err = redisError("Unlock", name, err)
+		err = redisError(op, name, err)
 	}
 	l.observeRelease(ctx, err)
 	return err
+}
+
+// validAt reports whether the lease was still valid at t: not lost, and
+// before its validity deadline (its parent's, for a nested hold, which
+// shares the parent's watchdog).
+func (l *Lease) validAt(t time.Time) bool {
+	l.wd.mu.Lock()
+	defer l.wd.mu.Unlock()
+	for ; l.err == nil; l = l.parent {
+		if l.parent == nil {
+			return t.Before(l.validUntil)
+		}
+	}
+	return false
 }
 
 // observeRelease tells the Observer, if any, how a release went.

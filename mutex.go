@@ -267,7 +267,7 @@ func (m *Mutex) release(ctx context.Context, owner string) error {
 	if code, ok := call.Reply.(int64); ok {
 		switch code {
 		case 0:
-			return ErrNotHeld
+			return notHeld(call)
 		case 1:
 			return nil
 		}

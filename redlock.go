@@ -762,25 +762,35 @@ func (h *redlockHold) release(ctx context.Context, owner string) error {
 	h.awaitSettled() // a late grant must not land after its release
 	// Wait for every node (each bounded by the node timeout), so that when
 	// Unlock returns no reachable node still holds the key.
-	released, gone, failed := h.m.releaseOn(ctx, owner, nil, true, nil)
-	return h.m.releaseVerdict(released, gone, failed)
+	return h.m.releaseVerdict(h.m.releaseOn(ctx, owner, nil, true, nil))
 }
 
-// releaseVerdict judges a release of our key on every node, of which
-// released gave it up, gone no longer held it and failed did not answer.
-func (m *RedlockMutex) releaseVerdict(released, gone int, failed nodeErrors) error {
+// releaseTally counts the answers to a release of our key on every node.
+type releaseTally struct {
+	released int // gave it up
+	gone     int // no longer held it
+	// resentGone no longer held it, but their clients had sent the release
+	// more than once: the first sending may have released it.
+	resentGone int
+	failed     nodeErrors // did not answer
+}
+
+// releaseVerdict judges a release of our key on every node.
+func (m *RedlockMutex) releaseVerdict(t releaseTally) error {
 	n, q := len(m.r.nodes), quorum(len(m.r.nodes))
 	switch {
-	case gone > n-q:
-		return fmt.Errorf("%w: %d of %d nodes no longer held it", ErrNotHeld, gone, n)
-	case released+gone > n-q:
-		if len(failed) > 0 {
+	case t.gone > n-q:
+		return fmt.Errorf("%w: %d of %d nodes no longer held it", ErrNotHeld, t.gone, n)
+	case t.gone+t.resentGone > n-q:
+		return fmt.Errorf("%w: %d of %d nodes no longer held it", errResentRelease, t.gone+t.resentGone, n)
+	case t.released+t.gone+t.resentGone > n-q:
+		if len(t.failed) > 0 {
 			m.cfg.logger.Warn("dlock: Unlock could not reach every Redlock node; the lock's key there expires by its TTL",
-				slog.String("lock", m.name), slog.Any("error", failed))
+				slog.String("lock", m.name), slog.Any("error", t.failed))
 		}
 		return nil
 	}
-	return fmt.Errorf("%w: released on %d of %d nodes; the others may still hold a quorum: %w", ErrQuorum, released, n, failed)
+	return fmt.Errorf("%w: released on %d of %d nodes; the others may still hold a quorum: %w", ErrQuorum, t.released, n, t.failed)
 }
 
 // releaseShares gives back a failed acquisition's shares on the nodes in
@@ -806,9 +816,9 @@ func (h *redlockHold) releaseShares(ctx context.Context, owner string, which, gr
 	// Waiters wait only for an owner seen on a quorum of the nodes (see
 	// redlock_wait.go): tell them only when these shares may be as many.
 	tell := some >= quorum(len(m.r.nodes))
-	if _, _, failed := m.releaseOn(context.WithoutCancel(ctx), owner, which, tell, enough); len(failed) > 0 {
+	if t := m.releaseOn(context.WithoutCancel(ctx), owner, which, tell, enough); len(t.failed) > 0 {
 		m.cfg.logger.Warn("dlock: could not release a failed Redlock acquisition on every node; the lock's key there expires by its TTL",
-			slog.String("lock", m.name), slog.Any("error", failed))
+			slog.String("lock", m.name), slog.Any("error", t.failed))
 	}
 }
 
@@ -829,7 +839,7 @@ func countTrue(mask []bool) int {
 // or until enough (if not nil) says that the rest cannot matter: their
 // requests then finish in the background, and they are not counted as
 // failed.
-func (m *RedlockMutex) releaseOn(ctx context.Context, owner string, which []bool, tell bool, enough func([]nodeReply) bool) (released, gone int, failed nodeErrors) {
+func (m *RedlockMutex) releaseOn(ctx context.Context, owner string, which []bool, tell bool, enough func([]nodeReply) bool) (t releaseTally) {
 	publish := "0"
 	if tell {
 		publish = "1"
@@ -842,38 +852,27 @@ func (m *RedlockMutex) releaseOn(ctx context.Context, owner string, which []bool
 	}
 	wait := redlockNodeTimeout(&m.cfg)
 	replies, _ := m.r.fanout(ctx, time.Now().Add(wait), calls, enough)
-	released, gone, _ = countReleases(replies)
 	early := enough != nil && enough(replies)
 	for i, rep := range replies {
 		switch {
 		case rep.skipped:
 		case !rep.done:
 			if !early {
-				failed = append(failed, m.r.nodeError(ctx, i, false, nil, wait))
+				t.failed = append(t.failed, m.r.nodeError(ctx, i, false, nil, wait))
 			}
 		case rep.err != nil:
-			failed = append(failed, m.r.nodeError(ctx, i, true, rep.err, wait))
-		case rep.reply != int64(0) && rep.reply != int64(1):
-			failed = append(failed, m.r.nodeError(ctx, i, true, unexpectedReply(rep.reply), wait))
+			t.failed = append(t.failed, m.r.nodeError(ctx, i, true, rep.err, wait))
+		case rep.reply == int64(1):
+			t.released++
+		case rep.reply == int64(0) && rep.resent:
+			t.resentGone++
+		case rep.reply == int64(0):
+			t.gone++
+		default:
+			t.failed = append(t.failed, m.r.nodeError(ctx, i, true, unexpectedReply(rep.reply), wait))
 		}
 	}
-	return released, gone, failed
-}
-
-// countReleases tallies owned_release replies so far.
-func countReleases(replies []nodeReply) (released, gone, pending int) {
-	for _, rep := range replies {
-		switch {
-		case rep.skipped:
-		case !rep.done:
-			pending++
-		case rep.err == nil && rep.reply == int64(1):
-			released++
-		case rep.err == nil && rep.reply == int64(0):
-			gone++
-		}
-	}
-	return released, gone, pending
+	return t
 }
 
 // remaining is how long a quorum of the nodes still hold our key: the
@@ -926,6 +925,7 @@ type nodeReply struct {
 	done    bool // returned before the fan-out stopped waiting
 	reply   any
 	err     error
+	resent  bool // the node's client sent the script more than once (driver.Call.Resent)
 }
 
 // fanout sends calls[i] to node i (nil: skip the node), all in parallel,
@@ -980,7 +980,7 @@ func (r *Redlock) fanout(ctx context.Context, deadline time.Time, calls []*drive
 	for got := 0; got < asked; got++ {
 		select {
 		case i := <-results:
-			replies[i] = nodeReply{done: true, reply: calls[i].Reply, err: calls[i].Err}
+			replies[i] = nodeReply{done: true, reply: calls[i].Reply, err: calls[i].Err, resent: calls[i].Resent}
 			if enough != nil && enough(replies) {
 				return replies, settled
 			}

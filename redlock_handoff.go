@@ -95,8 +95,9 @@ func (h *redlockHold) unlock(ctx context.Context, owner string) error {
 	for i, mv := range moved {
 		notMoved[i] = !mv
 	}
-	released, gone, failed := h.m.releaseOn(ctx, owner, notMoved, true, nil)
-	return h.m.releaseVerdict(released+countTrue(moved), gone, failed)
+	t := h.m.releaseOn(ctx, owner, notMoved, true, nil)
+	t.released += countTrue(moved)
+	return h.m.releaseVerdict(t)
 }
 
 // transfer moves the lock's key from owner from to owner to on every node,

@@ -253,7 +253,7 @@ func (h *reentrantHold) sendRelease(ctx context.Context, member string) (ended b
 	code, _ := items[0].(int64)
 	switch code {
 	case 0, 4:
-		return true, ErrNotHeld
+		return true, notHeld(call)
 	case 1, 3:
 		return true, nil
 	case 2:

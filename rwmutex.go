@@ -413,7 +413,7 @@ func (h *rwHalf) release(ctx context.Context, owner string) error {
 		return unexpectedReply(call.Reply)
 	}
 	if held != 1 {
-		return ErrNotHeld
+		return notHeld(call)
 	}
 	return nil
 }

@@ -354,7 +354,7 @@ func (a *semAcquisition) release(ctx context.Context, owner string) error {
 	case err != nil:
 		return err
 	case held == 0:
-		return ErrNotHeld
+		return notHeld(call)
 	}
 	return nil
 }
@@ -441,24 +441,7 @@ func (p *Permits) Err() error {
 // returns ErrNotHeld if the permits had expired or were removed (nobody
 // else's permits are touched), or if they were already released.
 func (p *Permits) Release(ctx context.Context) error {
-	l := p.l
-	name := l.Name()
-	if err := l.wd.beginUnlock(l); err != nil {
-		return fmt.Errorf("dlock: Release %q: %w", name, err)
-	}
-	rctx, cancel := detach(ctx, l.cfg.releaseTimeout)
-	defer cancel()
-	err := l.h.release(rctx, l.owner)
-	l.wd.endUnlock(l, err)
-	switch {
-	case err == nil:
-	case errors.Is(err, ErrNotHeld):
-		err = fmt.Errorf("dlock: Release %q: %w: the permits expired or were removed before Release", name, ErrNotHeld)
-	default:
-		err = redisError("Release", name, err)
-	}
-	l.observeRelease(ctx, err)
-	return err
+	return p.l.end(ctx, "Release", "the permits expired or were removed before Release")
 }
 
 // Extend sets the permits' remaining time to ttl (between MinTTL and

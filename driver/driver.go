@@ -60,6 +60,12 @@ type Call struct {
 	// Err is the transport error or the error reply, if any. A server error
 	// reply is a *ReplyError.
 	Err error
+	// Resent reports that the client library wrote the script more than
+	// once for this call (it lost a reply and tried again, as go-redis does
+	// on a read timeout or a reset connection), so the script may have run
+	// more than once: a release sent again finds the lock its first sending
+	// released already. Drivers that cannot tell leave it false.
+	Resent bool
 }
 
 // ReplyError is an error reply from the Redis server (as opposed to a

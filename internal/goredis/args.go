@@ -3,24 +3,44 @@ package goredis
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/dlock-go/dlock/driver"
 )
 
-// Building EVALSHA's arguments ourselves, rather than through go-redis's
-// EvalSha, saves most of the allocations of a call: go-redis boxes the
-// script hash, the key count and every key into a fresh slice. Here the
-// hash and the count come from interfaces boxed once, and keys go in as
-// *string, which go-redis writes like a string but which fits in an
-// interface without an allocation. Only a client that routes by key
-// (ClusterClient, Ring) reads the first key, as a string: for those it
-// stays one (routed).
-
-// evalArgs returns the command line of c: EVALSHA, or EVAL with the source.
-// routed keeps the first key a string, for clients that route by it.
-func evalArgs(c *driver.Call, eval, routed bool) []any {
-	return fillEvalArgs(make([]any, 3+len(c.Keys)+len(c.Args)), c, eval, routed)
+// scriptArg is a script call's second argument, the script's hash
+// (EVALSHA) or source (EVAL). go-redis writes it through MarshalBinary,
+// which counts the writes: go-redis writes a command again when it lost the
+// reply (its MaxRetries), although the server may have run the script, and
+// the count tells the driver so (driver.Call.Resent). It costs no
+// allocation: the bytes are the script's, made once.
+type scriptArg struct {
+	b      []byte
+	writes atomic.Int32
 }
+
+// MarshalBinary implements encoding.BinaryMarshaler for go-redis's writer.
+func (s *scriptArg) MarshalBinary() ([]byte, error) {
+	s.writes.Add(1)
+	return s.b, nil
+}
+
+// String is what hooks that print a command's arguments show.
+func (s *scriptArg) String() string { return string(s.b) }
+
+// set points s at c's hash or source and clears its count.
+func (s *scriptArg) set(c *driver.Call, eval bool) {
+	b := bytesOf(c.Script)
+	if eval {
+		s.b = b.source
+	} else {
+		s.b = b.hash
+	}
+	s.writes.Store(0)
+}
+
+// resent reports whether go-redis wrote the argument more than once.
+func (s *scriptArg) resent() bool { return s.writes.Load() > 1 }
 
 // argv is a command line reused across calls: go-redis reads a command's
 // arguments only while it sends it, and the driver drops the command once
@@ -28,7 +48,10 @@ func evalArgs(c *driver.Call, eval, routed bool) []any {
 // allocation fewer per script call. (A go-redis hook that kept a command
 // past its call would see its arguments change; hooks that record commands,
 // such as OpenTelemetry's, read them during the call.)
-type argv struct{ args []any }
+type argv struct {
+	args   []any
+	script scriptArg // args[1]
+}
 
 var argvPool = sync.Pool{New: func() any { return &argv{args: make([]any, 0, 16)} }}
 
@@ -42,50 +65,60 @@ func putArgv(a *argv) {
 	}
 	clear(a.args)
 	a.args = a.args[:0]
+	a.script.b = nil
 	argvPool.Put(a)
 }
 
-// eval fills a with c's command line, as evalArgs builds it.
+// eval fills a with c's command line: EVALSHA, or EVAL with the source.
+// routed keeps the first key a string, for clients that route by it.
+// Hashes and key counts come from interfaces boxed once, and keys go in as
+// *string, which go-redis writes like a string but which fits in an
+// interface without an allocation. Only a client that routes by key
+// (ClusterClient, Ring) reads the first key, as a string: for those it
+// stays one (routed). Building the line ourselves, rather than through
+// go-redis's EvalSha, saves most of the allocations of a call: go-redis
+// boxes the script hash, the key count and every key into a fresh slice.
 func (a *argv) eval(c *driver.Call, eval, routed bool) []any {
-	n := 3 + len(c.Keys) + len(c.Args)
+	k := len(c.Keys)
+	n := 3 + k + len(c.Args)
 	if cap(a.args) < n {
 		a.args = make([]any, n)
 	}
-	a.args = a.args[:n]
-	return fillEvalArgs(a.args, c, eval, routed)
-}
-
-// fillEvalArgs writes c's command line into args, which has its length.
-func fillEvalArgs(args []any, c *driver.Call, eval, routed bool) []any {
-	n := len(c.Keys)
+	args := a.args[:n]
+	a.args = args
+	a.script.set(c, eval)
 	if eval {
-		args[0], args[1] = "eval", c.Script.Source()
+		args[0] = "eval"
 	} else {
-		args[0], args[1] = "evalsha", hashArg(c.Script)
+		args[0] = "evalsha"
 	}
-	args[2] = numKeysArg(n)
-	if n > 0 {
+	args[1] = &a.script
+	args[2] = numKeysArg(k)
+	if k > 0 {
 		if routed {
 			args[3] = c.Keys[0]
 		} else {
 			args[3] = &c.Keys[0]
 		}
-		for i := 1; i < n; i++ {
+		for i := 1; i < k; i++ {
 			args[3+i] = &c.Keys[i]
 		}
 	}
-	copy(args[3+n:], c.Args)
+	copy(args[3+k:], c.Args)
 	return args
 }
 
-var hashArgs sync.Map // *driver.Script -> any holding its hash
+// scriptBytes are a script's hash and source as go-redis writes them.
+type scriptBytes struct{ hash, source []byte }
 
-func hashArg(s *driver.Script) any {
-	if v, ok := hashArgs.Load(s); ok {
-		return v
+var scriptBytesOf sync.Map // *driver.Script -> *scriptBytes
+
+func bytesOf(s *driver.Script) *scriptBytes {
+	if v, ok := scriptBytesOf.Load(s); ok {
+		return v.(*scriptBytes)
 	}
-	v, _ := hashArgs.LoadOrStore(s, any(s.Hash()))
-	return v
+	v, _ := scriptBytesOf.LoadOrStore(s, &scriptBytes{hash: []byte(s.Hash()), source: []byte(s.Source())})
+	return v.(*scriptBytes)
 }
 
 // numKeys holds the boxed key counts scripts use; ClusterClient reads the

@@ -126,14 +126,20 @@ func runOnNode(ctx context.Context, cc *redis.ClusterClient, node *redis.Client,
 	pipe := node.Pipeline()
 	cmds := make([]*redis.Cmd, len(rs))
 	waits := make([]*redis.Cmd, len(rs))
+	lines := make([]*argv, len(rs))
 	for i, r := range rs {
 		if r.asking {
 			pipe.Do(ctx, "asking")
 		}
-		cmds[i] = pipe.Do(ctx, evalArgs(r.c, r.eval, false)...)
+		lines[i] = getArgv()
+		cmds[i] = pipe.Do(ctx, lines[i].eval(r.c, r.eval, false)...)
 		waits[i] = pipe.Do(ctx, "wait", r.c.Replicas, r.c.ReplicaTimeout.Milliseconds())
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
+	for i, a := range lines {
+		rs[i].c.Resent = rs[i].c.Resent || a.script.resent()
+		putArgv(a)
+	}
 	for i, r := range rs {
 		res, err := cmds[i].Result()
 		r.c.Reply, r.c.Err = normalize(res, err)

@@ -166,17 +166,23 @@ func (d *Driver) run(ctx context.Context, calls []*driver.Call) {
 func (d *Driver) runOne(ctx context.Context, c *driver.Call) {
 	a := getArgv()
 	res, err := d.rdb.Do(ctx, a.eval(c, false, d.routed)...).Result()
+	resent := a.script.resent()
 	if isNoScript(err) {
 		res, err = d.rdb.Do(ctx, a.eval(c, true, d.routed)...).Result()
+		resent = resent || a.script.resent()
 	}
 	putArgv(a)
 	c.Reply, c.Err = normalize(res, err)
+	c.Resent = resent
 }
 
 // runPipelined sends all calls in one pipeline (go-redis splits it per node
 // on Cluster), each followed by its WAIT when asked; calls that met NOSCRIPT
 // are sent again with EVAL in a second pipeline.
 func (d *Driver) runPipelined(ctx context.Context, calls []*driver.Call) {
+	for _, c := range calls {
+		c.Resent = false
+	}
 	pending := d.routeWaits(ctx, calls) // on Cluster, calls with WAIT go to their key's master (cluster.go)
 	for attempt := 0; len(pending) > 0 && attempt < 2; attempt++ {
 		pipe := d.rdb.Pipeline()
@@ -191,7 +197,8 @@ func (d *Driver) runPipelined(ctx context.Context, calls []*driver.Call) {
 			}
 		}
 		_, _ = pipe.Exec(ctx) // each command carries its own error
-		for _, a := range lines {
+		for i, a := range lines {
+			pending[i].Resent = pending[i].Resent || a.script.resent()
 			putArgv(a)
 		}
 		var retry []*driver.Call

@@ -72,6 +72,17 @@ func (p *Proxy) HoldReplies(on bool) {
 	p.wakeAll()
 }
 
+// HoldOpenReplies is HoldReplies for the connections open now only:
+// connections accepted later pass replies as usual, so a client that dials
+// meanwhile (go-redis waits for its handshake's reply) is not held up.
+// Turning it off delivers what it held, in order.
+func (p *Proxy) HoldOpenReplies(on bool) {
+	for _, l := range p.snapshot() {
+		l.held.Store(on)
+	}
+	p.wakeAll()
+}
+
 // ResetAll closes every current connection on both sides with a TCP RST
 // (SO_LINGER 0), as a crashed middlebox would. New connections are accepted
 // as usual.
@@ -146,6 +157,8 @@ func (p *Proxy) accept() {
 type link struct {
 	p      *Proxy
 	client net.Conn
+
+	held atomic.Bool // HoldOpenReplies
 
 	mu       sync.Mutex
 	cond     *sync.Cond // signalled on new chunks, eof, close and flag changes
@@ -228,7 +241,7 @@ func (l *link) deliver(dst net.Conn, f *flow, replies bool) {
 	for {
 		l.mu.Lock()
 		for !l.closed && !(f.eof && len(f.queue) == 0) &&
-			(len(f.queue) == 0 || (replies && l.p.hold.Load())) {
+			(len(f.queue) == 0 || (replies && (l.p.hold.Load() || l.held.Load()))) {
 			l.cond.Wait()
 		}
 		if l.closed {

@@ -222,3 +222,46 @@ func TestProxyCloseEndsConnections(t *testing.T) {
 		t.Fatal("proxy still accepts after Close")
 	}
 }
+
+// TestProxyHoldOpenReplies: replies on connections open at the time are
+// held; a connection dialled afterwards is served as usual.
+func TestProxyHoldOpenReplies(t *testing.T) {
+	t.Parallel()
+	_, p, _ := proxied(t)
+	ctx := context.Background()
+	old, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	buf := make([]byte, 16)
+	ping := func() (string, error) {
+		if _, err := old.Write([]byte("PING\r\n")); err != nil {
+			return "", err
+		}
+		n, err := old.Read(buf)
+		return string(buf[:n]), err
+	}
+	if got, err := ping(); err != nil || got != "+PONG\r\n" { // the proxy has the connection now
+		t.Fatalf("PING: %q, %v", got, err)
+	}
+	p.HoldOpenReplies(true)
+	if _, err := old.Write([]byte("PING\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	// A new connection is not held.
+	fresh := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	defer fresh.Close()
+	if err := fresh.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING on a connection dialled after HoldOpenReplies: %v", err)
+	}
+	_ = old.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if n, err := old.Read(buf); err == nil {
+		t.Fatalf("the open connection got %q while its replies were held", buf[:n])
+	}
+	p.HoldOpenReplies(false)
+	_ = old.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if n, err := old.Read(buf); err != nil || string(buf[:n]) != "+PONG\r\n" {
+		t.Fatalf("after HoldOpenReplies(false): %q, %v; want +PONG", buf[:n], err)
+	}
+}

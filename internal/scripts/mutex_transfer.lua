@@ -5,11 +5,17 @@
 -- ARGV: 1 holder's owner value, 2 new owner value, 3 px for the new owner,
 --       4 fence retention ms
 -- Returns: {1, fence}: the new owner holds the lock for px ms, with this
---          fencing token.
+--          fencing token (also when this same call, sent again by the
+--          client after a lost reply, finds the lock already moved: the
+--          new owner value is fresh, so nothing else can have set it).
 --          {0}: the holder no longer holds the lock; nothing was changed.
 --          Error DLOCK_CONFLICT when the fencing key holds something that
 --          is not a counter; nothing was changed.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+local cur = redis.call('GET', KEYS[1])
+if cur ~= ARGV[1] then
+  if cur == ARGV[2] then
+    return {1, tonumber(redis.call('GET', KEYS[2]))}
+  end
   return {0}
 end
 local token = redis.pcall('INCR', KEYS[2])

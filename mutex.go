@@ -113,7 +113,6 @@ type mutexCall struct {
 	args  [5]any
 	keys  [4]string
 	owner string
-	px    int64
 }
 
 // run sends the call.
@@ -168,8 +167,8 @@ func (m *Mutex) attempt(ctx context.Context, owner string, queue bool) (attemptR
 // acquire runs mutex_acquire.lua; join is its ARGV[3]: flagZero, flagOne
 // or flagNewOwner.
 func (m *Mutex) acquire(ctx context.Context, owner string, join any) (attemptResult, error) {
-	a := &mutexCall{owner: owner, px: m.cfg.initialPX().Milliseconds()}
-	a.args = [5]any{&a.owner, &a.px, join, m.mode(), &m.cfg.timings}
+	a := &mutexCall{owner: owner}
+	a.args = [5]any{&a.owner, &m.cfg.pxMillis, join, m.mode(), &m.cfg.timings}
 	a.keys = m.keys.array()
 	a.call = driver.Call{Script: scripts.MutexAcquire, Keys: a.keys[:], Args: a.args[:]}
 	call := &a.call
@@ -182,7 +181,7 @@ func (m *Mutex) acquire(ctx context.Context, owner string, join any) (attemptRes
 		if fence <= 0 {
 			return attemptResult{}, unexpectedReply(call.Reply)
 		}
-		return grantAcked(ctx, m, &m.cfg, owner, call, attemptResult{granted: true, fence: fence, pttl: ms(a.px)})
+		return grantAcked(ctx, m, &m.cfg, owner, call, attemptResult{granted: true, fence: fence, pttl: ms(m.cfg.pxMillis)})
 	}
 	code, x, y, err := reply3(call.Reply)
 	if err != nil {

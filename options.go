@@ -56,6 +56,9 @@ type config struct {
 	// timings is the Mutex scripts' timings argument (mutex_acquire.lua),
 	// set by seal once the options are applied: every call sends it.
 	timings string
+	// pxMillis is initialPX in ms, set by seal: the acquire script's TTL
+	// argument, sent as a pointer so that it is not boxed per call.
+	pxMillis int64
 
 	// Redlock only: NewRedlock sets redlock, and the options below are
 	// rejected (ErrInvalidArgument) where it is not set.
@@ -91,6 +94,7 @@ func (c *config) claimWindow() time.Duration {
 func (c *config) seal() {
 	c.timings = fmt.Sprintf("%d %d %d", c.waiterLease.Milliseconds(),
 		c.claimWindow().Milliseconds(), fenceRetention(c.ttl).Milliseconds())
+	c.pxMillis = c.initialPX().Milliseconds()
 }
 
 // initialPX is the expiry a fresh grant gets: the TTL, or the hold cap when

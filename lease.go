@@ -59,10 +59,11 @@ const (
 
 var errReleased = fmt.Errorf("%w: released by Unlock", ErrNotHeld)
 
-// errResentRelease is a release's "not held" answer to a call the Redis
-// client sent more than once (driver.Call.Resent): its first sending, whose
-// reply was lost, may have released the lock itself.
-var errResentRelease = fmt.Errorf("%w (the Redis client sent the release again after losing a reply, so its first sending may have released it)", ErrNotHeld)
+// errResentRelease is a release's "not held" answer where a command of the
+// lease's own whose reply was lost may have released the lock itself: the
+// same release, sent more than once by the Redis client
+// (driver.Call.Resent), or a Redlock hand-off that did not answer.
+var errResentRelease = fmt.Errorf("%w (a command of this lease whose reply was lost, such as an earlier sending of the release, may have released it)", ErrNotHeld)
 
 // notHeld is a release script's "not held" answer to call.
 func notHeld(call *driver.Call) error {

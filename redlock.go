@@ -762,15 +762,16 @@ func (h *redlockHold) release(ctx context.Context, owner string) error {
 	h.awaitSettled() // a late grant must not land after its release
 	// Wait for every node (each bounded by the node timeout), so that when
 	// Unlock returns no reachable node still holds the key.
-	return h.m.releaseVerdict(h.m.releaseOn(ctx, owner, nil, true, nil))
+	return h.m.releaseVerdict(h.m.releaseOn(ctx, owner, nil, true, nil, nil))
 }
 
 // releaseTally counts the answers to a release of our key on every node.
 type releaseTally struct {
 	released int // gave it up
 	gone     int // no longer held it
-	// resentGone no longer held it, but their clients had sent the release
-	// more than once: the first sending may have released it.
+	// resentGone no longer held it, but a command of ours whose outcome was
+	// not known may have removed it: the release sent before by the node's
+	// client (driver.Call.Resent), or a hand-off that did not answer.
 	resentGone int
 	failed     nodeErrors // did not answer
 }
@@ -816,7 +817,7 @@ func (h *redlockHold) releaseShares(ctx context.Context, owner string, which, gr
 	// Waiters wait only for an owner seen on a quorum of the nodes (see
 	// redlock_wait.go): tell them only when these shares may be as many.
 	tell := some >= quorum(len(m.r.nodes))
-	if t := m.releaseOn(context.WithoutCancel(ctx), owner, which, tell, enough); len(t.failed) > 0 {
+	if t := m.releaseOn(context.WithoutCancel(ctx), owner, which, tell, enough, nil); len(t.failed) > 0 {
 		m.cfg.logger.Warn("dlock: could not release a failed Redlock acquisition on every node; the lock's key there expires by its TTL",
 			slog.String("lock", m.name), slog.Any("error", t.failed))
 	}
@@ -838,8 +839,9 @@ func countTrue(mask []bool) int {
 // the lock's waiters when tell is set. It waits for every answer,
 // or until enough (if not nil) says that the rest cannot matter: their
 // requests then finish in the background, and they are not counted as
-// failed.
-func (m *RedlockMutex) releaseOn(ctx context.Context, owner string, which []bool, tell bool, enough func([]nodeReply) bool) (t releaseTally) {
+// failed. unsure (if not nil) marks the nodes where a command of ours whose
+// outcome is unknown may have removed our key already.
+func (m *RedlockMutex) releaseOn(ctx context.Context, owner string, which []bool, tell bool, enough func([]nodeReply) bool, unsure []bool) (t releaseTally) {
 	publish := "0"
 	if tell {
 		publish = "1"
@@ -864,7 +866,7 @@ func (m *RedlockMutex) releaseOn(ctx context.Context, owner string, which []bool
 			t.failed = append(t.failed, m.r.nodeError(ctx, i, true, rep.err, wait))
 		case rep.reply == int64(1):
 			t.released++
-		case rep.reply == int64(0) && rep.resent:
+		case rep.reply == int64(0) && (rep.resent || unsure != nil && unsure[i]):
 			t.resentGone++
 		case rep.reply == int64(0):
 			t.gone++

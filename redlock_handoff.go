@@ -76,26 +76,31 @@ func (h *redlockHold) unlock(ctx context.Context, owner string) error {
 		return h.release(ctx, owner)
 	}
 	var (
-		res   acquireResult
-		moved = make([]bool, len(h.m.r.nodes))
+		res     acquireResult
+		moved   = make([]bool, len(h.m.r.nodes))
+		mayHold = make([]bool, len(h.m.r.nodes))
 	)
 	// A fresh owner value: the heir's attempts, which may be in flight, use
 	// another and cannot count the moved keys as theirs.
 	next, err := newOwner(heir.m.cfg.ownerInfo)
 	if err == nil {
 		h.awaitSettled() // a late grant must not land after the transfer
-		res, moved = heir.m.transfer(ctx, owner, next, h.handoffs+1)
+		res, moved, mayHold = heir.m.transfer(ctx, owner, next, h.handoffs+1)
 	}
 	heir.handoff <- redlockHandoff{res: res, owner: next}
 	if res.hold != nil {
 		return nil
 	}
-	// Release what did not move; what moved counts as released.
+	// Release what did not move; what moved counts as released. Where the
+	// transfer did not answer, it may have moved the key all the same: a
+	// release that finds it gone there is not told from one we released.
 	notMoved := make([]bool, len(moved))
+	unsure := make([]bool, len(moved))
 	for i, mv := range moved {
 		notMoved[i] = !mv
+		unsure[i] = mayHold[i] && !mv
 	}
-	t := h.m.releaseOn(ctx, owner, notMoved, true, nil)
+	t := h.m.releaseOn(ctx, owner, notMoved, true, nil, unsure)
 	t.released += countTrue(moved)
 	return h.m.releaseVerdict(t)
 }
@@ -104,13 +109,14 @@ func (h *redlockHold) unlock(ctx context.Context, owner string) error {
 // the handoffs-th local hand-off in a row. It succeeds, returning the new
 // owner's hold, when a quorum moved within the validity to's lease gets
 // (m's TTL, counted from before the first request); otherwise it gives back
-// to's shares. moved marks the nodes that answered that the key moved.
+// to's shares. moved marks the nodes that answered that the key moved,
+// mayHold those and the ones whose answer did not say it did not.
 //
 // It returns once a quorum moved; the other nodes' requests go on in the
 // background, bounded by the node timeout but not by ctx: the Unlock that
 // sent them ends ctx when it returns, and a node left to the old owner
 // would hold its key until the TTL.
-func (m *RedlockMutex) transfer(ctx context.Context, from, to string, handoffs int) (res acquireResult, moved []bool) {
+func (m *RedlockMutex) transfer(ctx context.Context, from, to string, handoffs int) (res acquireResult, moved, mayHold []bool) {
 	n, q := len(m.r.nodes), quorum(len(m.r.nodes))
 	px := redlockPX(&m.cfg)
 	valid := px - m.drift(px)
@@ -132,7 +138,7 @@ func (m *RedlockMutex) transfer(ctx context.Context, from, to string, handoffs i
 	})
 	elapsed := time.Since(start)
 	moved = make([]bool, n)
-	mayHold := make([]bool, n) // moved, or no answer that says it did not
+	mayHold = make([]bool, n) // moved, or no answer that says it did not
 	for i, rep := range replies {
 		switch {
 		case isMoved(rep):
@@ -146,9 +152,9 @@ func (m *RedlockMutex) transfer(ctx context.Context, from, to string, handoffs i
 	// Judged as an acquisition is: a failure to answer is not held against
 	// it, since a quorum moved or it did not.
 	if judgeAcquire(n, countTrue(moved), 0, elapsed, valid) == verdictGranted {
-		return acquireResult{hold: hold, start: start, px: px}, moved
+		return acquireResult{hold: hold, start: start, px: px}, moved, mayHold
 	}
 	hold.awaitSettled()
 	hold.releaseShares(ctx, to, mayHold, moved)
-	return acquireResult{start: start}, moved
+	return acquireResult{start: start}, moved, mayHold
 }

@@ -205,3 +205,44 @@ func handOverTwice(ctx context.Context, t *testing.T, r *dlock.Redlock, name str
 		t.Fatal(err)
 	}
 }
+
+// TestRedlockHandoffThatDidNotAnswer: a hand-off whose replies do not come
+// within the node timeout fails, although the nodes ran it: they moved the
+// key, and then the Unlock's own release finds no key of the lease's. That
+// must not read as "expired or taken over": the key was the lease's until
+// its own hand-off moved it.
+func TestRedlockHandoffThatDidNotAnswer(t *testing.T) {
+	servers := redistest.StartNodes(t, 3)
+	proxies, addrs := proxied(t, servers)
+	r := newRedlock(t, addrs, slowRetry, dlock.WithNodeTimeout(time.Second))
+	ctx := testCtx(t)
+	// Load the scripts first: a NOSCRIPT reply would be held too.
+	handOverTwice(ctx, t, r, t.Name()+"-warm")
+
+	name := t.Name()
+	held, err := r.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := lockWhenHeir(ctx, t, r, name)
+	// Replies on the connections open now are held: the transfer's. The
+	// release after it goes out on others, which answer.
+	for _, p := range proxies {
+		p.HoldOpenReplies(true)
+	}
+	err = held.Unlock(ctx)
+	for _, p := range proxies {
+		p.HoldOpenReplies(false)
+	}
+	if err != nil {
+		t.Errorf("Unlock whose hand-off went unanswered: %v, want nil", err)
+	}
+	got := <-next // the heir takes the lock by an attempt of its own
+	if got.err != nil {
+		t.Fatalf("Lock after a hand-off that failed: %v", got.err)
+	}
+	if err := got.l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantNoKey(t, servers, lockKey(name))
+}

@@ -2,6 +2,8 @@ package dlock_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -206,4 +208,43 @@ func testRedlockSentTwice(t *testing.T, handoff bool) {
 		}
 	}
 	wantNoKey(t, servers, lockKey(name))
+}
+
+// TestDowngradeSentTwiceStillDowngrades: Downgrade turns the writer into a
+// reader under a fresh owner value. Sent twice, the second sending finds
+// the writer gone: it must report the downgrade, or the read lock would sit
+// with an owner nobody knows, keeping writers out until its TTL ran out.
+func TestDowngradeSentTwiceStillDowngrades(t *testing.T) {
+	t.Parallel()
+	c, srv, proxy := clientWithLostReplies(t)
+	ctx := testCtx(t)
+	name := t.Name()
+	for round := 0; round < 2; round++ { // the first loads the scripts
+		rw := c.RWMutex(fmt.Sprint(name, round))
+		w, err := rw.TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r *dlock.Lease
+		downgrade := func() (err error) { r, err = rw.Downgrade(ctx, w); return err }
+		if round == 0 {
+			if err := downgrade(); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			reading := func() bool {
+				first, _ := srv.Do(t, "ZRANGE", lockKey(rw.Name())+":rw", "0", "0").([]any)
+				return len(first) == 1 && strings.HasPrefix(fmt.Sprint(first[0]), "R")
+			}
+			if err := afterLostReply(t, []*redistest.Proxy{proxy}, reading, downgrade); err != nil {
+				t.Fatalf("Downgrade sent twice: %v, want the read lease", err)
+			}
+		}
+		if err := r.Unlock(ctx); err != nil {
+			t.Fatalf("the read lease of a downgrade: %v", err)
+		}
+		if _, err := rw.TryLock(ctx); err != nil { // nobody holds it now
+			t.Fatalf("TryLock after the downgraded lock was released: %v", err)
+		}
+	}
 }

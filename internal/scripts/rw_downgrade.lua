@@ -6,7 +6,10 @@
 -- Returns: {0}: the writer does not hold the lock; nothing changed.
 --          {1, fence, member, fence, px, ...}: the reader holds the lock for
 --          ttl ms with a new fencing token; then each waiter granted, with
---          its fencing token and claim window.
+--          its fencing token and claim window. Also {1, fence} alone when
+--          this same call, sent again by the client after a lost reply,
+--          finds the downgrade done: the reader member is new, so only this
+--          call can have made it a holder (its grants were published then).
 if rw_foreign(KEYS[1]) then
   return {0}
 end
@@ -14,6 +17,9 @@ local now_us, now_ms = rw_time()
 rw_check_keys(KEYS)
 rw_prune(KEYS, now_ms)
 if not rw_drop(KEYS, ARGV[1]) then
+  if redis.call('ZSCORE', KEYS[1], ARGV[2]) then
+    return {1, rw_token(KEYS, ARGV[2])}
+  end
   return {0}
 end
 local reply = {1, rw_hold(KEYS, ARGV[2], ARGV[3], now_us, now_ms, ARGV[4])}

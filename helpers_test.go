@@ -143,3 +143,19 @@ func afterLostReply(t *testing.T, proxies []*redistest.Proxy, executed func() bo
 		return nil
 	}
 }
+
+// clientWithLostReplies returns a Client behind a proxy, for
+// afterLostReply, and its server.
+func clientWithLostReplies(t *testing.T) (*dlock.Client, *redistest.Server, *redistest.Proxy) {
+	t.Helper()
+	srv := redistest.Start(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, srv, proxy
+}

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
@@ -375,15 +373,7 @@ func TestLatchKilledWaiterProcess(t *testing.T) {
 // report what the first sending did.
 func TestLatchCallsSentTwiceCountOnce(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	proxy := redistest.StartProxy(t, srv.Addr())
-	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
-	c, err := dlock.New(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c, srv, proxy := clientWithLostReplies(t)
 	ctx := testCtx(t)
 	// Load the scripts first: a NOSCRIPT reply would be held too.
 	warm := c.Latch(t.Name() + "-warm")
@@ -397,7 +387,7 @@ func TestLatchCallsSentTwiceCountOnce(t *testing.T) {
 	count := func() string { v, _ := srv.Do(t, "GET", latchKey(t.Name())).(string); return v }
 
 	var set bool
-	err = afterLostReply(t, []*redistest.Proxy{proxy}, func() bool { return count() == "5" }, func() (err error) {
+	err := afterLostReply(t, []*redistest.Proxy{proxy}, func() bool { return count() == "5" }, func() (err error) {
 		set, err = l.TrySetCount(ctx, 5)
 		return err
 	})

@@ -8,27 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
-
-// clientWithLostReplies returns a Client behind a proxy, for
-// afterLostReply, and its server.
-func clientWithLostReplies(t *testing.T) (*dlock.Client, *redistest.Server, *redistest.Proxy) {
-	t.Helper()
-	srv := redistest.Start(t)
-	proxy := redistest.StartProxy(t, srv.Addr())
-	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
-	c, err := dlock.New(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c, srv, proxy
-}
 
 // heldBy reports whether name has a holder, as Inspect sees it.
 func heldBy(t *testing.T, c *dlock.Client, name string) bool {

@@ -35,7 +35,10 @@ type leaseOrError struct {
 
 func TestRedlockUnlockHandsOverLocally(t *testing.T) {
 	servers := redistest.StartNodes(t, 3)
-	r := newRedlock(t, addrsOf(servers), slowRetry)
+	// A long node timeout: every node must get its share of the first lock
+	// (a dial, a handshake and a NOSCRIPT fallback on fresh nodes), which
+	// took longer than the default 300 ms once on a loaded machine.
+	r := newRedlock(t, addrsOf(servers), slowRetry, dlock.WithNodeTimeout(5*time.Second))
 	ctx := testCtx(t)
 	name := t.Name()
 	held, err := r.Mutex(name).TryLock(ctx)

@@ -32,7 +32,12 @@ func newRedlock(t testing.TB, addrs []string, opts ...dlock.Option) *dlock.Redlo
 	t.Helper()
 	nodes := make([]dlock.RedisClient, len(addrs))
 	for i, addr := range addrs {
-		nodes[i] = redlockNodeClient(t, addr)
+		rdb := redlockNodeClient(t, addr)
+		// Dial now: a first request that must dial and shake hands within
+		// a short node timeout missed it on a loaded machine. (A node a
+		// test has not started yet just fails the PING.)
+		_ = rdb.Ping(context.Background()).Err()
+		nodes[i] = rdb
 	}
 	r, err := dlock.NewRedlock(nodes, opts...)
 	if err != nil {

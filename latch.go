@@ -41,9 +41,9 @@ const latchCallMemory = time.Minute
 // CountDown (24h unless WithTTL is given to Client.Latch), so an abandoned
 // latch disappears. A TrySetCount or CountDown takes effect at most once,
 // even when the Redis client sends it again after losing its reply (a
-// second key remembers the calls of the last minute). An expired latch reads as zero: it releases its waiters
-// as if counted down, so choose a TTL longer than the longest gap between
-// count-downs. The last CountDown deletes the key and wakes the waiters
+// second key remembers the calls of the last minute). An expired latch
+// reads as zero: it releases its waiters as if counted down, so choose a TTL
+// longer than the longest gap between count-downs. The last CountDown deletes the key and wakes the waiters
 // through the Client's shared subscription; waiters also check the count
 // every WithWaiterLease/3 and when the key would expire, so a lost message
 // costs latency, never a hang.

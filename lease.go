@@ -196,23 +196,27 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	return l.end(ctx, "Unlock", "it expired or was taken over before Unlock")
 }
 
-// end is Unlock, and Permits.Release: op names the call in errors, and
-// notHeld says what ErrNotHeld means for this kind of lease.
-func (l *Lease) end(ctx context.Context, op, notHeld string) error {
+// end is Unlock, and Permits.Release: op names the call in errors, and lost
+// says what ErrNotHeld means for this kind of lease.
+func (l *Lease) end(ctx context.Context, op, lost string) error {
 	name := l.Name()
 	if err := l.wd.beginUnlock(l); err != nil {
 		return fmt.Errorf("dlock: %s %q: %w", op, name, err)
 	}
 	rctx, cancel := detach(ctx, l.cfg.releaseTimeout)
 	defer cancel()
-	valid := l.validAt(time.Now())
+	sent := time.Now()
 	var err error
 	if u, ok := l.h.(unlocker); ok {
 		err = u.unlock(rctx, l.owner)
 	} else {
 		err = l.h.release(rctx, l.owner)
 	}
-	if errors.Is(err, errResentRelease) && valid {
+	// Read only on this rare path, after the release: renewals move a
+	// validity deadline only later, and a lease past it is lost for good,
+	// so they still tell whether the lease was valid when the release went
+	// out (an Extend racing this Unlock is the caller's own race).
+	if errors.Is(err, errResentRelease) && l.validAt(sent) {
 		// The lock was ours when the release went out, so the likeliest
 		// reason the second sending found it gone is the first sending:
 		// the lock was held to the end either way (docs/design.md).
@@ -222,7 +226,7 @@ func (l *Lease) end(ctx context.Context, op, notHeld string) error {
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrNotHeld):
-		err = fmt.Errorf("dlock: %s %q: %w: %s", op, name, ErrNotHeld, notHeld)
+		err = fmt.Errorf("dlock: %s %q: %w: %s", op, name, ErrNotHeld, lost)
 	default:
 		err = redisError(op, name, err)
 	}

@@ -218,11 +218,12 @@ func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Conte
 	return do(ctx, r.Mutex(name, opts...), fn)
 }
 
-// Close stops the Redlock's watchdog. Waits in progress end with ErrClosed. Leases still held stop
-// being renewed: their Done channels close with ErrLockLost, and their keys
-// expire one TTL after the last renewal (Close does not release them,
-// because their holders may still be working; Unlock them first, which still
-// works after Close). Close does not close the nodes' clients.
+// Close stops the Redlock's watchdog. Waits in progress end with ErrClosed.
+// Leases still held stop being renewed: their Done channels close with
+// ErrLockLost, and their keys expire one TTL after the last renewal (Close
+// does not release them, because their holders may still be working; Unlock
+// them first, which still works after Close). Close does not close the
+// nodes' clients.
 //
 // Close waits for the node requests still running, but returns within the
 // release timeout. A request still without a reply then is one its node's

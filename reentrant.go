@@ -215,21 +215,23 @@ func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) 
 
 // release gives up this hold (or its place in the queue). When it was the
 // owner's last hold the lock is released, or handed to the next waiter.
-// The owner's anchor is renewed by the watchdog; when this hold is the
-// anchor's only one, its renewals stop (and one in flight is waited for)
-// before the release is sent, so that no renewal follows the owner's last
-// release. Holds of one owner released at the same moment from several
-// goroutines keep a narrow window: none of them is the only one when it
-// starts.
+// The owner's anchor is renewed by the watchdog; while every hold on it is
+// being released, its renewals stop (and one in flight is waited for)
+// before the release that may be the owner's last is sent, so that no
+// renewal follows the owner's last release, even when several goroutines
+// release the owner's holds at the same moment.
 func (h *reentrantHold) release(ctx context.Context, member string) error {
-	paused := h.attached && h.m.c.anchors.pauseIfOnly(h.anchor)
-	ended, err := h.sendRelease(ctx, member)
-	switch {
-	case ended:
-		h.detach(paused)
-	case paused:
-		h.m.c.wd.resume(h.anchor.lease) // still held: renew it again
+	if !h.attached {
+		_, err := h.sendRelease(ctx, member)
+		return err
 	}
+	anchors := &h.m.c.anchors
+	anchors.beginRelease(h.anchor)
+	ended, err := h.sendRelease(ctx, member)
+	if ended {
+		h.attached = false
+	}
+	anchors.endRelease(h.anchor, ended)
 	return err
 }
 
@@ -269,15 +271,6 @@ func (h *reentrantHold) sendRelease(ctx context.Context, member string) (ended b
 		return true, nil
 	}
 	return false, unexpectedReply(call.Reply)
-}
-
-// detach stops counting this hold in its anchor, retiring the anchor with
-// its last hold; paused says release paused the anchor's renewals.
-func (h *reentrantHold) detach(paused bool) {
-	if h.attached {
-		h.attached = false
-		h.m.c.anchors.drop(h.anchor, paused)
-	}
 }
 
 // renew, remaining: a hold's lease delegates Extend and TTL to its anchor
@@ -365,7 +358,14 @@ type anchorSet struct {
 type anchor struct {
 	key   anchorKey
 	lease *Lease
-	holds int
+	// holds and releasing (guarded by anchorSet.mu) count the holds on the
+	// anchor and those of them whose release is in flight.
+	holds, releasing int
+	// pauseMu orders the decisions to pause and resume the anchor's
+	// renewals with the watchdog calls that carry them out; paused (guarded
+	// by pauseMu) says the renewals are paused.
+	pauseMu sync.Mutex
+	paused  bool
 }
 
 // attach returns the live anchor for key, or makes one with create, and
@@ -405,37 +405,54 @@ func (s *anchorSet) join(key anchorKey) *anchor {
 	return nil
 }
 
-// pauseIfOnly stops a's renewals, waiting for one in flight, when it has a
-// single hold, whose release may be the owner's last, and reports whether
-// it did. drop, or watchdog.resume if the release did not happen, ends the
-// pause.
-func (s *anchorSet) pauseIfOnly(a *anchor) bool {
+// beginRelease counts one more release in flight on a. When every hold on
+// a is then being released, any of these releases may be the owner's last:
+// a's renewals stop (waiting for one in flight) before it is sent.
+// endRelease resumes them when a release leaves a hold that is not being
+// released.
+func (s *anchorSet) beginRelease(a *anchor) {
+	a.pauseMu.Lock()
+	defer a.pauseMu.Unlock()
 	s.mu.Lock()
-	only := a.holds == 1 && s.anchors[a.key] == a
+	a.releasing++
+	pause := !a.paused && a.releasing >= a.holds && s.anchors[a.key] == a
 	s.mu.Unlock()
-	return only && a.lease.wd.beginUnlock(a.lease) == nil
+	if pause && a.lease.wd.beginUnlock(a.lease) == nil {
+		a.paused = true
+	}
 }
 
-// drop counts one hold less on a and retires it with its last hold. A hold
-// granted meanwhile keeps it: the anchor renews the key by owner, whichever
-// grant put the owner there (and renews again if it was paused).
-func (s *anchorSet) drop(a *anchor, paused bool) {
+// endRelease counts a release done, and with ended one hold less on a: the
+// last hold retires a. A hold granted meanwhile keeps it: the anchor renews
+// the key by owner, whichever grant put the owner there (and renews again
+// if it was paused).
+func (s *anchorSet) endRelease(a *anchor, ended bool) {
+	a.pauseMu.Lock()
+	defer a.pauseMu.Unlock()
 	s.mu.Lock()
-	a.holds--
-	last := a.holds <= 0 && s.anchors[a.key] == a
+	a.releasing--
+	if ended {
+		a.holds--
+	}
+	current := s.anchors[a.key] == a
+	last := current && a.holds <= 0
 	if last {
 		delete(s.anchors, a.key)
 	}
+	resume := !last && a.paused && (a.holds > a.releasing || !current)
 	s.mu.Unlock()
 	wd := a.lease.wd
 	switch {
-	case last && paused:
+	case last && a.paused:
 		wd.endUnlock(a.lease, nil)
 	case last:
 		wd.retire(a.lease)
-	case paused:
+	case resume:
 		wd.resume(a.lease)
+	default:
+		return
 	}
+	a.paused = false
 }
 
 func (s *anchorSet) forget(a *anchor) {

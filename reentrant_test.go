@@ -351,39 +351,13 @@ func TestReentrantKilledHolderFreesTheLock(t *testing.T) {
 // cannot land after the release (where it would find the key gone and
 // declare the lease lost although Unlock succeeded).
 func TestReentrantNoRenewalFollowsTheLastRelease(t *testing.T) {
-	srv := redistest.Shared(t)
-	// Load the scripts first, so that the order below has no EVAL
-	// fallbacks in it.
 	ctx := dlock.WithOwner(testCtx(t), "job")
-	warm, err := newClient(t, srv).ReentrantMutex(t.Name() + "-warm").Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := warm.Extend(ctx, time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if err := warm.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
-	hook := &heldRenewals{started: make(chan struct{}, 1), resume: make(chan struct{})}
-	rdb.AddHook(hook)
-	c, err := dlock.New(rdb, dlock.WithTTL(300*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, hook := clientWithHeldRenewals(t, ctx)
 	l, err := c.ReentrantMutex(t.Name()).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hook.hold.Store(true)
-	select {
-	case <-hook.started: // the watchdog's renewal is on hold, before the wire
-	case <-time.After(10 * time.Second):
-		t.Fatal("no renewal within 10s")
-	}
+	hook.holdRenewal(t)
 	unlocked := make(chan error, 1)
 	go func() { unlocked <- l.Unlock(ctx) }()
 	select {
@@ -399,22 +373,107 @@ func TestReentrantNoRenewalFollowsTheLastRelease(t *testing.T) {
 	if err := l.Err(); errors.Is(err, dlock.ErrLockLost) {
 		t.Fatalf("the lease reads as lost after a successful Unlock: %v", err)
 	}
-	hook.mu.Lock()
-	defer hook.mu.Unlock()
-	if want := []string{"renew", "release"}; len(hook.order) < 2 || hook.order[0] != want[0] || hook.order[1] != want[1] {
-		t.Fatalf("script calls sent in the order %v, want the held renewal first, then the release", hook.order)
+	hook.wantOrder(t, "renew", "release")
+}
+
+// TestReentrantConcurrentLastReleasesWaitForTheRenewal: when two goroutines
+// release an owner's two holds at the same moment, either release may be
+// the owner's last at the server, so the one that starts while the other
+// is in flight waits for the renewal in flight too.
+func TestReentrantConcurrentLastReleasesWaitForTheRenewal(t *testing.T) {
+	ctx := dlock.WithOwner(testCtx(t), "job")
+	c, hook := clientWithHeldRenewals(t, ctx)
+	m := c.ReentrantMutex(t.Name())
+	first, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
+	second, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook.holdRenewal(t)
+	hook.holdRelease.Store(true)
+	firstDone := make(chan error, 1)
+	go func() { firstDone <- first.Unlock(ctx) }()
+	select {
+	case <-hook.releaseStarted: // the first release is on hold, before the wire
+	case <-time.After(10 * time.Second):
+		t.Fatal("no release within 10s")
+	}
+	secondDone := make(chan error, 1)
+	go func() { secondDone <- second.Unlock(ctx) }()
+	select {
+	case err := <-secondDone:
+		t.Fatalf("the second Unlock returned (%v) while the first release and a renewal were in flight", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	hook.hold.Store(false)
+	close(hook.resume)
+	if err := <-secondDone; err != nil {
+		t.Fatalf("second Unlock: %v", err)
+	}
+	close(hook.releaseResume)
+	if err := <-firstDone; err != nil {
+		t.Fatalf("first Unlock: %v", err)
+	}
+	for _, l := range []*dlock.Lease{first, second} {
+		if err := l.Err(); errors.Is(err, dlock.ErrLockLost) {
+			t.Fatalf("a lease reads as lost after a successful Unlock: %v", err)
+		}
+	}
+	hook.wantOrder(t, "renew", "release", "release")
+	if n := holdCount(t, m, ctx); n != 0 {
+		t.Errorf("HoldCount after both holds were unlocked = %d", n)
+	}
+}
+
+// clientWithHeldRenewals returns a Client with a TTL of 300 ms whose
+// go-redis client carries a heldRenewals hook, the scripts loaded first so
+// that the order the hook records has no EVAL fallbacks in it.
+func clientWithHeldRenewals(t *testing.T, ctx context.Context) (*dlock.Client, *heldRenewals) {
+	t.Helper()
+	srv := redistest.Shared(t)
+	warm, err := newClient(t, srv).ReentrantMutex(t.Name() + "-warm").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Extend(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	hook := &heldRenewals{
+		started: make(chan struct{}, 1), resume: make(chan struct{}),
+		releaseStarted: make(chan struct{}, 1), releaseResume: make(chan struct{}),
+	}
+	rdb.AddHook(hook)
+	c, err := dlock.New(rdb, dlock.WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, hook
 }
 
 // heldRenewals is a go-redis hook that, while hold is set, keeps the first
 // renewal script (owned_extend) it sees from being sent until resume
-// closes, and records the order in which renewals and the reentrant release
-// are sent.
+// closes, and while holdRelease is set the first reentrant release until
+// releaseResume closes; it records the order in which renewals and
+// releases are sent.
 type heldRenewals struct {
 	hold    atomic.Bool
 	started chan struct{}
 	resume  chan struct{}
 	once    sync.Once
+
+	holdRelease    atomic.Bool
+	releaseStarted chan struct{}
+	releaseResume  chan struct{}
+	releaseOnce    sync.Once
 
 	mu    sync.Mutex
 	order []string
@@ -452,17 +511,46 @@ func (h *heldRenewals) before(cmd redis.Cmder) {
 	default:
 		return
 	}
-	held := false
-	if op == "renew" && h.hold.Load() {
-		h.once.Do(func() {
-			held = true
-			h.started <- struct{}{}
-		})
-	}
-	if held {
-		<-h.resume
+	switch {
+	case op == "renew" && h.hold.Load():
+		holdOnce(&h.once, h.started, h.resume)
+	case op == "release" && h.holdRelease.Load():
+		holdOnce(&h.releaseOnce, h.releaseStarted, h.releaseResume)
 	}
 	h.mu.Lock()
 	h.order = append(h.order, op)
 	h.mu.Unlock()
+}
+
+// holdOnce, the first time once runs, signals started and waits for resume.
+func holdOnce(once *sync.Once, started chan<- struct{}, resume <-chan struct{}) {
+	held := false
+	once.Do(func() {
+		held = true
+		started <- struct{}{}
+	})
+	if held {
+		<-resume
+	}
+}
+
+// holdRenewal holds the watchdog's next renewal before the wire.
+func (h *heldRenewals) holdRenewal(t *testing.T) {
+	t.Helper()
+	h.hold.Store(true)
+	select {
+	case <-h.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no renewal within 10s")
+	}
+}
+
+// wantOrder checks that the script calls began in the order want.
+func (h *heldRenewals) wantOrder(t *testing.T, want ...string) {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.order) < len(want) || fmt.Sprint(h.order[:len(want)]) != fmt.Sprint(want) {
+		t.Fatalf("script calls sent in the order %v, want %v first", h.order, want)
+	}
 }

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -144,8 +145,18 @@ func TestRedlockHandoffToALockThatGaveUp(t *testing.T) {
 	if got := <-next; !errors.Is(got.err, dlock.ErrNotObtained) || !errors.Is(got.err, context.Canceled) {
 		t.Errorf("Lock that gave up during a hand-off: got %v, %v; want ErrNotObtained and Canceled", got.l, got.err)
 	}
-	// It released what it was handed: nothing is left locked.
-	wantNoKey(t, servers, lockKey(name))
+	// It released what it was handed: nothing is left locked. (On a loaded
+	// machine the replies can be held past the node timeout: the transfer
+	// then fails, and what it moved without saying so is given back in the
+	// background, a moment later.)
+	eventually(t, func() string {
+		for i, v := range holdersOf(t, servers, lockKey(name)) {
+			if v != "" {
+				return fmt.Sprintf("node %d still holds the key: %q", i, v)
+			}
+		}
+		return ""
+	})
 	if _, err := r.Mutex(name).TryLock(ctx); err != nil {
 		t.Errorf("TryLock after the abandoned hand-off: %v", err)
 	}

@@ -161,6 +161,13 @@ func isTransient(err error) bool {
 	return true
 }
 
+// isReplyError reports whether err is (or wraps) the server's error reply,
+// as opposed to a transport failure.
+func isReplyError(err error) bool {
+	var rerr *driver.ReplyError
+	return errors.As(err, &rerr)
+}
+
 // ErrQuorum means a Redlock operation could not reach enough nodes: fewer
 // than a quorum (N/2+1) answered in time and without an error, so whether the
 // lock is free or held could not be decided. It never matches ErrNotObtained

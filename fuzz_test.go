@@ -189,7 +189,7 @@ func FuzzGrantMessage(f *testing.F) {
 
 // FuzzRedlockReply feeds Redlock's per-node acquire parser arbitrary replies.
 func FuzzRedlockReply(f *testing.F) {
-	for _, r := range []any{[]any{int64(1)}, []any{int64(0), int64(20)}, []any{int64(0)}, []any{}, nil, "x"} {
+	for _, r := range []any{int64(1), []any{int64(1)}, []any{int64(0), int64(20)}, []any{int64(0)}, []any{}, nil, "x"} {
 		f.Add(chaos.ReplyBytes(r))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {

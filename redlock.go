@@ -194,6 +194,7 @@ func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
 		opt(&cfg)
 	}
 	m := &RedlockMutex{r: r, name: name, cfg: cfg, key: newLockKeys(cfg.keyPrefix, name).lock}
+	m.keys = []string{m.key}
 	if err := checkName(name); err != nil {
 		m.err = fmt.Errorf("dlock: Redlock.Mutex: %w", err)
 	} else if err := cfg.err(); err != nil {
@@ -277,6 +278,7 @@ type RedlockMutex struct {
 	r    *Redlock
 	name string
 	key  string
+	keys []string // {key}, shared by every call's Keys
 	cfg  config
 	err  error // invalid name or option, reported by TryLock and Lock
 }
@@ -358,14 +360,18 @@ func (m *RedlockMutex) Lock(ctx context.Context) (lease *Lease, err error) {
 		return nil, waitEnded(ctx, m.name, began, 0, nil)
 	}
 	defer func() { turn.leave(ctx, lease != nil) }()
-	l := turn.gt.l
+	l := turn.gt.l // nil until the turn must wait (see redlockGates.enter)
 	wait := redlockWait{m: m, l: l, spin: newSpinDelay(SpinWait(m.cfg.retryMin, m.cfg.retryMax))}
 	var (
 		holderTTL time.Duration
 		last      error
+		timer     *time.Timer // made when the Lock first waits
 	)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for first := true; ; first = false {
 		if turn.handingOver() {
 			// An Unlock of this Redlock is handing the lock over: its
@@ -375,7 +381,7 @@ func (m *RedlockMutex) Lock(ctx context.Context) (lease *Lease, err error) {
 			}
 			continue
 		}
-		heard := l.hears()
+		heard := l != nil && l.hears()
 		var (
 			delay time.Duration
 			wake  bool
@@ -386,7 +392,9 @@ func (m *RedlockMutex) Lock(ctx context.Context) (lease *Lease, err error) {
 			// find it held.
 			delay, wake = wait.idle(0), true
 		} else {
-			l.drain()
+			if l != nil {
+				l.drain()
+			}
 			res := m.attempt(ctx, "Lock", owner)
 			switch {
 			case res.hold != nil:
@@ -401,6 +409,13 @@ func (m *RedlockMutex) Lock(ctx context.Context) (lease *Lease, err error) {
 			if errors.As(res.err, &nerr) {
 				last = nerr.last // contention is what the wait is about: keep only node failures
 			}
+			if l == nil {
+				// No subscription could have heard a release during the
+				// attempt, so heard is false and the wait subscribes now
+				// and asks again.
+				l = turn.listener()
+				wait.l = l
+			}
 			delay, wake = wait.next(ctx, res, heard)
 			if delay == 0 && ctx.Err() == nil {
 				continue
@@ -410,7 +425,11 @@ func (m *RedlockMutex) Lock(ctx context.Context) (lease *Lease, err error) {
 		if wake {
 			signal = l.signal
 		}
-		timer.Reset(delay)
+		if timer == nil {
+			timer = time.NewTimer(delay)
+		} else {
+			timer.Reset(delay)
+		}
 		select {
 		case <-signal:
 		case h := <-turn.handoff:
@@ -539,10 +558,7 @@ func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireRes
 	start := time.Now()
 	wait := min(redlockNodeTimeout(&m.cfg), valid)
 	deadline := start.Add(wait)
-	calls := make([]*driver.Call, n)
-	for i := range calls {
-		calls[i] = &driver.Call{Script: scripts.RedlockAcquire, Keys: []string{m.key}, Args: []any{owner, px.Milliseconds()}}
-	}
+	calls := m.nodeCalls(nil, scripts.RedlockAcquire, owner, px.Milliseconds())
 	replies, settled := r.fanout(ctx, deadline, calls, func(replies []nodeReply) bool {
 		granted := 0
 		for _, rep := range replies {
@@ -559,28 +575,18 @@ func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireRes
 	var (
 		granted   int
 		holders   []time.Duration
-		failed    nodeErrors
+		nFailed   int
 		permanent int
 		release   = make([]bool, n)
 		grantedBy = make([]bool, n)
 		heldBy    = make(map[string]int, 1) // nodes per other owner
 	)
 	for i, rep := range replies {
-		var (
-			ok     bool
-			pttl   time.Duration
-			holder string
-			err    = rep.err
-		)
-		if rep.done && err == nil {
-			ok, pttl, holder, err = parseAcquire(rep.reply)
-		}
+		ok, pttl, holder, err := readAcquire(rep)
 		switch {
 		case !rep.done || err != nil:
-			ne := r.nodeError(ctx, i, rep.done, err, wait)
-			failed = append(failed, ne)
-			var rerr *driver.ReplyError
-			if errors.As(err, &rerr) {
+			nFailed++
+			if err != nil && isReplyError(err) {
 				// The script raised the error before writing anything.
 				if !isTransient(err) {
 					permanent++
@@ -598,10 +604,18 @@ func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireRes
 		}
 	}
 
-	verdict := judgeAcquire(n, granted, len(failed), elapsed, valid)
+	verdict := judgeAcquire(n, granted, nFailed, elapsed, valid)
 	hold := &redlockHold{m: m, settled: settled, deadline: deadline}
 	if verdict == verdictGranted {
+		// Nodes that had not answered when the quorum did are not failures
+		// here: their errors are made only for an attempt that failed.
 		return acquireResult{hold: hold, start: start, px: px}
+	}
+	var failed nodeErrors
+	for i, rep := range replies {
+		if _, _, _, err := readAcquire(rep); !rep.done || err != nil {
+			failed = append(failed, r.nodeError(ctx, i, rep.done, err, wait))
+		}
 	}
 	// Not granted: give back our share on every node that may hold it, after
 	// the requests still running there have ended, so the release cannot
@@ -635,17 +649,30 @@ func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireRes
 	return res
 }
 
+// readAcquire reads one node's reply to an attempt: rep.err, or what
+// parseAcquire makes of a reply; nothing for a node that did not answer.
+func readAcquire(rep nodeReply) (granted bool, holderTTL time.Duration, holder string, err error) {
+	if !rep.done {
+		return false, 0, "", nil
+	}
+	if rep.err != nil {
+		return false, 0, "", rep.err
+	}
+	return parseAcquire(rep.reply)
+}
+
 // parseAcquire reads redlock_acquire's reply: granted, or the other owner's
 // remaining time and value (empty from an older dlock's script, which did
 // not send it).
 func parseAcquire(reply any) (granted bool, holderTTL time.Duration, holder string, err error) {
+	if reply == int64(1) {
+		return true, 0, "", nil
+	}
 	items, ok := reply.([]any)
 	if !ok || len(items) == 0 {
 		return false, 0, "", unexpectedReply(reply)
 	}
 	switch code, _ := items[0].(int64); code {
-	case 1:
-		return true, 0, "", nil
 	case 0:
 		if v, err := replyInts(reply, 2); err == nil {
 			if len(items) > 2 {
@@ -708,10 +735,7 @@ func (h *redlockHold) renew(ctx context.Context, owner string, px time.Duration)
 	if valid > 0 && valid < wait {
 		wait = valid
 	}
-	calls := make([]*driver.Call, n)
-	for i := range calls {
-		calls[i] = ownedExtendCall(m.key, owner, px)
-	}
+	calls := m.nodeCalls(nil, scripts.OwnedExtend, owner, px.Milliseconds())
 	count := func(replies []nodeReply) (renewed, gone int) {
 		for _, rep := range replies {
 			if rep.done && rep.err == nil {
@@ -847,12 +871,7 @@ func (m *RedlockMutex) releaseOn(ctx context.Context, owner string, which []bool
 	if tell {
 		publish = "1"
 	}
-	calls := make([]*driver.Call, len(m.r.nodes))
-	for i := range calls {
-		if which == nil || which[i] {
-			calls[i] = &driver.Call{Script: scripts.OwnedRelease, Keys: []string{m.key}, Args: []any{owner, publish}}
-		}
-	}
+	calls := m.nodeCalls(which, scripts.OwnedRelease, owner, publish)
 	wait := redlockNodeTimeout(&m.cfg)
 	replies, _ := m.r.fanout(ctx, time.Now().Add(wait), calls, enough)
 	early := enough != nil && enough(replies)
@@ -883,10 +902,7 @@ func (m *RedlockMutex) releaseOn(ctx context.Context, owner string, which []bool
 func (h *redlockHold) remaining(ctx context.Context, owner string) (time.Duration, error) {
 	m := h.m
 	n, q := len(m.r.nodes), quorum(len(m.r.nodes))
-	calls := make([]*driver.Call, n)
-	for i := range calls {
-		calls[i] = &driver.Call{Script: scripts.OwnedPTTL, Keys: []string{m.key}, Args: []any{owner}}
-	}
+	calls := m.nodeCalls(nil, scripts.OwnedPTTL, owner)
 	wait := redlockNodeTimeout(&m.cfg)
 	replies, _ := m.r.fanout(ctx, time.Now().Add(wait), calls, nil)
 	var (
@@ -920,6 +936,23 @@ func (h *redlockHold) remaining(ctx context.Context, owner string) (time.Duratio
 		return 0, fmt.Errorf("%w: %d of %d nodes no longer hold it", ErrNotHeld, gone, n)
 	}
 	return 0, fmt.Errorf("%w: %d of %d nodes hold it, %d needed: %w", ErrQuorum, len(ours), n, q, failed)
+}
+
+// nodeCalls makes a call of script for each node, or for the nodes set in
+// which when it is not nil (nil elsewhere: fanout skips those). The calls
+// share one key slice and one argument slice, which drivers only read, and
+// one backing array: a fan-out costs a few allocations, not a few per node.
+func (m *RedlockMutex) nodeCalls(which []bool, script *driver.Script, args ...any) []*driver.Call {
+	n := len(m.r.nodes)
+	backing := make([]driver.Call, n)
+	calls := make([]*driver.Call, n)
+	for i := range calls {
+		if which == nil || which[i] {
+			backing[i] = driver.Call{Script: script, Keys: m.keys, Args: args}
+			calls[i] = &backing[i]
+		}
+	}
+	return calls
 }
 
 // nodeReply is one node's outcome in a fan-out.

@@ -2,10 +2,8 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"time"
 
-	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
@@ -122,10 +120,7 @@ func (m *RedlockMutex) transfer(ctx context.Context, from, to string, handoffs i
 	valid := px - m.drift(px)
 	start := time.Now()
 	deadline := start.Add(min(redlockNodeTimeout(&m.cfg), valid))
-	calls := make([]*driver.Call, n)
-	for i := range calls {
-		calls[i] = &driver.Call{Script: scripts.OwnedTransfer, Keys: []string{m.key}, Args: []any{from, to, px.Milliseconds()}}
-	}
+	calls := m.nodeCalls(nil, scripts.OwnedTransfer, from, to, px.Milliseconds())
 	isMoved := func(rep nodeReply) bool { return rep.done && rep.err == nil && rep.reply == int64(1) }
 	replies, settled := m.r.fanout(context.WithoutCancel(ctx), deadline, calls, func(replies []nodeReply) bool {
 		count := 0
@@ -144,8 +139,7 @@ func (m *RedlockMutex) transfer(ctx context.Context, from, to string, handoffs i
 		case isMoved(rep):
 			moved[i], mayHold[i] = true, true
 		case !rep.done || rep.err != nil:
-			var rerr *driver.ReplyError
-			mayHold[i] = !errors.As(rep.err, &rerr) // an error reply: the script wrote nothing
+			mayHold[i] = !isReplyError(rep.err) // an error reply: the script wrote nothing
 		}
 	}
 	hold := &redlockHold{m: m, settled: settled, deadline: deadline, handoffs: handoffs}

@@ -48,8 +48,10 @@ type redlockGate struct {
 	name string // the lock's key, its key in redlockGates
 	line []*redlockTurn
 	// l listens for the lock's releases on behalf of whoever is first in
-	// line, for as long as the line exists: a release heard between two
-	// turns is not lost.
+	// line, from the first attempt that may need to hear one (see enter)
+	// for as long as the line exists: a release heard between two turns is
+	// not lost. Set (under redlockGates.mu) and read by the first in line
+	// only, and by leave as the line ends.
 	l *redlockListener
 }
 
@@ -82,7 +84,15 @@ func (g *redlockGates) enter(ctx context.Context, closed <-chan struct{}, m *Red
 		if g.gates == nil {
 			g.gates = make(map[string]*redlockGate)
 		}
-		gt = &redlockGate{name: m.key, l: m.r.listen(m.key)}
+		gt = &redlockGate{name: m.key}
+		if m.r.hears(m.key) {
+			// A release could be heard now: listen before the first
+			// attempt, so that one published right after it is not lost.
+			// Otherwise nothing could hear it anyway, and the listener
+			// comes when the first attempt fails (turn.listener): a free
+			// lock costs no waiter on the nodes' notifiers.
+			gt.l = m.r.listen(m.key)
+		}
 		g.gates[m.key] = gt
 	}
 	t := &redlockTurn{g: g, gt: gt, m: m, wake: make(chan struct{}, 1), handoff: make(chan redlockHandoff, 1)}
@@ -139,7 +149,9 @@ func (t *redlockTurn) leave(ctx context.Context, holding bool) {
 	gt.remove(t)
 	if len(gt.line) == 0 {
 		delete(t.g.gates, gt.name)
-		gt.l.stop()
+		if gt.l != nil {
+			gt.l.stop()
+		}
 	} else {
 		gt.line[0].inherited = holding
 		gt.line[0].wake <- struct{}{}
@@ -206,15 +218,29 @@ func (l *redlockListener) stop() {
 
 // hears reports whether enough nodes' subscriptions are in place for any
 // holder's release to reach the waiter (see above).
-func (l *redlockListener) hears() bool {
-	n := len(l.r.nodes)
+func (l *redlockListener) hears() bool { return l.r.hears(l.channel) }
+
+// hears reports whether channel is subscribed on enough nodes to hear any
+// holder's release.
+func (r *Redlock) hears(channel string) bool {
+	n := len(r.nodes)
 	confirmed := 0
-	for _, nd := range l.r.nodes {
-		if nd.notify.confirmed(l.channel) {
+	for _, nd := range r.nodes {
+		if nd.notify.confirmed(channel) {
 			confirmed++
 		}
 	}
 	return confirmed >= n-quorum(n)+1
+}
+
+// listener returns the line's listener, made now if the line has none.
+func (t *redlockTurn) listener() *redlockListener {
+	t.g.mu.Lock()
+	defer t.g.mu.Unlock()
+	if t.gt.l == nil {
+		t.gt.l = t.m.r.listen(t.gt.name)
+	}
+	return t.gt.l
 }
 
 // subscribe subscribes the channel on every node at once, each bounded by

@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"math/rand"
 	"time"
-
-	"github.com/dlock-go/dlock/driver"
 )
 
 // queuedLock is a lock whose waiters queue in Redis and are handed the lock
@@ -336,8 +334,7 @@ func newErrorDelay() *spinDelay { return newSpinDelay(SpinWait(5*time.Millisecon
 // clean-up, nor does a grant too few replicas acknowledged (grantAcked
 // released it before returning).
 func (c *Client) abandon(ctx context.Context, q queuedLock, cfg *config, owner string, cause error) {
-	var rerr *driver.ReplyError
-	if cause != nil && (errors.As(cause, &rerr) || errors.Is(cause, ErrReplicaAck)) {
+	if cause != nil && (isReplyError(cause) || errors.Is(cause, ErrReplicaAck)) {
 		return
 	}
 	rctx, cancel := detach(ctx, cfg.releaseTimeout)

@@ -1,7 +1,8 @@
 -- redlock_acquire.lua: take one Redlock node's share of a lock.
 -- KEYS: 1 the lock key
 -- ARGV: 1 owner value, 2 ttl ms
--- Returns: {1}: owner holds the key now, for ttl ms (set by this call, or
+-- Returns: 1 (a bare integer: the common reply, the cheapest to build and
+--          read): owner holds the key now, for ttl ms (set by this call, or
 --          re-armed when an earlier attempt by the same owner had set it);
 --          {0, pttl, holder}: the owner value holder holds it for pttl ms
 --          more (a waiter tells a holder with a quorum of the nodes from
@@ -11,7 +12,7 @@
 local cur = redis.call('GET', KEYS[1])
 if not cur or cur == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return {1}
+  return 1
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl < 0 then

@@ -55,9 +55,11 @@ A progress bar runs on stderr while it measures when stderr is a terminal
 
 Without --redis or REDIS_URL it starts an embedded in-process Redis
 (miniredis), which measures dlock and the client more than a server. Its
-keys (dlock-bench:<random id>:...) are deleted at the end.
+keys (<prefix>bench:<random id>:..., where <prefix> is --key-prefix,
+"dlock:" by default) are deleted at the end.
 
-Exit status: 0, 1 when Redis fails, 2 for invalid flags.`,
+Exit status: 0, 1 when Redis fails, 2 for invalid flags, 128+S when
+signal S interrupts it (130 for Ctrl-C, 143 for SIGTERM).`,
 		Example: `  dlock bench
   dlock bench --duration 30s --goroutines 64 --clients 8 --locks 4
   dlock bench --redis redis://127.0.0.1:6379 --hold 1ms`,
@@ -125,7 +127,7 @@ func (a *app) bench(ctx context.Context, o *benchOptions) error {
 	if err != nil {
 		return err
 	}
-	prefix := "dlock-bench:" + id + ":"
+	prefix := a.keyPrefix + "bench:" + id + ":"
 	admin := t.newClient()
 	defer admin.Close()
 	defer func() {
@@ -192,7 +194,8 @@ func (a *app) bench(ctx context.Context, o *benchOptions) error {
 		}
 	}
 	if ctx.Err() != nil {
-		return fmt.Errorf("interrupted after %v: %w", elapsed.Round(time.Millisecond), ctx.Err())
+		// The cause says which signal: "interrupted by SIGINT".
+		return fmt.Errorf("the benchmark stopped after %v: %w", elapsed.Round(time.Millisecond), context.Cause(ctx))
 	}
 	a.benchSummary(t, o, elapsed, acquisitions.Load(), waits, handoffs)
 	if failed != nil {

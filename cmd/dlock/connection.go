@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -172,6 +173,9 @@ func (o *connOptions) resolve() (*target, error) {
 	if raw == "" {
 		return nil, nil
 	}
+	if bareHostPort(raw) {
+		return nil, usageErrorf("%s %q is an address, not a URL: write redis://%s (rediss:// for TLS)", source, raw, raw)
+	}
 	// url.Parse rejects a list of hosts: parse the URL without it.
 	var hostList string
 	if scheme, _, ok := strings.Cut(raw, "://"); ok && (strings.HasSuffix(scheme, "+sentinel") || strings.HasSuffix(scheme, "+cluster")) {
@@ -277,6 +281,23 @@ func (o *connOptions) resolveCluster(u *url.URL, source, desc string) (*target, 
 		opts.TLSConfig.ServerName = "" // verify each node by its own address
 	}
 	return &target{desc: "Redis Cluster at " + desc, cluster: opts}, nil
+}
+
+// bareHostPort reports whether s is "host:port" without a scheme, which
+// url.Parse misreads ("first path segment in URL cannot contain colon", or
+// "localhost" as a scheme). It is not taken as redis://host:port: the URL
+// forms stay the only ones, and a typo in a scheme is not silently an
+// address. Without '@', s can hold no password to echo.
+func bareHostPort(s string) bool {
+	if strings.Contains(s, "://") || strings.Contains(s, "@") {
+		return false
+	}
+	_, port, err := net.SplitHostPort(s)
+	if err != nil || port == "" {
+		return false
+	}
+	_, err = strconv.ParseUint(port, 10, 16)
+	return err == nil
 }
 
 // withAddrs puts hosts first among q's addr parameters, which is how

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -55,11 +56,13 @@ it also reports how long workers waited for the lock and the fencing tokens
 they were given, which must increase with every grant.
 
 Without --redis or REDIS_URL the demo starts an embedded in-process Redis
-(miniredis). Its keys (dlock-demo:<random id>:...) are deleted at the end.
+(miniredis). Its keys (<prefix>demo:<random id>:..., where <prefix> is
+--key-prefix, "dlock:" by default) are deleted at the end.
 
 Exit status: 0 when the locked run sold every item exactly once, 1 when it
-did not or Redis failed, 2 for invalid flags. The unlocked run overselling
-is the expected outcome, not a failure.`,
+did not, Redis failed or --timeout expired, 2 for invalid flags, 128+S when
+signal S interrupts it (130 for Ctrl-C, 143 for SIGTERM). The unlocked run
+overselling is the expected outcome, not a failure.`,
 		Example: `  dlock demo
   dlock demo --items 1000 --workers 32 --work 500us
   dlock demo --redis redis://127.0.0.1:6379`,
@@ -102,7 +105,7 @@ type demoRun struct {
 	opts   *demoOptions
 	target *target
 	admin  redis.UniversalClient // sets up, checks and cleans up the stock
-	prefix string                // "dlock-demo:<random id>:"
+	prefix string                // "<--key-prefix>demo:<random id>:"
 }
 
 // phaseResult is what one run of the race measured. Workers record into it
@@ -184,7 +187,7 @@ func (a *app) demo(ctx context.Context, o *demoOptions) error {
 	if err != nil {
 		return err
 	}
-	d := &demoRun{opts: o, target: t, admin: t.newClient(), prefix: "dlock-demo:" + id + ":"}
+	d := &demoRun{opts: o, target: t, admin: t.newClient(), prefix: a.keyPrefix + "demo:" + id + ":"}
 	defer d.admin.Close()
 	defer d.cleanup(ctx, a.stderr)
 
@@ -537,9 +540,9 @@ func (d *demoRun) cleanup(ctx context.Context, stderr io.Writer) {
 	}
 }
 
-// deleteByPrefix deletes every key that starts with prefix, which must hold
-// no glob characters: on every master of a Cluster, and with one DEL per
-// key, since the keys of a batch may lie in different slots.
+// deleteByPrefix deletes every key that starts with prefix: on every master
+// of a Cluster, and with one DEL per key, since the keys of a batch may lie
+// in different slots.
 func deleteByPrefix(ctx context.Context, rdb redis.UniversalClient, prefix string) error {
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
@@ -552,7 +555,7 @@ func deleteByPrefix(ctx context.Context, rdb redis.UniversalClient, prefix strin
 // deleteMatching deletes, through del, the keys that start with prefix on
 // the one server scan reaches, in pipelined batches.
 func deleteMatching(ctx context.Context, scan, del redis.Cmdable, prefix string) error {
-	iter := scan.Scan(ctx, 0, prefix+"*", 100).Iterator()
+	iter := scan.Scan(ctx, 0, escapeGlob(prefix)+"*", 100).Iterator()
 	var batch []string
 	flush := func() error {
 		if len(batch) == 0 {
@@ -579,4 +582,18 @@ func deleteMatching(ctx context.Context, scan, del redis.Cmdable, prefix string)
 		return err
 	}
 	return flush()
+}
+
+// escapeGlob quotes the characters of s that SCAN's MATCH would read as a
+// glob, so that the pattern matches s itself.
+func escapeGlob(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

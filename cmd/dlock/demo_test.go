@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -101,20 +104,105 @@ func TestDemoTimeout(t *testing.T) {
 
 func TestDemoInterrupted(t *testing.T) {
 	srv := redistest.Start(t)
-	// As main's signal handling would: cancel the context mid-run.
-	ctx, cancel := context.WithCancel(context.Background())
-	timer := time.AfterFunc(300*time.Millisecond, cancel)
-	defer timer.Stop()
-	var stdout, stderr bytes.Buffer
-	code := run(ctx, []string{"--redis", srv.URL(), "demo", "--items", "100000", "--work", "10ms"}, &stdout, &stderr)
-	t.Logf("stdout:\n%s\nstderr:\n%s", &stdout, &stderr)
-	if code != exitFailure {
-		t.Errorf("exit %d, want %d", code, exitFailure)
+	r := runInterrupted(t, "--redis", srv.URL(), "demo", "--items", "100000", "--work", "10ms")
+	if r.code != 130 {
+		t.Errorf("exit %d, want 130 (128+SIGINT)", r.code)
 	}
-	if !strings.HasPrefix(stderr.String(), "dlock: interrupted") {
-		t.Errorf("stderr %q, want it to say the demo was interrupted", &stderr)
+	if !strings.HasPrefix(r.stderr, "dlock: the run without a lock: interrupted by SIGINT (") ||
+		strings.Count(r.stderr, "interrupted") != 1 {
+		t.Errorf("stderr %q, want it to say once that the demo was interrupted", r.stderr)
 	}
 	checkNoDemoKeys(t, srv)
+}
+
+func TestBenchInterrupted(t *testing.T) {
+	r := runInterrupted(t, "bench", "--duration", "1m", "--goroutines", "2", "--clients", "1")
+	if r.code != 130 {
+		t.Errorf("exit %d, want 130 (128+SIGINT)", r.code)
+	}
+	if !regexp.MustCompile(`^dlock: the benchmark stopped after [0-9.]+m?s: interrupted by SIGINT\n$`).MatchString(r.stderr) {
+		t.Errorf("stderr %q, want it to say once that the benchmark was interrupted", r.stderr)
+	}
+}
+
+// runInterrupted runs the command line in-process and cancels it a second
+// later, as main does on SIGINT.
+func runInterrupted(t *testing.T, args ...string) result {
+	t.Helper()
+	t.Setenv(redisURLEnv, "")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	timer := time.AfterFunc(time.Second, func() { cancel(interrupted{os.Interrupt}) })
+	defer timer.Stop()
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, args, &stdout, &stderr)
+	t.Logf("dlock %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, &stdout, &stderr)
+	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
+}
+
+// TestDemoAndBenchKeyPrefix runs demo and bench with a --key-prefix that
+// holds glob characters: every key they write is under it, and they delete
+// them all.
+func TestDemoAndBenchKeyPrefix(t *testing.T) {
+	srv := redistest.Start(t)
+	const prefix = "t[1]*:"
+	keys := keysWritten(t, srv, func() {
+		r := runCLI(t, nil, "--redis", srv.URL(), "--key-prefix", prefix, "demo", "--items", "5", "--workers", "2")
+		checkDemoSucceeded(t, r)
+		r = runCLI(t, nil, "--redis", srv.URL(), "--key-prefix", prefix, "bench", "--duration", "200ms", "--goroutines", "2", "--clients", "1")
+		if r.code != exitOK || r.stderr != "" {
+			t.Errorf("bench: exit %d, stderr %q", r.code, r.stderr)
+		}
+	})
+	var demo, bench int
+	for _, k := range keys {
+		switch {
+		case strings.HasPrefix(k, prefix+"demo:"):
+			demo++
+		case strings.HasPrefix(k, prefix+"bench:"):
+			bench++
+		default:
+			t.Errorf("key %q is not under --key-prefix %q and a sub-namespace of demo or bench", k, prefix)
+		}
+	}
+	if demo == 0 || bench == 0 {
+		t.Errorf("%d keys written by demo and %d by bench, want some of each", demo, bench)
+	}
+	if n := srv.Do(t, "DBSIZE"); n != int64(1) { // keysWritten's marker
+		t.Errorf("%d keys left, want only the marker: %v", n, srv.Do(t, "KEYS", "*"))
+	}
+}
+
+// keysWritten runs f and returns every key written meanwhile, as the
+// server's keyspace notifications report them.
+func keysWritten(t *testing.T, srv *redistest.Server, f func()) []string {
+	t.Helper()
+	srv.Do(t, "CONFIG", "SET", "notify-keyspace-events", "KA")
+	ctx := context.Background()
+	ps := srv.Client(t).PSubscribe(ctx, "__keyspace@0__:*")
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil { // the subscription is in place
+		t.Fatal(err)
+	}
+	f()
+	// Notifications arrive in order: once the marker's has, all of f's have.
+	marker := fmt.Sprintf("keys-written-marker-%d", time.Now().UnixNano())
+	srv.Do(t, "SET", marker, "1")
+	var keys []string
+	ch := ps.Channel()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case m := <-ch:
+			key := strings.TrimPrefix(m.Channel, "__keyspace@0__:")
+			if key == marker {
+				return keys
+			}
+			keys = append(keys, key)
+		case <-timeout:
+			t.Fatalf("no notification for the marker key after 30s")
+		}
+	}
 }
 
 // checkDemoSucceeded checks the exit code and the report of a demo run:
@@ -157,7 +245,7 @@ func tableRow(t *testing.T, out, label string) []string {
 // checkNoDemoKeys checks that the demo deleted every key it wrote.
 func checkNoDemoKeys(t *testing.T, srv *redistest.Server) {
 	t.Helper()
-	if keys := srv.Do(t, "KEYS", "dlock-demo:*"); len(keys.([]any)) != 0 {
+	if keys := srv.Do(t, "KEYS", "dlock:demo:*"); len(keys.([]any)) != 0 {
 		t.Errorf("the demo left keys behind: %v", keys)
 	}
 }

@@ -27,7 +27,9 @@ func (a *app) lsCmd() *cobra.Command {
 name and kind of lock (mutex, reentrant, rwmutex, semaphore, latch): who
 holds it, how many wait, the soonest a holder expires unless renewed, and the
 last fencing token issued. A lock released recently is listed as free while
-its last token is remembered (an hour); --held leaves those out.
+its last token is remembered (an hour). --held lists only the locks that are
+held or waited for, and the latches still counting down (what their waiters
+wait for).
 
 Locks are found with SCAN over the key prefix (--key-prefix), on every
 master of a Cluster, which walks the keyspace in small steps and never blocks
@@ -43,13 +45,17 @@ same objects.
 
 Exit status: 0 (also when nothing matches), 1 when Redis fails or a name's
 keys hold something dlock did not write (the other names are still listed),
-2 for invalid flags or no Redis server configured.`,
+2 for invalid flags, a malformed PATTERN (an unclosed "[") or no Redis
+server configured.`,
 		Example: `  dlock ls
   dlock ls 'orders:*'
   dlock ls --held --json | jq -r '.[] | select(.waiters | length > 0) | .name'`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 1 {
 				return usageErrorf("ls takes at most one pattern, got %q (quote it so the shell does not expand it)", args)
+			}
+			if len(args) == 1 {
+				return checkPattern(args[0])
 			}
 			return nil
 		},
@@ -62,7 +68,7 @@ keys hold something dlock did not write (the other names are still listed),
 		},
 	}
 	cmd.Flags().BoolVar(&o.json, "json", false, "print JSON instead of a table (see above)")
-	cmd.Flags().BoolVar(&o.held, "held", false, "list only locks that are held or waited for")
+	cmd.Flags().BoolVar(&o.held, "held", false, "list only locks that are held or waited for, and latches counting down")
 	return cmd
 }
 
@@ -79,7 +85,7 @@ func (a *app) ls(ctx context.Context, o *lsOptions, pattern string) error {
 	if o.held {
 		kept := infos[:0]
 		for _, info := range infos {
-			if len(info.Holders) > 0 || len(info.Waiters) > 0 {
+			if len(info.Holders) > 0 || len(info.Waiters) > 0 || (info.Kind == dlock.KindLatch && info.Count > 0) {
 				kept = append(kept, info)
 			}
 		}
@@ -104,4 +110,28 @@ func (a *app) ls(ctx context.Context, o *lsOptions, pattern string) error {
 		fmt.Fprintln(a.stdout, t.Render())
 	}
 	return listErr // the conflicts, after what could be listed
+}
+
+// checkPattern rejects a glob that SCAN accepts but that is never what was
+// meant: a "[" that opens a class no "]" closes, which Redis runs to the end
+// of the pattern ("ls '['" would quietly list nothing).
+func checkPattern(pattern string) error {
+	for i := 0; i < len(pattern); i++ {
+		switch pattern[i] {
+		case '\\':
+			i++ // escapes the next byte
+		case '[':
+			j := i + 1
+			for ; j < len(pattern) && pattern[j] != ']'; j++ {
+				if pattern[j] == '\\' {
+					j++
+				}
+			}
+			if j >= len(pattern) {
+				return usageErrorf("pattern %q: the \"[\" at byte %d opens a class that no \"]\" closes (write \\[ to match a \"[\")", pattern, i+1)
+			}
+			i = j
+		}
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 	"go.uber.org/goleak"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -103,6 +105,18 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"demoo"}, `unknown command "demoo"`},
 		{[]string{"--redis", "http://localhost:6379", "demo"}, `unsupported scheme "http"`},
 		{[]string{"--redis", "redis://[::1", "demo"}, "--redis is not a valid URL"},
+		{[]string{"--redis", "127.0.0.1:6379", "demo"}, `--redis "127.0.0.1:6379" is an address, not a URL: write redis://127.0.0.1:6379`},
+		{[]string{"--key-prefix", "{x", "demo"}, `--key-prefix "{x" must not contain '{' or '}'`},
+		{[]string{"--key-prefix", "x}", "bench"}, `--key-prefix "x}" must not contain '{' or '}'`},
+		{[]string{"help", "bogus"}, `unknown help topic "bogus"`},
+		{[]string{"ls", "["}, `pattern "[": the "[" at byte 1 opens a class that no "]" closes`},
+		{[]string{"ls", `a\[b[c\]`}, `the "[" at byte 5 opens a class`},
+		{[]string{"run", "x", "--permits", "-1", "--", "true"}, "--permits must be between 1 and 2147483647 (or 0, the default: a mutex), got -1"},
+		// Names are checked before connecting: the server here is unreachable.
+		{[]string{"--redis", "redis://127.0.0.1:1", "run", "", "--", "true"}, "empty lock name"},
+		{[]string{"--redis", "redis://127.0.0.1:1", "status", "}x"}, `lock name "}x" starts with '}'`},
+		{[]string{"--redis", "redis://127.0.0.1:1", "unlock", "--force", strings.Repeat("n", 1025)}, "lock name of 1025 bytes is longer than 1024"},
+		{[]string{"--redis", "redis://127.0.0.1:1", "--key-prefix", "{", "ls"}, "--key-prefix"},
 	}
 	for _, tt := range tests {
 		r := runCLI(t, nil, tt.args...)
@@ -111,6 +125,24 @@ func TestUsageErrors(t *testing.T) {
 		}
 		if !strings.Contains(r.stderr, tt.want) || !strings.Contains(r.stderr, "--help' for usage") {
 			t.Errorf("dlock %v: stderr %q, want it to contain %q and point to --help", tt.args, r.stderr, tt.want)
+		}
+	}
+}
+
+func TestMessage(t *testing.T) {
+	tests := []struct {
+		err  error
+		want string
+	}{
+		{errors.New("plain"), "plain"},
+		{fmt.Errorf("dlock: Mutex: %w", fmt.Errorf("%w: empty lock name", dlock.ErrInvalidArgument)), "Mutex: invalid argument: empty lock name"},
+		{fmt.Errorf("dlock: Inspect %q: %w: a list", "bad", dlock.ErrKeyConflict), `Inspect "bad": key conflict: a list`},
+		{errors.Join(dlock.ErrClosed, errors.New(`dlock: "x" not obtained; last error: dlock: boom (dlock: inner)`)),
+			"client closed\n\"x\" not obtained; last error: boom (inner)"},
+	}
+	for _, tt := range tests {
+		if got := message(tt.err); got != tt.want {
+			t.Errorf("message(%q) = %q, want %q", tt.err, got, tt.want)
 		}
 	}
 }

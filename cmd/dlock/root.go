@@ -6,16 +6,19 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/dlock-go/dlock"
 )
 
-// Exit codes.
+// Exit codes. Every subcommand also exits with 128+S when signal S
+// interrupts it (130 for Ctrl-C), as shells report a command a signal
+// killed.
 const (
 	exitOK      = 0 // success
-	exitFailure = 1 // the command ran and failed: Redis unreachable, a check failed, interrupted
+	exitFailure = 1 // the command ran and failed: Redis unreachable, a check failed
 	exitUsage   = 2 // the command line is wrong: unknown command or flag, invalid value
 )
 
@@ -30,8 +33,8 @@ type app struct {
 }
 
 // run runs the dlock command line args (without the program name) and
-// returns the process exit code. ctx ends the command early (main cancels it
-// on SIGINT and SIGTERM).
+// returns the process exit code. ctx ends the command early: main cancels
+// it on SIGINT and SIGTERM, with an interrupted error as its cause.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	a := &app{stdin: os.Stdin, stdout: stdout, stderr: stderr, conn: connOptions{getenv: os.Getenv}}
 	root := a.rootCmd()
@@ -43,7 +46,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var status *exitStatus
 	if errors.As(err, &status) {
 		if status.err != nil {
-			fmt.Fprintf(stderr, "dlock: %v\n", status.err)
+			fmt.Fprintf(stderr, "dlock: %s\n", message(status.err))
 		}
 		return status.code
 	}
@@ -51,15 +54,40 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !errors.As(err, &fail) {
 		// Everything cobra rejects, and every usageError a subcommand
 		// returns, is a mistake in the command line.
-		fmt.Fprintf(stderr, "dlock: %v\nRun '%s --help' for usage.\n", err, cmd.CommandPath())
+		fmt.Fprintf(stderr, "dlock: %s\nRun '%s --help' for usage.\n", message(err), cmd.CommandPath())
 		return exitUsage
 	}
-	if ctx.Err() != nil && errors.Is(fail.err, ctx.Err()) {
-		fmt.Fprintf(stderr, "dlock: interrupted: %v\n", fail.err)
+	if ctx.Err() == nil {
+		fmt.Fprintf(stderr, "dlock: %s\n", message(fail.err))
 		return exitFailure
 	}
-	fmt.Fprintf(stderr, "dlock: %v\n", fail.err)
-	return exitFailure
+	// Interrupted: whatever failed then is a consequence. The subcommand
+	// may have said so already, with ctx's cause; otherwise say it here.
+	cause := context.Cause(ctx)
+	msg := message(fail.err)
+	var intr interrupted
+	switch {
+	case !errors.As(cause, &intr):
+		// Cancelled by a caller of run (tests), not by a signal.
+		fmt.Fprintf(stderr, "dlock: interrupted: %s\n", msg)
+		return exitFailure
+	case !errors.Is(fail.err, cause):
+		msg = message(cause) + ": " + msg
+	}
+	fmt.Fprintf(stderr, "dlock: %s\n", msg)
+	return 128 + signalNumber(intr.sig)
+}
+
+// message returns err's text without the "dlock: " that the library puts
+// at every level of its errors ("dlock: Inspect \"x\": dlock: key
+// conflict: ..."), so that run prints each error once, after a single
+// "dlock: " of its own.
+func message(err error) string {
+	s := strings.TrimPrefix(err.Error(), "dlock: ")
+	for _, sep := range []string{": ", "; ", "(", "\n"} {
+		s = strings.ReplaceAll(s, sep+"dlock: ", sep)
+	}
+	return s
 }
 
 // rootCmd builds the command tree. A subcommand lives in its own file, with
@@ -75,7 +103,11 @@ holds which lock, take a lock away from a stuck holder, and measure a server.
 ` + urlHelp + `
 
 run, ls, status and unlock need a shared server; demo and bench start an
-embedded in-process Redis when none is configured.`,
+embedded in-process Redis when none is configured.
+
+Exit status: 0 on success, 1 when Redis fails, 2 for a mistake in the
+command line, 128+S when signal S interrupts a command (130 for Ctrl-C);
+run also passes its command's status on (see dlock run --help).`,
 		SilenceErrors: true, // run prints errors, with the exit code's meaning
 		SilenceUsage:  true, // a failure is not a reason to print the usage
 		// No "completion" command until the command set settles.
@@ -87,6 +119,10 @@ embedded in-process Redis when none is configured.`,
 	a.conn.addFlags(root)
 	root.PersistentFlags().StringVar(&a.keyPrefix, "key-prefix", "dlock:",
 		"`prefix` of the locks' keys: the applications' dlock.WithKeyPrefix")
+	// Checked before any subcommand connects, so that a mistake is a usage
+	// error whether or not a server answers.
+	root.PersistentPreRunE = func(*cobra.Command, []string) error { return checkKeyPrefix(a.keyPrefix) }
+	root.SetHelpCommand(helpCmd(root))
 
 	root.AddCommand(
 		a.runCmd(),
@@ -98,6 +134,47 @@ embedded in-process Redis when none is configured.`,
 	)
 	markFailures(root)
 	return root
+}
+
+// helpCmd is cobra's "help [command]", except that an unknown command is a
+// usage error, as it is without "help".
+func helpCmd(root *cobra.Command) *cobra.Command {
+	return &cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		Long:  "help prints the help of a command: dlock help run is dlock run --help.",
+		RunE: func(_ *cobra.Command, args []string) error {
+			cmd, _, err := root.Find(args)
+			if err != nil || cmd == nil {
+				return usageErrorf("unknown help topic %q", strings.Join(args, " "))
+			}
+			return cmd.Help()
+		},
+	}
+}
+
+// checkKeyPrefix rejects a --key-prefix that dlock.WithKeyPrefix refuses
+// (documented there: no '{' or '}', which would break the hash tag).
+func checkKeyPrefix(prefix string) error {
+	if strings.ContainsAny(prefix, "{}") {
+		return usageErrorf("--key-prefix %q must not contain '{' or '}': they would break the keys' Cluster hash tag", prefix)
+	}
+	return nil
+}
+
+// checkLockName rejects what the library refuses as a lock name, before
+// anything connects. Its rules are documented in package dlock: not empty,
+// at most dlock.MaxNameLen bytes, not starting with '}'.
+func checkLockName(name string) error {
+	switch {
+	case name == "":
+		return usageErrorf("empty lock name")
+	case len(name) > dlock.MaxNameLen:
+		return usageErrorf("lock name of %d bytes is longer than %d", len(name), dlock.MaxNameLen)
+	case strings.HasPrefix(name, "}"):
+		return usageErrorf("lock name %q starts with '}', which would leave its keys without a Cluster hash tag", name)
+	}
+	return nil
 }
 
 // noArgs is cobra.NoArgs for a subcommand, as a usage error.

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -68,7 +70,8 @@ Waiting: run waits for the lock as long as it takes, in arrival order;
 --wait DURATION gives up after DURATION, --no-wait (or --wait 0) at once.
 With --permits N, up to N runs hold the name at once (a semaphore; each run
 takes one permit). The name with --permits is a different lock from the same
-name without it: use one or the other for a job.
+name without it: use one or the other for a job, and the same N in every
+run of it (N is not stored: each run counts against its own).
 
 The command's environment also has:
   DLOCK_NAME      the lock's name
@@ -91,19 +94,32 @@ background are not waited for. A command in a process group of its own
 cannot read from the terminal, though: --foreground keeps it in dlock's
 group, for interactive commands. The terminal then sends Ctrl-C (SIGINT,
 SIGQUIT) to the command itself, so dlock passes on only the other signals,
-and a lost lock signals the command but not its children. On Linux the
-command is killed if dlock itself dies without cleaning up (SIGKILL, out of
-memory), since nothing renews the lock then.
+and a lost lock signals the command but not its children. Each signal
+passed on is followed by SIGCONT, as GNU timeout does, so that a stopped
+command (one that read the terminal from its own group gets SIGTTIN) still
+ends. On Linux the command is killed if dlock itself dies without cleaning
+up (SIGKILL, out of memory), since nothing renews the lock then.
+
+Job control: dlock is not suspended while its command runs. A stopped dlock
+would not renew the lock, which would expire while the command (in its own
+group, not stopped) went on, and another host's run would start beside it.
+So Ctrl-Z (SIGTSTP) only prints a note and the command runs on (with
+--foreground, dlock continues the command the terminal stopped); Ctrl-C
+ends it. SIGTTOU and SIGTTIN are ignored meanwhile.
 
 Exit status:
   N        the command's own; 128+S when a signal S killed it
   75       the lock was not obtained: held elsewhere with --no-wait, or --wait
-           expired (-E/--conflict-exit-code changes it, as with flock)
+           expired while it was held (-E/--conflict-exit-code changes it, as
+           with flock)
   70       the lock was lost while the command ran (--lost-exit-code changes it)
-  126/127  the command could not be run / was not found; the lock was not taken
+  126/127  the command (or a script's #! interpreter) could not be run / was
+           not found: checked before the lock is taken, and a start that
+           fails even so releases the lock at once
   128+S    dlock got signal S while waiting for the lock; the command did not run
-  2        invalid command line, or no Redis server configured
-  1        any other error: Redis unreachable, ...`,
+  2        invalid command line or lock name, or no Redis server configured
+  1        any other error: Redis unreachable, or failing until --wait expired
+           (not 75: trying again later succeeds only once Redis is back)`,
 		Example: `  dlock run nightly-report --no-wait -- /usr/local/bin/report.sh
   dlock run db-migrate --wait 10m -- ./migrate up
   dlock run thumbnails --permits 4 -- ./render.sh "$file"
@@ -120,7 +136,7 @@ Exit status:
 	f.DurationVar(&o.ttl, "ttl", 0,
 		fmt.Sprintf("lock TTL, between %v and %d days: how long a crashed dlock keeps others out; renewed every TTL/3 (0: the library's default, 30s)",
 			dlock.MinTTL, dlock.MaxTTL/(24*time.Hour)))
-	f.IntVar(&o.permits, "permits", 0, "allow up to `N` runs at once (a semaphore of N permits) instead of one")
+	f.IntVar(&o.permits, "permits", 0, "allow up to `N` runs at once (a semaphore of N permits; the same N in every run of the name) instead of one (0)")
 	f.StringVar(&o.onLost, "on-lost", o.onLost, "`action` on the command if the lock is lost: terminate, kill or report")
 	f.DurationVar(&o.grace, "grace", o.grace, "with --on-lost terminate, how long to wait after SIGTERM before SIGKILL")
 	f.IntVarP(&o.conflictCode, "conflict-exit-code", "E", o.conflictCode, "exit `code` when the lock is not obtained")
@@ -143,7 +159,7 @@ func runArgs(cmd *cobra.Command, args []string) error {
 	case dash != 1:
 		return usageErrorf("give exactly one lock name before --, got %q", args[:dash])
 	}
-	return nil
+	return checkLockName(args[0])
 }
 
 func (o *runOptions) validate() error {
@@ -155,7 +171,7 @@ func (o *runOptions) validate() error {
 	case o.ttl != 0 && (o.ttl < dlock.MinTTL || o.ttl > dlock.MaxTTL):
 		return usageErrorf("--ttl must be 0 (the library's default) or between %v and %v, got %v", dlock.MinTTL, dlock.MaxTTL, o.ttl)
 	case o.permits < 0 || o.permits > dlock.MaxPermits:
-		return usageErrorf("--permits must be between 1 and %d, got %d", dlock.MaxPermits, o.permits)
+		return usageErrorf("--permits must be between 1 and %d (or 0, the default: a mutex), got %d", dlock.MaxPermits, o.permits)
 	case o.onLost != onLostTerminate && o.onLost != onLostKill && o.onLost != onLostReport:
 		return usageErrorf("--on-lost must be terminate, kill or report, got %q", o.onLost)
 	case o.grace < 0:
@@ -192,12 +208,12 @@ func (a *app) run(ctx context.Context, o *runOptions, name string, argv []string
 		return err
 	}
 	// A command that cannot run is found out before taking the lock.
-	if _, err := exec.LookPath(argv[0]); err != nil {
-		code := exitCannotRun
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			code = exitNotFound
-		}
-		return &exitStatus{code: code, err: fmt.Errorf("cannot run %s: %v", argv[0], err)}
+	path, err := exec.LookPath(argv[0])
+	if err == nil {
+		err = checkInterpreter(path)
+	}
+	if err != nil {
+		return cannotRun(argv[0], err)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 
@@ -225,6 +241,10 @@ func (a *app) run(ctx context.Context, o *runOptions, name string, argv []string
 	switch {
 	case sig != nil:
 		return &exitStatus{code: 128 + signalNumber(sig), err: fmt.Errorf("got %v while waiting for %q; the command did not run", sig, name)}
+	case errors.Is(err, dlock.ErrNotObtained) && ctx.Err() == nil && waitFailure(err) != nil:
+		// Not contention: Redis failed until --wait ran out.
+		return &exitStatus{code: exitFailure, err: fmt.Errorf("gave up on %q after --wait %v: Redis failed while waiting (%s); "+
+			"check that the server runs and that the URL is right, then try again", name, o.wait, message(err))}
 	case errors.Is(err, dlock.ErrNotObtained) && ctx.Err() == nil:
 		return &exitStatus{code: o.conflictCode, err: a.notObtained(s.c, o, name)}
 	case err != nil:
@@ -244,11 +264,10 @@ func (a *app) run(ctx context.Context, o *runOptions, name string, argv []string
 	code, lost, err := a.supervise(cmd, h, o, sigs)
 	if err != nil {
 		a.release(name, h, o)
-		code := exitCannotRun
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			code = exitNotFound
+		if ierr := checkInterpreter(cmd.Path); ierr != nil {
+			err = ierr // the script changed since the check: say which file is missing
 		}
-		return &exitStatus{code: code, err: fmt.Errorf("cannot run %s: %v", argv[0], err)}
+		return cannotRun(argv[0], err)
 	}
 	// Released even when lost: a lease lost because Redis could not be
 	// reached may still be ours in Redis, and others need not wait a TTL.
@@ -260,6 +279,68 @@ func (a *app) run(ctx context.Context, o *runOptions, name string, argv []string
 			o.lostCode, code)}
 	}
 	return &exitStatus{code: code}
+}
+
+// cannotRun is the exit status of a command that could not be started: 127
+// when it was not found, 126 otherwise, as in shells.
+func cannotRun(command string, err error) error {
+	code := exitCannotRun
+	var bad *badInterpreterError
+	if !errors.As(err, &bad) && (errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist)) {
+		code = exitNotFound
+	}
+	return &exitStatus{code: code, err: fmt.Errorf("cannot run %s: %w", command, err)}
+}
+
+// badInterpreterError is a script whose #! line names an interpreter that
+// cannot be run. The kernel reports it as the script itself missing
+// (ENOENT) or not executable; shells say "bad interpreter" and exit 126.
+type badInterpreterError struct {
+	interp string
+	err    error
+}
+
+func (e *badInterpreterError) Error() string {
+	return fmt.Sprintf("bad interpreter %q (named in its #! line): %v", e.interp, e.err)
+}
+
+func (e *badInterpreterError) Unwrap() error { return e.err }
+
+// checkInterpreter returns a *badInterpreterError when the file at path is
+// a script whose interpreter does not exist or is not an executable file.
+// It reads the #! line as the kernel does: the first 256 bytes at most, the
+// interpreter up to the first space or tab (so a "\r" of a DOS line ending
+// is part of its name). A file it cannot read is left to the start.
+func checkInterpreter(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	buf := make([]byte, 256)
+	n, _ := io.ReadFull(f, buf)
+	line, ok := bytes.CutPrefix(buf[:n], []byte("#!"))
+	if !ok {
+		return nil
+	}
+	line, _, _ = bytes.Cut(line, []byte("\n"))
+	fields := strings.FieldsFunc(string(line), func(r rune) bool { return r == ' ' || r == '\t' })
+	if len(fields) == 0 {
+		return nil // no interpreter at all: the start reports it
+	}
+	interp := fields[0]
+	fi, err := os.Stat(interp)
+	switch {
+	case err != nil:
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // "stat <interp>:" would repeat the name
+		}
+		return &badInterpreterError{interp: interp, err: err}
+	case fi.IsDir() || fi.Mode().Perm()&0o111 == 0:
+		return &badInterpreterError{interp: interp, err: errors.New("not an executable file")}
+	}
+	return nil
 }
 
 // defaultRunOwnerInfo is what "dlock status" shows of a run by default.
@@ -352,24 +433,60 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, o *runOptions, name 
 	return leaseHeld(l), nil
 }
 
+// waitFailure returns the Redis failure that a wait for the lock ended
+// with, or nil when it ended in contention. err matches dlock.ErrNotObtained:
+// the library joins into it, next to the context's error, the error of the
+// wait's last attempt when that failed (it forgets earlier failures once
+// an attempt gets an answer). The context here has no cause of its own, so
+// any other error among them is that failure.
+func waitFailure(err error) error {
+	multi, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		if next := errors.Unwrap(err); next != nil {
+			return waitFailure(next)
+		}
+		return nil
+	}
+	for _, e := range multi.Unwrap() {
+		switch {
+		case errors.Is(e, context.Canceled), errors.Is(e, context.DeadlineExceeded), errors.Is(e, dlock.ErrClosed):
+		case errors.Is(e, dlock.ErrNotObtained):
+			if f := waitFailure(e); f != nil {
+				return f
+			}
+		default:
+			return e
+		}
+	}
+	return nil
+}
+
+// holdersTimeout bounds the Inspect that names a lock's holders after a
+// failed attempt: the detail must not hold up --wait's deadline for long.
+const holdersTimeout = 300 * time.Millisecond
+
 // notObtained explains why the lock was not obtained, naming its holders.
 func (a *app) notObtained(c *dlock.Client, o *runOptions, name string) error {
 	how := "not waiting (--no-wait)"
-	if o.waitSet && o.wait > 0 {
+	switch {
+	case o.waitSet && o.wait > 0:
 		how = fmt.Sprintf("gave up after --wait %v", o.wait)
+	case o.waitSet:
+		how = "not waiting (--wait 0)"
 	}
 	kind, what, by := dlock.KindMutex, fmt.Sprintf("%q is held", name), " by "
 	if o.permits > 0 {
 		kind, what, by = dlock.KindSemaphore, fmt.Sprintf("%q has no free permit (of %d)", name, o.permits), ": held by "
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), holdersTimeout)
 	defer cancel()
 	infos, err := c.Inspect(ctx, name)
-	if err == nil {
-		for _, info := range infos {
-			if info.Kind == kind && len(info.Holders) > 0 {
-				what += by + holderList(info.Holders)
-			}
+	if err != nil {
+		what += fmt.Sprintf(" (by whom is unknown: %s)", message(err))
+	}
+	for _, info := range infos {
+		if info.Kind == kind && len(info.Holders) > 0 {
+			what += by + holderList(info.Holders)
 		}
 	}
 	return fmt.Errorf("%s; %s", what, how)
@@ -396,6 +513,8 @@ func (a *app) supervise(cmd *exec.Cmd, h *held, o *runOptions, sigs <-chan os.Si
 	if err != nil {
 		return 0, nil, err
 	}
+	tstp, restore := keepRunning()
+	defer restore()
 	group := !o.foreground
 	done := h.done
 	var grace *time.Timer
@@ -417,9 +536,19 @@ func (a *app) supervise(cmd *exec.Cmd, h *held, o *runOptions, sigs <-chan os.Si
 				continue // the terminal sent it to the command too
 			}
 			signalCommand(cmd.Process, sig, group)
+		case <-tstp:
+			// Ctrl-Z: dlock does not stop (see keepRunning). Passing
+			// SIGTSTP on instead would suspend the command with the lock
+			// held, but the shell, which waits for dlock, would see no
+			// stopped job and give no prompt back: nothing but another
+			// signal could resume it. Running on, and saying so, is safe.
+			fmt.Fprintln(a.stderr, "dlock: not suspending: the lock would expire while the command runs; Ctrl-C ends the command")
+			if !group {
+				continueOwnGroup() // the terminal stopped the command too
+			}
 		case <-done:
 			done = nil
-			lost = fmt.Errorf("%s, while the command ran", strings.TrimPrefix(fmt.Sprint(h.err()), "dlock: "))
+			lost = fmt.Errorf("%s, while the command ran", message(h.err()))
 			switch o.onLost {
 			case onLostTerminate:
 				fmt.Fprintf(a.stderr, "dlock: %v; sending SIGTERM to the command, SIGKILL in %v\n", lost, o.grace)
@@ -480,10 +609,10 @@ func (a *app) release(name string, h *held, o *runOptions) error {
 	case errors.Is(err, dlock.ErrNotHeld):
 		// Expired or taken away after the last renewal: the command may
 		// have run unprotected at its end.
-		lost := fmt.Errorf("%q was lost before the command ended: %s", name, strings.TrimPrefix(err.Error(), "dlock: "))
+		lost := fmt.Errorf("%q was lost before the command ended: %s", name, message(err))
 		fmt.Fprintf(a.stderr, "dlock: %v\n", lost)
 		return lost
 	}
-	fmt.Fprintf(a.stderr, "dlock: warning: could not release %q: %v (it expires within its TTL)\n", name, err)
+	fmt.Fprintf(a.stderr, "dlock: warning: could not release %q: %s (it expires within its TTL)\n", name, message(err))
 	return nil
 }

@@ -24,6 +24,12 @@ func signalCommand(p *os.Process, sig os.Signal, _ bool) {
 	_ = p.Signal(sig)
 }
 
+// keepRunning does nothing: there is no job control to stop dlock.
+func keepRunning() (tstp <-chan os.Signal, restore func()) { return nil, func() {} }
+
+// continueOwnGroup does nothing: there are no process groups to continue.
+func continueOwnGroup() {}
+
 func exitCodeOf(ps *os.ProcessState) int { return ps.ExitCode() }
 
 func signalNumber(os.Signal) int { return 2 }

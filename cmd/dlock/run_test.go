@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -243,12 +244,161 @@ func TestRunKilledDlockKillsItsCommand(t *testing.T) {
 
 // running reports whether pid is a live process (not gone, not a zombie).
 func running(pid int) bool {
+	st := procState(pid)
+	return st != 0 && st != 'Z' && st != 'X'
+}
+
+// procState returns the state letter of pid in /proc ('R', 'S', 'T' for
+// stopped, 'Z'...), or 0 when it is gone.
+func procState(pid int) byte {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return false
+		return 0
 	}
 	// The state follows the parenthesised command name.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || (s[i+2] != 'Z' && s[i+2] != 'X')
+	if i < 0 || i+2 >= len(s) {
+		return '?'
+	}
+	return s[i+2]
+}
+
+// TestRunWaitEndedByRedisFailure stops the server while a run waits with
+// --wait: the wait ends with Redis failing, not with the lock held, so the
+// run exits with 1 (not 75) and says why, within --wait.
+func TestRunWaitEndedByRedisFailure(t *testing.T) {
+	srv := redistest.Start(t)
+	c := inspector(t, srv)
+	name, dir := uniqueLockName(t), t.TempDir()
+	if _, err := c.Mutex(name).Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The wait must outlast an attempt that fails: without go-redis's
+	// retries, one dial, retried 5 times 100ms apart, within a second.
+	const wait = 5 * time.Second
+	start := time.Now()
+	p := startDlock(t, srv, "--redis", srv.URL()+"?max_retries=-1", "run", name, "--wait", wait.String(), "--", "hold", dir)
+	waitUntil(t, "dlock waiting", func() bool { _, w := state(t, c, name); return w == 1 })
+	srv.Kill()
+	code := p.wait(t)
+	out := p.stderr.String()
+	if code != exitFailure {
+		t.Errorf("dlock exited with %d, want %d; output:\n%s", code, exitFailure, out)
+	}
+	for _, want := range []string{"after --wait 5s: Redis failed while waiting", "last error: ", "check that the server runs"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the output does not say %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "is held") || strings.Contains(out, "dlock: dlock:") {
+		t.Errorf("the output blames the holder, or repeats the prefix:\n%s", out)
+	}
+	if d := time.Since(start); d > wait+5*time.Second {
+		t.Errorf("dlock took %v with --wait %v", d, wait)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "started")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the command ran: %v", err)
+	}
+}
+
+// TestNotObtainedHoldersUnknown asks who holds a lock of a server that does
+// not answer: the answer says it is unknown, and comes within a bound well
+// under the 2 s that used to follow every --wait.
+func TestNotObtainedHoldersUnknown(t *testing.T) {
+	srv := redistest.Start(t)
+	c := inspector(t, srv)
+	srv.Pause()
+	defer srv.Resume() // before the client's cleanup, which waits for the abandoned call
+	a := &app{stderr: io.Discard}
+	start := time.Now()
+	err := a.notObtained(c, &runOptions{wait: time.Second, waitSet: true}, "unknown-holder")
+	if d := time.Since(start); d > holdersTimeout+time.Second {
+		t.Errorf("notObtained took %v, want about %v", d, holdersTimeout)
+	}
+	msg := err.Error()
+	if !strings.HasPrefix(msg, `"unknown-holder" is held (by whom is unknown: `) || !strings.HasSuffix(msg, "; gave up after --wait 1s") {
+		t.Errorf("notObtained = %q, want it to say the holder is unknown", msg)
+	}
+}
+
+// TestRunSignalEndsStoppedCommand stops the command (as SIGTTIN stops one
+// that reads the terminal from its own group), then sends dlock SIGTERM:
+// dlock passes it on with SIGCONT, so the command ends, and dlock exits
+// with its status, 128+SIGTERM.
+func TestRunSignalEndsStoppedCommand(t *testing.T) {
+	srv := redistest.Shared(t)
+	name, dir := uniqueLockName(t), t.TempDir()
+	p := startDlock(t, srv, "run", name, "--", "sh", "-c", `echo $$ > "$0/pid.tmp" && mv "$0/pid.tmp" "$0/pid"; kill -STOP $$; echo resumed`, dir)
+	pid, err := strconv.Atoi(strings.TrimSpace(waitForFile(t, filepath.Join(dir, "pid"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the command to stop", func() bool { return procState(pid) == 'T' })
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t); code != 128+int(syscall.SIGTERM) {
+		t.Errorf("dlock exited with %d, want %d; output:\n%s", code, 128+int(syscall.SIGTERM), p.stderr.String())
+	}
+	if h, _ := state(t, inspector(t, srv), name); h != 0 {
+		t.Errorf("the lock is still held after dlock exited")
+	}
+}
+
+// TestRunNotSuspended sends dlock SIGTSTP (Ctrl-Z), SIGTTIN and SIGTTOU
+// while its command runs under a lock with a short TTL: dlock must not
+// stop, and must go on renewing, so the lock stays held with the same
+// token for several TTLs.
+func TestRunNotSuspended(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := inspector(t, srv)
+	name, dir := uniqueLockName(t), t.TempDir()
+	const ttl = time.Second
+	p := startDlock(t, srv, "run", name, "--ttl", ttl.String(), "--", "hold", dir)
+	waitForFile(t, filepath.Join(dir, "started"))
+	token := holderToken(t, c, name)
+	if err := p.cmd.Process.Signal(syscall.SIGTSTP); err != nil {
+		t.Fatal(err)
+	}
+	// The note also shows that SIGTTIN and SIGTTOU are ignored by now.
+	waitUntil(t, "the note on stderr", func() bool { return strings.Contains(p.stderr.String(), "dlock: not suspending: ") })
+	for _, sig := range []syscall.Signal{syscall.SIGTTIN, syscall.SIGTTOU} {
+		if err := p.cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for start := time.Now(); time.Since(start) < 3*ttl; time.Sleep(50 * time.Millisecond) {
+		if st := procState(p.cmd.Process.Pid); st == 'T' || st == 't' {
+			t.Fatalf("dlock is stopped; output:\n%s", p.stderr.String())
+		}
+		if got := holderToken(t, c, name); got != token {
+			t.Fatalf("%v after the signals, the lock's holder has token %d, want %d (still held by dlock); output:\n%s",
+				time.Since(start), got, token, p.stderr.String())
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "stop"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t); code != 0 {
+		t.Errorf("dlock exited with %d, want 0; output:\n%s", code, p.stderr.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "signal")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the command got a signal: %v", err)
+	}
+}
+
+// holderToken returns the fencing token of the holder of name's mutex, or 0.
+func holderToken(t *testing.T, c *dlock.Client, name string) int64 {
+	t.Helper()
+	infos, err := c.Inspect(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, info := range infos {
+		if info.Kind == dlock.KindMutex && len(info.Holders) == 1 {
+			return info.Holders[0].Token
+		}
+	}
+	return 0
 }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"os"
+	"os/signal"
 	"syscall"
 )
 
@@ -24,18 +25,55 @@ func commandAttr(ownGroup bool) *syscall.SysProcAttr {
 }
 
 // signalCommand sends sig to the command, or to its whole process group when
-// it has one (every process it started, unless they left the group).
+// it has one (every process it started, unless they left the group). A
+// stopped process acts on nothing but SIGKILL until it is continued, and a
+// command in a group of its own that reads the terminal is stopped by
+// SIGTTIN; so, as GNU timeout does, SIGCONT follows every signal but those
+// that stop or continue: a signal meant to end the command must not wait
+// forever in a stopped group while dlock renews the lock.
 func signalCommand(p *os.Process, sig os.Signal, ownGroup bool) {
 	s, ok := sig.(syscall.Signal)
 	if !ok {
 		return
 	}
-	if ownGroup {
-		_ = syscall.Kill(-p.Pid, s)
-		return
+	send := func(s syscall.Signal) {
+		if ownGroup {
+			_ = syscall.Kill(-p.Pid, s)
+		} else {
+			_ = p.Signal(s)
+		}
 	}
-	_ = p.Signal(s)
+	send(s)
+	switch s {
+	case syscall.SIGKILL, syscall.SIGCONT, syscall.SIGSTOP, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU:
+	default:
+		send(syscall.SIGCONT)
+	}
 }
+
+// keepRunning keeps dlock from being stopped while its command runs: a
+// stopped dlock renews nothing, so the lock would expire while the command
+// (in a group of its own, not stopped with dlock) goes on, and another
+// host's run would start beside it. SIGTSTP (Ctrl-Z) is caught and returned
+// on the channel, for run to say why it does not suspend. SIGTTOU and
+// SIGTTIN are ignored: a background dlock writing to a terminal with "stty
+// tostop" then writes instead of stopping (it never reads the terminal).
+// Call it after the command started, which must not inherit the ignored
+// signals; restore undoes it all.
+func keepRunning() (tstp <-chan os.Signal, restore func()) {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGTSTP)
+	signal.Ignore(syscall.SIGTTIN, syscall.SIGTTOU)
+	return c, func() {
+		signal.Stop(c)
+		signal.Reset(syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
+	}
+}
+
+// continueOwnGroup sends SIGCONT to dlock's process group: with
+// --foreground the command shares it, and the terminal's Ctrl-Z stopped the
+// command along with dlock's other processes.
+func continueOwnGroup() { _ = syscall.Kill(0, syscall.SIGCONT) }
 
 // exitCodeOf returns the shell's exit status for a finished process: its
 // exit code, or 128 + the signal that killed it.

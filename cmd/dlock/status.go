@@ -35,15 +35,15 @@ mutex.
 --json" ([] when the name has no state).
 
 Exit status: 0, whether the lock is held or not; 1 when Redis fails or a key
-holds something dlock did not write; 2 for invalid flags or no Redis server
-configured.`,
+holds something dlock did not write; 2 for invalid flags or lock name, or no
+Redis server configured.`,
 		Example: `  dlock status nightly-report
   dlock status --json orders:1001 | jq '.[0].holders[0].info'`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageErrorf("status takes one lock name, got %d arguments", len(args))
 			}
-			return nil
+			return checkLockName(args[0])
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.status(cmd.Context(), o, args[0])

@@ -35,14 +35,14 @@ Without --force, unlock refuses and changes nothing.
 
 Exit status: 0 (also when nothing was held), 1 when Redis fails or a key
 holds something dlock did not write, 2 without --force, for invalid flags or
-with no Redis server configured.`,
+lock name, or with no Redis server configured.`,
 		Example: `  dlock status nightly-report          # who holds it?
   dlock unlock --force nightly-report`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageErrorf("unlock takes one lock name, got %d arguments", len(args))
 			}
-			return nil
+			return checkLockName(args[0])
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.unlock(cmd.Context(), o, args[0])

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/glob"
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
@@ -335,9 +336,9 @@ func (c *Client) List(ctx context.Context, pattern string) ([]LockInfo, error) {
 	found := map[string]bool{}
 	// The glob also matches names the pattern does not (its last "*" runs
 	// into names containing '}'), so each name is matched again.
-	match := escapeGlob(prefix) + "{" + pattern + "}*"
+	match := glob.Escape(prefix) + "{" + pattern + "}*"
 	err := scanner.Scan(ctx, match, func(key string) bool {
-		if name, ok := nameOfKey(key, prefix, suffixes); ok && globMatch(pattern, name) {
+		if name, ok := nameOfKey(key, prefix, suffixes); ok && glob.Match(pattern, name) {
 			found[name] = true
 		}
 		return true
@@ -407,115 +408,6 @@ func nameOfKey(key, prefix string, suffixes map[string]bool) (string, bool) {
 		return "", false
 	}
 	return name, true
-}
-
-// escapeGlob escapes the characters that are special in a Redis glob.
-func escapeGlob(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '*', '?', '[', ']', '\\':
-			b.WriteByte('\\')
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-// globMatch reports whether s matches the Redis glob pattern, exactly as
-// SCAN's MATCH does (Redis's stringmatchlen, case-sensitive, byte-wise).
-func globMatch(pattern, s string) bool {
-	skipLonger := false
-	return globMatchFrom(pattern, s, &skipLonger)
-}
-
-// globMatchFrom is Redis's stringmatchlen_impl. skipLonger records that a
-// '*' already tried every rest of s: an outer '*' trying shorter rests can
-// only fail too, which keeps patterns like "*a*a*a*b" linear.
-func globMatchFrom(p, s string, skipLonger *bool) bool {
-	for len(p) > 0 && len(s) > 0 {
-		switch p[0] {
-		case '*':
-			for len(p) > 1 && p[1] == '*' {
-				p = p[1:]
-			}
-			if len(p) == 1 {
-				return true
-			}
-			for len(s) > 0 {
-				if globMatchFrom(p[1:], s, skipLonger) {
-					return true
-				}
-				if *skipLonger {
-					return false
-				}
-				s = s[1:]
-			}
-			*skipLonger = true
-			return false
-		case '?':
-			s = s[1:]
-			p = p[1:]
-		case '[':
-			p = p[1:]
-			not := len(p) > 0 && p[0] == '^'
-			if not {
-				p = p[1:]
-			}
-			match := false
-			for {
-				if len(p) == 0 {
-					break // an unclosed class runs to the end of the pattern
-				}
-				if p[0] == '\\' && len(p) >= 2 {
-					p = p[1:]
-					if p[0] == s[0] {
-						match = true
-					}
-				} else if p[0] == ']' {
-					p = p[1:]
-					break
-				} else if len(p) >= 3 && p[1] == '-' {
-					lo, hi := p[0], p[2]
-					if lo > hi {
-						lo, hi = hi, lo
-					}
-					if s[0] >= lo && s[0] <= hi {
-						match = true
-					}
-					p = p[2:]
-				} else if p[0] == s[0] {
-					match = true
-				}
-				p = p[1:]
-			}
-			if not {
-				match = !match
-			}
-			if !match {
-				return false
-			}
-			s = s[1:]
-		case '\\':
-			if len(p) >= 2 {
-				p = p[1:]
-			}
-			fallthrough
-		default:
-			if p[0] != s[0] {
-				return false
-			}
-			s = s[1:]
-			p = p[1:]
-		}
-		if len(s) == 0 {
-			for len(p) > 0 && p[0] == '*' {
-				p = p[1:]
-			}
-			break
-		}
-	}
-	return len(p) == 0 && len(s) == 0
 }
 
 // ForceUnlock releases everything held under name, for operators: the

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -18,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/glob"
 )
 
 // demoOptions are the flags of "dlock demo".
@@ -555,7 +555,7 @@ func deleteByPrefix(ctx context.Context, rdb redis.UniversalClient, prefix strin
 // deleteMatching deletes, through del, the keys that start with prefix on
 // the one server scan reaches, in pipelined batches.
 func deleteMatching(ctx context.Context, scan, del redis.Cmdable, prefix string) error {
-	iter := scan.Scan(ctx, 0, escapeGlob(prefix)+"*", 100).Iterator()
+	iter := scan.Scan(ctx, 0, glob.Escape(prefix)+"*", 100).Iterator()
 	var batch []string
 	flush := func() error {
 		if len(batch) == 0 {
@@ -582,18 +582,4 @@ func deleteMatching(ctx context.Context, scan, del redis.Cmdable, prefix string)
 		return err
 	}
 	return flush()
-}
-
-// escapeGlob quotes the characters of s that SCAN's MATCH would read as a
-// glob, so that the pattern matches s itself.
-func escapeGlob(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '*', '?', '[', ']', '\\':
-			b.WriteByte('\\')
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

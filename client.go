@@ -152,6 +152,11 @@ func closeWithin(deadline time.Time, what string, stop func()) error {
 	}
 }
 
+// closedError is ErrClosed for op on the lock called name.
+func closedError(op, name string) error {
+	return fmt.Errorf("dlock: %s %q: %w", op, name, ErrClosed)
+}
+
 func (c *Client) checkOpen() error {
 	select {
 	case <-c.closed:
@@ -212,7 +217,9 @@ func (c *Client) applyOptions(kind, label string, opts []Option) (config, error)
 // ctx is cancelled or fn panics. It returns fn's error; when the lock was lost
 // the error also matches ErrLockLost, and when the release failed it carries
 // that failure too. When the lock is not obtained, fn does not run and the
-// error matches ErrNotObtained.
+// error is Lock's: it matches ErrNotObtained when the wait ended first,
+// ErrClosed when the Client is closed, ErrInvalidArgument for a bad name or
+// option, or is the failure to reach Redis.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
 	if fn == nil {
 		return invalidArgf("Do(%q): nil function", name)

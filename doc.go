@@ -66,7 +66,7 @@
 // together on Redis Cluster:
 //
 //	dlock:{N}          the holder's owner value ("<128-bit hex>;<owner info>") with PX expiry
-//	dlock:{N}:fence    the last fencing token issued (expires an hour after the last grant)
+//	dlock:{N}:fence    the last fencing token issued (kept an hour: see LockInfo.LastToken)
 //	dlock:{N}:q        waiters in arrival order (sorted set, scored by server time)
 //	dlock:{N}:w        each waiter's lease in the queue (hash)
 //

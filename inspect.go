@@ -58,8 +58,12 @@ type LockInfo struct {
 	// waiter; FairMutex waiters each have their own.
 	Waiters []Waiter
 	// LastToken is the last fencing token issued for this kind under the
-	// name, 0 when it is no longer remembered (it is kept for at least an
-	// hour after the last grant) and for a Latch.
+	// name, 0 when it is no longer remembered, and for a Latch. The counter
+	// is kept an hour after the last grant, except for a Mutex, whose
+	// uncontended grants do not push its expiry back (that would cost them a
+	// command): its counter goes an hour after it was made or after the last
+	// grant that went through the queue. Tokens keep increasing all the
+	// same: a counter made again starts from the server's clock.
 	LastToken int64
 	// Permits is, for a Semaphore, the limit stored by SetPermits; 0 when
 	// none is stored and the permits passed by the callers apply (Redis
@@ -88,7 +92,8 @@ type Holder struct {
 	// Permits is the number of permits held, for a Semaphore; 0 otherwise.
 	Permits int
 	// Token is the holder's fencing token; 0 when it is no longer
-	// remembered (a Mutex or ReentrantMutex held for over an hour).
+	// remembered (the lock's counter expired while it was held: see
+	// LockInfo.LastToken).
 	Token int64
 	// TTL is the holder's remaining time as the server saw it, after which
 	// it expires unless renewed.
@@ -137,7 +142,7 @@ func (c *Client) inspect(ctx context.Context, op, name string) (*nameState, erro
 		return nil, fmt.Errorf("dlock: %s: %w", op, err)
 	}
 	if err := c.checkOpen(); err != nil {
-		return nil, err
+		return nil, closedError(op, name)
 	}
 	call := c.inspectCall(name)
 	c.drv.Run(ctx, call)
@@ -321,7 +326,7 @@ func splitMember(kind Kind, member string, waiting bool) (mode, owner string, ok
 // failure to reach Redis. It is safe for concurrent use.
 func (c *Client) List(ctx context.Context, pattern string) ([]LockInfo, error) {
 	if err := c.checkOpen(); err != nil {
-		return nil, err
+		return nil, closedError("List", pattern)
 	}
 	scanner, ok := c.drv.(driver.Scanner)
 	if !ok {

@@ -226,7 +226,10 @@ func (l *Latch) usable() error {
 	if l.err != nil {
 		return l.err
 	}
-	return l.c.checkOpen()
+	if err := l.c.checkOpen(); err != nil {
+		return closedError("Latch", l.name)
+	}
+	return nil
 }
 
 // read runs latch_count: the count and the key's remaining time.

@@ -184,9 +184,14 @@ func (l *Lease) onLoss(f func(error)) {
 
 // Unlock releases the lock and ends the lease. It first stops renewal and
 // waits for a renewal in flight, so no renewal can follow the release. It
-// runs detached from ctx's cancellation (bounded by WithReleaseTimeout), so
-// a request whose context is already cancelled still releases its lock. It
-// returns ErrNotHeld if the lock had expired or was taken over (another
+// runs detached from ctx's cancellation, so a request whose context is
+// already cancelled still releases its lock, and the wait and the release
+// together are bounded by WithReleaseTimeout (an error matching
+// context.DeadlineExceeded then; the lease stays held, and Unlock may be
+// called again). A ctx that can never be cancelled (context.Background())
+// is used as it is, without a timer: the Redis client's own timeouts bound
+// the release then, as they bound any command sent with such a context
+// (go-redis: ReadTimeout, WriteTimeout and MaxRetries). It returns ErrNotHeld if the lock had expired or was taken over (another
 // owner's key is never touched), or if the lease was already unlocked; a
 // release that the Redis client sent twice after losing a reply, whose
 // second sending found the lock gone, is a release, not ErrNotHeld, while
@@ -200,11 +205,11 @@ func (l *Lease) Unlock(ctx context.Context) error {
 // says what ErrNotHeld means for this kind of lease.
 func (l *Lease) end(ctx context.Context, op, lost string) error {
 	name := l.Name()
-	if err := l.wd.beginUnlock(l); err != nil {
-		return fmt.Errorf("dlock: %s %q: %w", op, name, err)
-	}
 	rctx, cancel := detach(ctx, l.cfg.releaseTimeout)
 	defer cancel()
+	if err := l.wd.beginUnlock(rctx, l); err != nil {
+		return fmt.Errorf("dlock: %s %q: %w", op, name, err)
+	}
 	sent := time.Now()
 	var err error
 	if u, ok := l.h.(unlocker); ok {
@@ -256,7 +261,8 @@ func (l *Lease) observeRelease(ctx context.Context, err error) {
 }
 
 // Extend sets the lock's remaining time to ttl (between MinTTL and MaxTTL)
-// and makes ttl the lease's TTL for later renewals. It returns ErrNotHeld if
+// and makes ttl the lease's TTL for later renewals; under WithMaxHold, the
+// key still expires at the hold's end, ttl or not. It returns ErrNotHeld if
 // the lock is no longer the lease's (the lease is then lost); it never
 // re-creates an expired key.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {

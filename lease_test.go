@@ -276,11 +276,50 @@ func TestCloseEndsWaitsAndLeases(t *testing.T) {
 	if err := own.Err(); !errors.Is(err, dlock.ErrLockLost) {
 		t.Errorf("lease after Close: Err() = %v, want ErrLockLost", err)
 	}
-	if _, err := c.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrClosed) {
-		t.Errorf("TryLock after Close: got %v, want ErrClosed", err)
+	if _, err := c.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrClosed) || !strings.Contains(err.Error(), name) {
+		t.Errorf("TryLock after Close: got %v, want ErrClosed, naming the lock", err)
+	}
+	if _, err := c.Semaphore(name, 2).Acquire(ctx, 1); !errors.Is(err, dlock.ErrClosed) || !strings.Contains(err.Error(), name) {
+		t.Errorf("Semaphore.Acquire after Close: got %v, want ErrClosed, naming the lock", err)
 	}
 	// Close waited for the waiter's clean-up.
 	if n := srv.Client(t).ZCard(ctx, lockKey(name)+":q").Val(); n != 0 {
 		t.Errorf("the closed client's waiter is still queued")
+	}
+}
+
+// TestUnlockBehindAStuckRenewalIsBounded: Unlock waits for a renewal in
+// flight before it sends the release, but no longer than the release
+// timeout; the lease is then still held (and renewed again), and a later
+// Unlock releases it.
+func TestUnlockBehindAStuckRenewalIsBounded(t *testing.T) {
+	ctx := dlock.WithOwner(testCtx(t), "job") // the helper warms up with a ReentrantMutex
+	c, hook := clientWithHeldRenewals(t, ctx)
+	// Far shorter than what is left of the lease's validity when its
+	// renewal starts (2 s of the 3 s TTL), which bounds the renewal itself.
+	const releaseTimeout = 200 * time.Millisecond
+	l, err := c.Mutex(t.Name(), dlock.WithTTL(3*time.Second), dlock.WithReleaseTimeout(releaseTimeout)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook.holdRenewal(t)
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel() // a request that ended: Unlock still runs, bounded by the release timeout
+	start := time.Now()
+	err = l.Unlock(cancelled)
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "renewal") {
+		t.Errorf("Unlock behind a stuck renewal: got %v, want the release timeout, saying a renewal is pending", err)
+	}
+	if took < releaseTimeout/2 || took > releaseTimeout+time.Second {
+		t.Errorf("Unlock returned after %v; want about the release timeout (%v)", took, releaseTimeout)
+	}
+	hook.hold.Store(false)
+	close(hook.resume)
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock once the renewal returned: %v", err)
+	}
+	if err := l.Err(); errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("the lease reads as lost after a successful Unlock: %v", err)
 	}
 }

@@ -117,7 +117,7 @@ func (m *MultiLock) lock(ctx context.Context, wait bool) (*Lease, error) {
 
 func (m *MultiLock) lockUnobserved(ctx context.Context, wait bool) (*Lease, error) {
 	if err := m.c.checkOpen(); err != nil {
-		return nil, err
+		return nil, closedError("MultiLock", strings.Join(m.names, ","))
 	}
 	owner, err := newOwner(m.cfg.ownerInfo)
 	if err != nil {

@@ -76,7 +76,7 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 		return m.c.acquire(ctx, m, &m.cfg, true)
 	}
 	if err := m.c.checkOpen(); err != nil {
-		return nil, err
+		return nil, closedError("Lock", m.name)
 	}
 	if ctx.Err() != nil {
 		return nil, waitEnded(ctx, m.name, time.Now(), 0, nil)

@@ -251,7 +251,9 @@ func WithOwnerInfo(info string) Option {
 
 // WithReleaseTimeout bounds Unlock and the clean-up after a cancelled wait,
 // which run detached from the caller's context so that a cancelled request
-// still releases its lock. Default: 5s.
+// still releases its lock. An Unlock given a context that can never be
+// cancelled (context.Background()) is bounded by the Redis client's own
+// timeouts instead, and costs no timer. Default: 5s.
 func WithReleaseTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {

@@ -336,8 +336,9 @@ func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
 // others wait, in arrival order, until the first returns. When ctx ends
 // first, the error matches ErrNotObtained and ctx's error and carries the
 // last attempt's failure (which may match ErrQuorum). It returns at once with
-// ErrInvalidArgument, with ErrClosed (also matching ErrNotObtained) when
-// the Redlock is closed, and with ErrQuorum when more nodes than a quorum
+// ErrInvalidArgument, with ErrClosed when the Redlock is closed (a Lock
+// already waiting when Close is called returns an error matching both
+// ErrClosed and ErrNotObtained), and with ErrQuorum when more nodes than a quorum
 // can spare answer with errors that retrying cannot fix, such as
 // ErrKeyConflict. The caller must Unlock the returned Lease.
 func (m *RedlockMutex) Lock(ctx context.Context) (lease *Lease, err error) {
@@ -467,7 +468,10 @@ func (m *RedlockMutex) usable() error {
 	if m.err != nil {
 		return m.err
 	}
-	return m.r.checkOpen()
+	if err := m.r.checkOpen(); err != nil {
+		return closedError("Redlock", m.name)
+	}
+	return nil
 }
 
 // lease turns a granted attempt into a Lease watched by the Redlock's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -22,7 +23,10 @@ type ownerKey struct{}
 // reentrant locks: a ReentrantMutex locked again with a context carrying the
 // same id, through the same Client, adds a hold instead of waiting. Use a
 // stable id per logical owner (a job, a request); NewOwnerID makes a random
-// one. Reentrancy is per Client: two processes never share an owner.
+// one. Reentrancy is per Client: two processes never share an owner. The id
+// must be non-empty, at most MaxOwnerIDLen bytes, without ';' (it becomes
+// part of the lock's owner value, where ';' begins the owner info):
+// otherwise locking fails with ErrInvalidArgument.
 func WithOwner(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, ownerKey{}, id)
 }
@@ -226,7 +230,9 @@ func (h *reentrantHold) release(ctx context.Context, member string) error {
 		return err
 	}
 	anchors := &h.m.c.anchors
-	anchors.beginRelease(h.anchor)
+	if err := anchors.beginRelease(ctx, h.anchor); err != nil {
+		return err
+	}
 	ended, err := h.sendRelease(ctx, member)
 	if ended {
 		h.attached = false
@@ -409,17 +415,30 @@ func (s *anchorSet) join(key anchorKey) *anchor {
 // a is then being released, any of these releases may be the owner's last:
 // a's renewals stop (waiting for one in flight) before it is sent.
 // endRelease resumes them when a release leaves a hold that is not being
-// released.
-func (s *anchorSet) beginRelease(a *anchor) {
+// released. It fails, counting nothing, when ctx ends while a renewal in
+// flight is waited for.
+func (s *anchorSet) beginRelease(ctx context.Context, a *anchor) error {
 	a.pauseMu.Lock()
 	defer a.pauseMu.Unlock()
 	s.mu.Lock()
 	a.releasing++
 	pause := !a.paused && a.releasing >= a.holds && s.anchors[a.key] == a
 	s.mu.Unlock()
-	if pause && a.lease.wd.beginUnlock(a.lease) == nil {
-		a.paused = true
+	if !pause {
+		return nil
 	}
+	err := a.lease.wd.beginUnlock(ctx, a.lease)
+	var pending *renewalPendingError
+	switch {
+	case err == nil:
+		a.paused = true
+	case errors.As(err, &pending):
+		s.mu.Lock()
+		a.releasing--
+		s.mu.Unlock()
+		return err
+	}
+	return nil // lost or retired meanwhile: the release finds out
 }
 
 // endRelease counts a release done, and with ended one hold less on a: the

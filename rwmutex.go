@@ -218,7 +218,7 @@ func (rw *RWMutex) Downgrade(ctx context.Context, write *Lease) (*Lease, error) 
 		return nil, invalidArgf("RWMutex(%q).Downgrade: not a write lease of this lock", rw.name)
 	}
 	if err := rw.c.checkOpen(); err != nil {
-		return nil, err
+		return nil, closedError("Downgrade", rw.name)
 	}
 	owner, err := newOwner(rw.cfg.ownerInfo)
 	if err != nil {
@@ -233,7 +233,7 @@ func (rw *RWMutex) Downgrade(ctx context.Context, write *Lease) (*Lease, error) 
 	}
 	// Stop renewing write and wait for a renewal in flight, as Unlock does:
 	// no renewal of the writer may follow the downgrade.
-	if err := wd.beginUnlock(write); err != nil {
+	if err := wd.beginUnlock(ctx, write); err != nil {
 		return nil, fmt.Errorf("dlock: Downgrade %q: %w", rw.name, err)
 	}
 

@@ -160,7 +160,7 @@ func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 		return fmt.Errorf("dlock: SetPermits %q: %w", s.name, invalidArgf("%d permits: want between 1 and %d", n, MaxPermits))
 	}
 	if err := s.c.checkOpen(); err != nil {
-		return err
+		return closedError("SetPermits", s.name)
 	}
 	call := &driver.Call{
 		Script: scripts.SemSetPermits,
@@ -187,7 +187,7 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 		return 0, s.err
 	}
 	if err := s.c.checkOpen(); err != nil {
-		return 0, err
+		return 0, closedError("Available", s.name)
 	}
 	call := &driver.Call{Script: scripts.SemAvailable, Keys: s.keys.all[:3], Args: []any{s.permits}}
 	s.c.drv.Run(ctx, call)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
@@ -689,5 +691,39 @@ func TestSemaphoreSeparateFromMutex(t *testing.T) {
 	defer p.Release(ctx)
 	if v := srv.Client(t).Type(ctx, lockKey(t.Name())).Val(); v != "string" {
 		t.Errorf("the lock key is a %s", v)
+	}
+}
+
+// TestSemaphoreWaitOnAStalledServerReportsTheWholeWait: an Acquire whose
+// first attempt used up its deadline on a server that stopped answering
+// says how long it waited, from its start, not from after that attempt.
+func TestSemaphoreWaitOnAStalledServerReportsTheWholeWait(t *testing.T) {
+	srv := redistest.Shared(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	s := c.Semaphore(t.Name(), 2)
+	p, err := s.Acquire(testCtx(t), 1) // connections dialled, scripts loaded
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	proxy.HoldReplies(true)
+	defer proxy.HoldReplies(false)
+	ctx, cancel := context.WithTimeout(testCtx(t), 300*time.Millisecond)
+	defer cancel()
+	_, err = s.Acquire(ctx, 1)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire on a stalled server: got %v, want the deadline", err)
+	}
+	if strings.Contains(err.Error(), "waiting 0s") {
+		t.Errorf("Acquire on a stalled server says %q; want the wait counted from its start", err)
 	}
 }

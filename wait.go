@@ -62,7 +62,10 @@ func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait 
 	name := q.lockName()
 	tryVerb, waitVerb := verbsOf(q)
 	if err := c.checkOpen(); err != nil {
-		return nil, err
+		if wait {
+			return nil, closedError(waitVerb, name)
+		}
+		return nil, closedError(tryVerb, name)
 	}
 	if ctx.Err() != nil {
 		return nil, waitEnded(ctx, name, time.Now(), 0, nil)
@@ -197,6 +200,9 @@ type firstAttempt struct {
 // processed it, so validity computed from there never overestimates).
 func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attemptResult, time.Time, error) {
 	began := time.Now()
+	if spec.first != nil {
+		began = spec.first.start // the wait, as the caller sees it, began with that attempt
+	}
 	var signal <-chan struct{}
 	var w *waiter
 	notify := !cfg.wait.spin

@@ -351,7 +351,7 @@ func (w *watchdog) lose(l *Lease, reason string) {
 // hold of a reentrant lock, released through a nested lease): it stops
 // watching it and closes Done, sending nothing.
 func (w *watchdog) retire(l *Lease) {
-	if w.beginUnlock(l) == nil {
+	if w.beginUnlock(context.Background(), l) == nil {
 		w.endUnlock(l, nil)
 	}
 }
@@ -366,8 +366,12 @@ func (l *Lease) closeDoneLocked() {
 }
 
 // beginUnlock stops watching a lease and waits for its renewal in flight, so
-// that the release that follows is the last command for this lease.
-func (w *watchdog) beginUnlock(l *Lease) error {
+// that the release that follows is the last command for this lease. When
+// ctx ends first (the release timeout of an Unlock), the lease goes back to
+// the watchdog, unchanged, and the error matches ctx's: the renewal was
+// sent to a server that has not answered since, and the release would
+// fare no better.
+func (w *watchdog) beginUnlock(ctx context.Context, l *Lease) error {
 	w.mu.Lock()
 	switch l.state {
 	case leaseUnlocking:
@@ -384,10 +388,26 @@ func (w *watchdog) beginUnlock(l *Lease) error {
 	renewing := l.renewing
 	w.mu.Unlock()
 	if renewing != nil {
-		<-renewing
+		select {
+		case <-renewing:
+		case <-ctx.Done():
+			w.resume(l)
+			return &renewalPendingError{err: ctx.Err()}
+		}
 	}
 	return nil
 }
+
+// renewalPendingError is a release not sent because a renewal sent before
+// it had not returned within the release timeout.
+type renewalPendingError struct{ err error }
+
+func (e *renewalPendingError) Error() string {
+	return "a renewal sent earlier has not returned within the release timeout, so the release was not sent: " +
+		"Redis is not answering; the lock expires within its TTL, or call Unlock again: " + e.err.Error()
+}
+
+func (e *renewalPendingError) Unwrap() error { return e.err }
 
 // resume hands a lease that beginUnlock took from the watchdog back to it,
 // unchanged, when the release or Downgrade it was paused for did not

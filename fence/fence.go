@@ -10,7 +10,7 @@
 //
 //	lease, err := c.Mutex("stock:42").Lock(ctx)
 //	...
-//	err = store.Update(ctx, "stock:{42}", lease.Token(), func(old string, ok bool) (string, error) {
+//	_, err = store.Update(ctx, "stock:{42}", lease.Token(), func(old string, ok bool) (string, error) {
 //		return decrement(old)
 //	})
 //	if errors.Is(err, fence.ErrStaleToken) {

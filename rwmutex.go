@@ -228,7 +228,10 @@ func (rw *RWMutex) Downgrade(ctx context.Context, write *Lease) (*Lease, error) 
 	wd.mu.Lock()
 	lost, holdUntil, validUntil := write.err, write.holdUntil, write.validUntil
 	wd.mu.Unlock()
-	if lost != nil {
+	switch {
+	case lost == errDowngraded:
+		return nil, fmt.Errorf("dlock: Downgrade %q: %w already", rw.name, lost)
+	case lost != nil:
 		return nil, fmt.Errorf("dlock: Downgrade %q: %w: the lease was lost: %v", rw.name, ErrNotHeld, lost)
 	}
 	// Stop renewing write and wait for a renewal in flight, as Unlock does:

@@ -458,11 +458,11 @@ func TestRWMutexDowngrade(t *testing.T) {
 		t.Errorf("queue length %d, want the writer and the reader behind it", n)
 	}
 
-	if err := w.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("Unlock of the downgraded write lease: got %v, want ErrNotHeld", err)
+	if err := w.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) || !strings.Contains(err.Error(), "downgraded") {
+		t.Errorf("Unlock of the downgraded write lease: got %v, want ErrNotHeld, saying it was downgraded", err)
 	}
-	if _, err := a.RWMutex(name).Downgrade(ctx, w); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("second Downgrade: got %v, want ErrNotHeld", err)
+	if _, err := a.RWMutex(name).Downgrade(ctx, w); !errors.Is(err, dlock.ErrNotHeld) || strings.Contains(err.Error(), "lost") {
+		t.Errorf("second Downgrade: got %v, want ErrNotHeld, not calling the lease lost", err)
 	}
 	if _, err := a.RWMutex(name).Downgrade(ctx, r); !errors.Is(err, dlock.ErrInvalidArgument) {
 		t.Errorf("Downgrade of a read lease: got %v, want ErrInvalidArgument", err)

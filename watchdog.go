@@ -378,8 +378,12 @@ func (w *watchdog) beginUnlock(ctx context.Context, l *Lease) error {
 		w.mu.Unlock()
 		return fmt.Errorf("%w: Unlock is already in progress", ErrNotHeld)
 	case leaseReleased:
+		err := l.err
 		w.mu.Unlock()
-		return fmt.Errorf("%w: already unlocked", ErrNotHeld)
+		if err == errDowngraded {
+			return err
+		}
+		return fmt.Errorf("%w: the lease has already ended (unlocked or released)", ErrNotHeld)
 	}
 	l.state = leaseUnlocking
 	if l.heapIndex >= 0 {

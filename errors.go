@@ -65,6 +65,8 @@ type notObtainedError struct {
 	ctxErr    error         // why the wait ended, if it was the context
 	cause     error         // context.Cause, when it differs from ctxErr
 	last      error         // the last transient failure seen while waiting
+	// queuedAhead: enough was free, but others waiting first come first.
+	queuedAhead bool
 }
 
 func (e *notObtainedError) Error() string {
@@ -79,7 +81,10 @@ func (e *notObtainedError) Error() string {
 			fmt.Fprintf(&b, " (%v)", e.cause)
 		}
 	}
-	if e.holderTTL > 0 {
+	switch {
+	case e.queuedAhead:
+		b.WriteString(": enough is free, but others waiting for it came first and are served first (arrival order)")
+	case e.holderTTL > 0:
 		fmt.Fprintf(&b, ": held by another owner for %v more", e.holderTTL.Round(time.Millisecond))
 	}
 	if e.last != nil {

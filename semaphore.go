@@ -312,7 +312,12 @@ func (a *semAcquisition) attemptResult(call *driver.Call) (attemptResult, error)
 	if v[0] == 1 {
 		return attemptResult{granted: true, fence: v[1], pttl: ms(v[2])}, nil
 	}
-	return attemptResult{pttl: ms(v[1])}, nil
+	r := attemptResult{pttl: ms(v[1])}
+	if items, _ := call.Reply.([]any); len(items) > 3 {
+		free, _ := items[3].(int64)
+		r.queuedAhead = free >= int64(a.n)
+	}
+	return r, nil
 }
 
 // semLimitError is the server's refusal of a request for more permits than

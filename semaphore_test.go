@@ -727,3 +727,42 @@ func TestSemaphoreWaitOnAStalledServerReportsTheWholeWait(t *testing.T) {
 		t.Errorf("Acquire on a stalled server says %q; want the wait counted from its start", err)
 	}
 }
+
+// TestSemaphoreTryAcquireBehindTheQueueSaysWhy: permits free, but a waiter
+// queued first for more than are free: TryAcquire is refused (arrival
+// order), and its error says that this, not a lack of permits, is why.
+func TestSemaphoreTryAcquireBehindTheQueueSaysWhy(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := newClient(t, srv)
+	name := t.Name()
+	ctx := testCtx(t)
+	s := c.Semaphore(name, 3)
+	held, err := s.Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	waiter := make(chan error, 1)
+	go func() {
+		p, err := s.Acquire(waitCtx, 2) // one free: queued
+		if err == nil {
+			_ = p.Release(ctx)
+		}
+		waiter <- err
+	}()
+	waitSemQueued(t, srv, name, 1)
+	_, err = s.TryAcquire(ctx, 1)
+	if !errors.Is(err, dlock.ErrNotObtained) || !strings.Contains(err.Error(), "arrival order") {
+		t.Errorf("TryAcquire of a free permit behind a queued waiter: got %v, want ErrNotObtained saying others came first", err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waiter; err != nil {
+		t.Errorf("queued Acquire: %v", err)
+	}
+	if _, err := s.TryAcquire(ctx, 4); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("TryAcquire of more than the limit: got %v", err)
+	}
+}

@@ -30,6 +30,9 @@ type attemptResult struct {
 	// grantedAtUs is, for a grant heard by pub/sub, when the server made
 	// it (µs of its clock); 0 otherwise.
 	grantedAtUs int64
+	// queuedAhead says, when not granted, that enough was free but others
+	// waiting first come first (a Semaphore's arrival order).
+	queuedAhead bool
 }
 
 // acquire is TryLock (wait false) and Lock (wait true) for every queued
@@ -121,7 +124,7 @@ func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait 
 		return nil, redisError(tryVerb, name, err)
 	}
 	if !r.granted {
-		return nil, &notObtainedError{name: name, holderTTL: r.pttl}
+		return nil, &notObtainedError{name: name, holderTTL: r.pttl, queuedAhead: r.queuedAhead}
 	}
 	return c.leaseFor(ctx, q, cfg, owner, r, start)
 }

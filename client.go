@@ -219,7 +219,10 @@ func (c *Client) applyOptions(kind, label string, opts []Option) (config, error)
 // that failure too. When the lock is not obtained, fn does not run and the
 // error is Lock's: it matches ErrNotObtained when the wait ended first,
 // ErrClosed when the Client is closed, ErrInvalidArgument for a bad name or
-// option, or is the failure to reach Redis.
+// option, or ErrKeyConflict. Failures to reach Redis are retried while ctx
+// allows, as in every wait: with a ctx that never ends, Do waits through an
+// outage; give it a deadline to bound that (the error then matches
+// ErrNotObtained and carries the last failure).
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
 	if fn == nil {
 		return invalidArgf("Do(%q): nil function", name)

@@ -211,7 +211,9 @@ func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
 // even when ctx is cancelled or fn panics. It returns fn's error; when the
 // lock was lost the error also matches ErrLockLost, and when the release
 // failed it carries that failure too. When the lock is not obtained, fn does
-// not run and the error is Lock's.
+// not run and the error is Lock's. Lock retries while too few nodes answer,
+// for as long as ctx allows: with a ctx that never ends, Do waits through
+// an outage of the nodes; give it a deadline to bound that.
 func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
 	if fn == nil {
 		return invalidArgf("Redlock.Do(%q): nil function", name)

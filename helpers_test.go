@@ -159,3 +159,19 @@ func clientWithLostReplies(t *testing.T) (*dlock.Client, *redistest.Server, *red
 	t.Cleanup(func() { _ = c.Close() })
 	return c, srv, proxy
 }
+
+// clientThroughProxy returns a Client whose go-redis client reaches the
+// shared server through a fault-injecting proxy, and sends every command
+// once (MaxRetries -1), so a reply the proxy holds back is not retried.
+func clientThroughProxy(t testing.TB) (*dlock.Client, *redistest.Proxy) {
+	t.Helper()
+	proxy := redistest.StartProxy(t, redistest.Shared(t).Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatalf("dlock.New: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, proxy
+}

@@ -136,15 +136,7 @@ func TestReentrantNeedsAnOwner(t *testing.T) {
 // Redisson issue #7367: the reply of a nested acquire is held back until its
 // caller times out, so the server counted a hold the caller never got.
 func TestReentrantAcquireTimedOutAfterTheServerRanItDoesNotDoubleCount(t *testing.T) {
-	srv := redistest.Shared(t)
-	proxy := redistest.StartProxy(t, srv.Addr())
-	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
-	c, err := dlock.New(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c, proxy := clientThroughProxy(t)
 	ctx := dlock.WithOwner(testCtx(t), "job")
 	m := c.ReentrantMutex(t.Name())
 	first, err := m.Lock(ctx)
@@ -161,7 +153,7 @@ func TestReentrantAcquireTimedOutAfterTheServerRanItDoesNotDoubleCount(t *testin
 	}
 	proxy.HoldReplies(false)
 
-	direct := newClient(t, srv)
+	direct := newClient(t, redistest.Shared(t))
 	waitFor(t, 10*time.Second, func() bool {
 		n, err := m.HoldCount(ctx)
 		return err == nil && n == 1

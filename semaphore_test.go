@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
@@ -698,15 +696,7 @@ func TestSemaphoreSeparateFromMutex(t *testing.T) {
 // first attempt used up its deadline on a server that stopped answering
 // says how long it waited, from its start, not from after that attempt.
 func TestSemaphoreWaitOnAStalledServerReportsTheWholeWait(t *testing.T) {
-	srv := redistest.Shared(t)
-	proxy := redistest.StartProxy(t, srv.Addr())
-	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
-	c, err := dlock.New(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c, proxy := clientThroughProxy(t)
 	s := c.Semaphore(t.Name(), 2)
 	p, err := s.Acquire(testCtx(t), 1) // connections dialled, scripts loaded
 	if err != nil {

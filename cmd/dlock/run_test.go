@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -281,6 +282,21 @@ func TestRunWaitEndedByRedisFailure(t *testing.T) {
 	p := startDlock(t, srv, "--redis", srv.URL()+"?max_retries=-1", "run", name, "--wait", wait.String(), "--", "hold", dir)
 	waitUntil(t, "dlock waiting", func() bool { _, w := state(t, c, name); return w == 1 })
 	srv.Kill()
+	// Keep the dead server's port: another test binary's redis-server
+	// given it would answer dlock's attempts. Connections to it are
+	// accepted and closed at once, so every attempt fails.
+	if ln, err := net.Listen("tcp", srv.Addr()); err == nil {
+		t.Cleanup(func() { _ = ln.Close() })
+		go func() {
+			for {
+				conn, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				_ = conn.Close()
+			}
+		}()
+	}
 	code := p.wait(t)
 	out := p.stderr.String()
 	if code != exitFailure {

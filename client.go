@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -74,7 +73,7 @@ func NewWithDriver(d driver.Driver, opts ...Option) (*Client, error) {
 		opt(&cfg)
 	}
 	if err := cfg.err(); err != nil {
-		return nil, fmt.Errorf("dlock: New: %w", err)
+		return nil, errorf("dlock: New: %w", err)
 	}
 	cfg.seal()
 	c := &Client{drv: d, cfg: cfg, instance: NewOwnerID(), closed: make(chan struct{}), cleanups: workers.New()}
@@ -147,14 +146,14 @@ func closeWithin(deadline time.Time, what string, stop func()) error {
 			return nil
 		default:
 		}
-		return fmt.Errorf("dlock: %s: Redis commands abandoned at their deadline were still without a reply at the release timeout; "+
+		return errorf("dlock: %s: Redis commands abandoned at their deadline were still without a reply at the release timeout; "+
 			"they end when the Redis client gives up on them (its read timeout) or is closed: %w", what, context.DeadlineExceeded)
 	}
 }
 
 // closedError is ErrClosed for op on the lock called name.
 func closedError(op, name string) error {
-	return fmt.Errorf("dlock: %s %q: %w", op, name, ErrClosed)
+	return errorf("dlock: %s %q: %w", op, name, ErrClosed)
 }
 
 func (c *Client) checkOpen() error {
@@ -182,7 +181,7 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 func (c *Client) lockConfig(kind, name string, opts []Option) (config, error) {
 	cfg, err := c.applyOptions(kind, name, opts)
 	if nerr := checkName(name); nerr != nil {
-		return cfg, fmt.Errorf("dlock: %s: %w", kind, nerr)
+		return cfg, errorf("dlock: %s: %w", kind, nerr)
 	}
 	return cfg, err
 }
@@ -205,7 +204,7 @@ func (c *Client) applyOptions(kind, label string, opts []Option) (config, error)
 		opt(&cfg)
 	}
 	if err := cfg.err(); err != nil {
-		return cfg, fmt.Errorf("dlock: %s(%q): %w", kind, label, err)
+		return cfg, errorf("dlock: %s(%q): %w", kind, label, err)
 	}
 	cfg.seal()
 	return cfg, nil

@@ -119,10 +119,10 @@ func waitEnded(ctx context.Context, name string, began time.Time, holderTTL time
 func redisError(op, name string, err error) error {
 	var rerr *driver.ReplyError
 	if errors.As(err, &rerr) && isConflictReply(rerr.Msg) {
-		return fmt.Errorf("dlock: %s %q: %w: %s (dlock did not write this key and leaves it untouched: use another name or key prefix, or delete the key if it is stale)",
+		return errorf("dlock: %s %q: %w: %s (dlock did not write this key and leaves it untouched: use another name or key prefix, or delete the key if it is stale)",
 			op, name, ErrKeyConflict, conflictDetail(rerr.Msg))
 	}
-	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
+	return errorf("dlock: %s %q: %w", op, name, err)
 }
 
 // isConflictReply recognises a foreign key in an error reply. Servers wrap
@@ -165,6 +165,23 @@ func isTransient(err error) bool {
 	}
 	return true
 }
+
+// errorf is fmt.Errorf for dlock's errors that wrap others of dlock's:
+// every error of this package starts with "dlock: ", so a wrapped one would
+// repeat it mid-message ("dlock: Unlock "x": dlock: not held"). The text
+// keeps the first; errors.Is and errors.As see the same chain.
+func errorf(format string, args ...any) error {
+	return prefixedError{fmt.Errorf(format, args...)}
+}
+
+// prefixedError prints its error with the package prefix once.
+type prefixedError struct{ err error }
+
+func (e prefixedError) Error() string {
+	return strings.ReplaceAll(e.err.Error(), ": dlock: ", ": ")
+}
+
+func (e prefixedError) Unwrap() error { return e.err }
 
 // isReplyError reports whether err is (or wraps) the server's error reply,
 // as opposed to a transport failure.

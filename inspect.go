@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sort"
 	"strings"
 	"time"
@@ -139,7 +138,7 @@ func (c *Client) Inspect(ctx context.Context, name string) ([]LockInfo, error) {
 // inspect runs inspect.lua for name and parses its reply.
 func (c *Client) inspect(ctx context.Context, op, name string) (*nameState, error) {
 	if err := checkName(name); err != nil {
-		return nil, fmt.Errorf("dlock: %s: %w", op, err)
+		return nil, errorf("dlock: %s: %w", op, err)
 	}
 	if err := c.checkOpen(); err != nil {
 		return nil, closedError(op, name)
@@ -330,7 +329,7 @@ func (c *Client) List(ctx context.Context, pattern string) ([]LockInfo, error) {
 	}
 	scanner, ok := c.drv.(driver.Scanner)
 	if !ok {
-		return nil, fmt.Errorf("dlock: List: %w: the driver %T cannot list keys (it does not implement driver.Scanner)",
+		return nil, errorf("dlock: List: %w: the driver %T cannot list keys (it does not implement driver.Scanner)",
 			errors.ErrUnsupported, c.drv)
 	}
 	if pattern == "" {
@@ -349,7 +348,7 @@ func (c *Client) List(ctx context.Context, pattern string) ([]LockInfo, error) {
 		return true
 	})
 	if err != nil {
-		return nil, fmt.Errorf("dlock: List %q: %w", pattern, err)
+		return nil, errorf("dlock: List %q: %w", pattern, err)
 	}
 	names := make([]string, 0, len(found))
 	for name := range found {

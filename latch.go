@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -81,9 +80,9 @@ func (c *Client) Latch(name string, opts ...Option) *Latch {
 	}
 	l := &Latch{c: c, name: name, cfg: cfg, key: cfg.keyPrefix + "{" + name + "}:latch", ttl: cfg.ttl}
 	if err := checkName(name); err != nil {
-		l.err = fmt.Errorf("dlock: Latch: %w", err)
+		l.err = errorf("dlock: Latch: %w", err)
 	} else if err := cfg.err(); err != nil {
-		l.err = fmt.Errorf("dlock: Latch(%q): %w", name, err)
+		l.err = errorf("dlock: Latch(%q): %w", name, err)
 	}
 	return l
 }
@@ -102,7 +101,7 @@ func (l *Latch) TrySetCount(ctx context.Context, n int64) (bool, error) {
 		return false, err
 	}
 	if n < 1 || n > maxLatchCount {
-		return false, fmt.Errorf("dlock: TrySetCount %q: %w", l.name, invalidArgf("count %d: want between 1 and %d", n, int64(maxLatchCount)))
+		return false, errorf("dlock: TrySetCount %q: %w", l.name, invalidArgf("count %d: want between 1 and %d", n, int64(maxLatchCount)))
 	}
 	id, err := newCallID()
 	if err != nil {

@@ -208,7 +208,7 @@ func (l *Lease) end(ctx context.Context, op, lost string) error {
 	rctx, cancel := detach(ctx, l.cfg.releaseTimeout)
 	defer cancel()
 	if err := l.wd.beginUnlock(rctx, l); err != nil {
-		return fmt.Errorf("dlock: %s %q: %w", op, name, err)
+		return errorf("dlock: %s %q: %w", op, name, err)
 	}
 	sent := time.Now()
 	var err error
@@ -231,7 +231,7 @@ func (l *Lease) end(ctx context.Context, op, lost string) error {
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrNotHeld):
-		err = fmt.Errorf("dlock: %s %q: %w: %s", op, name, ErrNotHeld, lost)
+		err = errorf("dlock: %s %q: %w: %s", op, name, ErrNotHeld, lost)
 	default:
 		err = redisError(op, name, err)
 	}
@@ -268,11 +268,11 @@ func (l *Lease) observeRelease(ctx context.Context, err error) {
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	name := l.Name()
 	if err := checkTTL(ttl); err != nil {
-		return fmt.Errorf("dlock: Extend %q: %w", name, err)
+		return errorf("dlock: Extend %q: %w", name, err)
 	}
 	if l.parent != nil {
 		if err := l.usable(); err != nil {
-			return fmt.Errorf("dlock: Extend %q: %w", name, err)
+			return errorf("dlock: Extend %q: %w", name, err)
 		}
 		return l.parent.Extend(ctx, ttl)
 	}
@@ -281,12 +281,12 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	wd.mu.Lock()
 	if err := l.usableLocked(); err != nil {
 		wd.mu.Unlock()
-		return fmt.Errorf("dlock: Extend %q: %w", name, err)
+		return errorf("dlock: Extend %q: %w", name, err)
 	}
 	px := l.cappedLocked(ttl, start)
 	wd.mu.Unlock()
 	if px < MinTTL {
-		return fmt.Errorf("dlock: Extend %q: %w: the maximum hold time (WithMaxHold) is reached", name, ErrNotHeld)
+		return errorf("dlock: Extend %q: %w: the maximum hold time (WithMaxHold) is reached", name, ErrNotHeld)
 	}
 
 	err := l.renewHold(ctx, px)
@@ -311,7 +311,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		wd.poke()
 		return nil
 	case errors.Is(err, ErrNotHeld):
-		return fmt.Errorf("dlock: Extend %q: %w: it expired or was taken over", name, ErrNotHeld)
+		return errorf("dlock: Extend %q: %w: it expired or was taken over", name, ErrNotHeld)
 	}
 	wd.poke()
 	return redisError("Extend", name, err)
@@ -323,7 +323,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	name := l.Name()
 	if err := l.usable(); err != nil {
-		return 0, fmt.Errorf("dlock: TTL %q: %w", name, err)
+		return 0, errorf("dlock: TTL %q: %w", name, err)
 	}
 	if l.parent != nil {
 		return l.parent.TTL(ctx)
@@ -338,7 +338,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 		lost := wd.loseLocked(l, "TTL found the key gone or held by another owner")
 		wd.mu.Unlock()
 		runLossFuncs(lost, l)
-		return 0, fmt.Errorf("dlock: TTL %q: %w: it expired or was taken over", name, ErrNotHeld)
+		return 0, errorf("dlock: TTL %q: %w: it expired or was taken over", name, ErrNotHeld)
 	}
 	return 0, redisError("TTL", name, err)
 }

@@ -323,3 +323,24 @@ func TestUnlockBehindAStuckRenewalIsBounded(t *testing.T) {
 		t.Errorf("the lease reads as lost after a successful Unlock: %v", err)
 	}
 }
+
+// TestErrorsNameThePackageOnce: an error that wraps another of dlock's says
+// "dlock:" once, at its start, and still matches the wrapped sentinel.
+func TestErrorsNameThePackageOnce(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := newClient(t, srv)
+	ctx := testCtx(t)
+	l := mustLock(t, c, t.Name())
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, badName := c.Mutex("").TryLock(ctx)
+	for _, err := range []error{badName, l.Unlock(ctx), l.Extend(ctx, time.Second)} {
+		if err == nil || strings.Count(err.Error(), "dlock:") != 1 || !strings.HasPrefix(err.Error(), "dlock: ") {
+			t.Errorf("error %q: want \"dlock:\" once, at the start", err)
+		}
+	}
+	if !errors.Is(badName, dlock.ErrInvalidArgument) {
+		t.Errorf("%v does not match ErrInvalidArgument", badName)
+	}
+}

@@ -60,15 +60,15 @@ func (c *Client) multiLock(names []string, opts []Option) *MultiLock {
 	m := &MultiLock{c: c, names: sorted, cfg: cfg}
 	switch {
 	case len(sorted) == 0:
-		err = fmt.Errorf("dlock: MultiLock: %w", invalidArgf("no names"))
+		err = errorf("dlock: MultiLock: %w", invalidArgf("no names"))
 	case err == nil:
 		for i, name := range sorted {
 			if err = checkName(name); err != nil {
-				err = fmt.Errorf("dlock: MultiLock: %w", err)
+				err = errorf("dlock: MultiLock: %w", err)
 				break
 			}
 			if i > 0 && sorted[i-1] == name {
-				err = fmt.Errorf("dlock: MultiLock: %w", invalidArgf("name %q given twice", name))
+				err = errorf("dlock: MultiLock: %w", invalidArgf("name %q given twice", name))
 				break
 			}
 		}

@@ -397,5 +397,5 @@ func replyInts(reply any, n int) ([]int64, error) {
 }
 
 func unexpectedReply(reply any) error {
-	return fmt.Errorf("dlock: unexpected reply from a script: %#v (is another version of dlock using the same keys?)", reply)
+	return errorf("dlock: unexpected reply from a script: %#v (is another version of dlock using the same keys?)", reply)
 }

@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"crypto/rand"
-	"fmt"
 	"strings"
 )
 
@@ -20,7 +19,7 @@ func newCallID() (string, error) { return newOwner("") }
 func newOwner(info string) (string, error) {
 	var raw [ownerIDLen / 2]byte
 	if _, err := rand.Read(raw[:]); err != nil {
-		return "", fmt.Errorf("dlock: reading crypto/rand for a random id: %w", err)
+		return "", errorf("dlock: reading crypto/rand for a random id: %w", err)
 	}
 	const digits = "0123456789abcdef"
 	var b strings.Builder

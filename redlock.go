@@ -97,10 +97,10 @@ func NewRedlock(nodes []RedisClient, opts ...Option) (*Redlock, error) {
 		opt(&cfg)
 	}
 	if err := cfg.err(); err != nil {
-		return nil, fmt.Errorf("dlock: NewRedlock: %w", err)
+		return nil, errorf("dlock: NewRedlock: %w", err)
 	}
 	if err := checkRedlockConfig(&cfg, &base); err != nil {
-		return nil, fmt.Errorf("dlock: NewRedlock: %w", err)
+		return nil, errorf("dlock: NewRedlock: %w", err)
 	}
 	r.cfg = cfg
 	r.wd = newWatchdog(nil)
@@ -196,11 +196,11 @@ func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
 	m := &RedlockMutex{r: r, name: name, cfg: cfg, key: newLockKeys(cfg.keyPrefix, name).lock}
 	m.keys = []string{m.key}
 	if err := checkName(name); err != nil {
-		m.err = fmt.Errorf("dlock: Redlock.Mutex: %w", err)
+		m.err = errorf("dlock: Redlock.Mutex: %w", err)
 	} else if err := cfg.err(); err != nil {
-		m.err = fmt.Errorf("dlock: Redlock.Mutex(%q): %w", name, err)
+		m.err = errorf("dlock: Redlock.Mutex(%q): %w", name, err)
 	} else if err := checkRedlockConfig(&cfg, &r.cfg); err != nil {
-		m.err = fmt.Errorf("dlock: Redlock.Mutex(%q): %w", name, err)
+		m.err = errorf("dlock: Redlock.Mutex(%q): %w", name, err)
 	}
 	return m
 }
@@ -634,13 +634,13 @@ func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireRes
 	}
 	switch verdict {
 	case verdictTooSlow:
-		res.err = fmt.Errorf("dlock: %s %q: %w: a quorum (%d of %d nodes) granted it only after %v, past its validity of %v",
+		res.err = errorf("dlock: %s %q: %w: a quorum (%d of %d nodes) granted it only after %v, past its validity of %v",
 			op, m.name, ErrQuorum, granted, n, elapsed.Round(time.Millisecond), valid)
 		if len(failed) > 0 {
 			res.err = fmt.Errorf("%w; %w", res.err, failed)
 		}
 	case verdictNoQuorum:
-		res.err = fmt.Errorf("dlock: %s %q: %w: %d of %d answered, %d needed: %w",
+		res.err = errorf("dlock: %s %q: %w: %d of %d answered, %d needed: %w",
 			op, m.name, ErrQuorum, n-len(failed), n, q, failed)
 		res.permanent = permanent > n-q
 	default:

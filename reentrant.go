@@ -133,11 +133,11 @@ func (m *ReentrantMutex) owner(ctx context.Context) (string, error) {
 	}
 	id, ok := OwnerFrom(ctx)
 	if !ok {
-		return "", fmt.Errorf("dlock: ReentrantMutex(%q): %w", m.name,
+		return "", errorf("dlock: ReentrantMutex(%q): %w", m.name,
 			invalidArgf("the context carries no owner: use ctx = dlock.WithOwner(ctx, id)"))
 	}
 	if err := checkOwnerID(id); err != nil {
-		return "", fmt.Errorf("dlock: ReentrantMutex(%q): %w", m.name, err)
+		return "", errorf("dlock: ReentrantMutex(%q): %w", m.name, err)
 	}
 	v := m.c.instance + ":" + id
 	if m.cfg.ownerInfo != "" {

@@ -121,9 +121,9 @@ func (c *Client) RWMutex(name string, opts ...Option) *RWMutex {
 	}
 	rw := &RWMutex{c: c, name: name, cfg: cfg, keys: newRWKeys(cfg.keyPrefix, name)}
 	if err := checkName(name); err != nil {
-		rw.err = fmt.Errorf("dlock: RWMutex: %w", err)
+		rw.err = errorf("dlock: RWMutex: %w", err)
 	} else if err := cfg.err(); err != nil {
-		rw.err = fmt.Errorf("dlock: RWMutex(%q): %w", name, err)
+		rw.err = errorf("dlock: RWMutex(%q): %w", name, err)
 	}
 	rw.writer = &rwHalf{rw: rw, mode: rwWrite}
 	rw.reader = &rwHalf{rw: rw, mode: rwRead}
@@ -230,14 +230,14 @@ func (rw *RWMutex) Downgrade(ctx context.Context, write *Lease) (*Lease, error) 
 	wd.mu.Unlock()
 	switch {
 	case lost == errDowngraded:
-		return nil, fmt.Errorf("dlock: Downgrade %q: %w already", rw.name, lost)
+		return nil, errorf("dlock: Downgrade %q: %w already", rw.name, lost)
 	case lost != nil:
-		return nil, fmt.Errorf("dlock: Downgrade %q: %w: the lease was lost: %v", rw.name, ErrNotHeld, lost)
+		return nil, errorf("dlock: Downgrade %q: %w: the lease was lost: %v", rw.name, ErrNotHeld, lost)
 	}
 	// Stop renewing write and wait for a renewal in flight, as Unlock does:
 	// no renewal of the writer may follow the downgrade.
 	if err := wd.beginUnlock(ctx, write); err != nil {
-		return nil, fmt.Errorf("dlock: Downgrade %q: %w", rw.name, err)
+		return nil, errorf("dlock: Downgrade %q: %w", rw.name, err)
 	}
 
 	start := time.Now()
@@ -256,7 +256,7 @@ func (rw *RWMutex) Downgrade(ctx context.Context, write *Lease) (*Lease, error) 
 	px = px.Truncate(time.Millisecond)
 	if px < MinTTL {
 		wd.resume(write)
-		return nil, fmt.Errorf("dlock: Downgrade %q: %w: the maximum hold time (WithMaxHold) is reached", rw.name, ErrNotHeld)
+		return nil, errorf("dlock: Downgrade %q: %w: the maximum hold time (WithMaxHold) is reached", rw.name, ErrNotHeld)
 	}
 
 	// Past write's validity the answer no longer matters: write is lost then.
@@ -290,7 +290,7 @@ func (rw *RWMutex) Downgrade(ctx context.Context, write *Lease) (*Lease, error) 
 		wd.mu.Unlock()
 		runLossFuncs(funcs, write)
 		wd.poke()
-		return nil, fmt.Errorf("dlock: Downgrade %q: %w: it expired or was taken over", rw.name, ErrNotHeld)
+		return nil, errorf("dlock: Downgrade %q: %w: it expired or was taken over", rw.name, ErrNotHeld)
 	}
 	wd.resume(write)
 	rw.c.abandon(ctx, rw.reader, cfg, owner, err)

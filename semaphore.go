@@ -87,7 +87,7 @@ func (k *semKeys) channel() string { return k.holders }
 func (c *Client) Semaphore(name string, permits int, opts ...Option) *Semaphore {
 	cfg, err := c.lockConfig("Semaphore", name, opts)
 	if err == nil && (permits < 1 || permits > MaxPermits) {
-		err = fmt.Errorf("dlock: Semaphore(%q): %w", name, invalidArgf("%d permits: want between 1 and %d", permits, MaxPermits))
+		err = errorf("dlock: Semaphore(%q): %w", name, invalidArgf("%d permits: want between 1 and %d", permits, MaxPermits))
 	}
 	return &Semaphore{c: c, name: name, permits: permits, cfg: cfg, keys: newSemKeys(cfg.keyPrefix, name), err: err}
 }
@@ -125,7 +125,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool) (*Permits, er
 		return nil, s.err
 	}
 	if n < 1 || n > MaxPermits {
-		return nil, fmt.Errorf("dlock: Semaphore(%q): %w", s.name, invalidArgf("asked for %d permits: want between 1 and the limit", n))
+		return nil, errorf("dlock: Semaphore(%q): %w", s.name, invalidArgf("asked for %d permits: want between 1 and the limit", n))
 	}
 	l, err := s.c.acquire(ctx, &semAcquisition{s: s, n: n}, &s.cfg, wait)
 	if err != nil {
@@ -157,7 +157,7 @@ func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 		return s.err
 	}
 	if n < 1 || n > MaxPermits {
-		return fmt.Errorf("dlock: SetPermits %q: %w", s.name, invalidArgf("%d permits: want between 1 and %d", n, MaxPermits))
+		return errorf("dlock: SetPermits %q: %w", s.name, invalidArgf("%d permits: want between 1 and %d", n, MaxPermits))
 	}
 	if err := s.c.checkOpen(); err != nil {
 		return closedError("SetPermits", s.name)

@@ -46,6 +46,10 @@ func TestRedlockUnlockHandsOverLocally(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every node's share in place before the waiter asks: a share still on
+	// its way (TryLock returns with a quorum) could be beaten by the
+	// waiter's attempt, which then gives that node back empty.
+	waitAllHold(t, servers, lockKey(name))
 	next := lockWhenHeir(ctx, t, r, name)
 	published := commandCalls(t, servers[0], "publish")
 	if err := held.Unlock(ctx); err != nil {
@@ -238,6 +242,7 @@ func TestRedlockHandoffThatDidNotAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitAllHold(t, servers, lockKey(name)) // as in TestRedlockUnlockHandsOverLocally
 	next := lockWhenHeir(ctx, t, r, name)
 	// Replies on the connections open now are held: the transfer's. The
 	// release after it goes out on others, which answer.

@@ -156,10 +156,12 @@ func closedError(op, name string) error {
 	return errorf("dlock: %s %q: %w", op, name, ErrClosed)
 }
 
-func (c *Client) checkOpen() error {
+// checkOpen returns ErrClosed for op on the lock called name once the
+// Client is closed.
+func (c *Client) checkOpen(op, name string) error {
 	select {
 	case <-c.closed:
-		return ErrClosed
+		return closedError(op, name)
 	default:
 		return nil
 	}

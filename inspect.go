@@ -140,8 +140,8 @@ func (c *Client) inspect(ctx context.Context, op, name string) (*nameState, erro
 	if err := checkName(name); err != nil {
 		return nil, errorf("dlock: %s: %w", op, err)
 	}
-	if err := c.checkOpen(); err != nil {
-		return nil, closedError(op, name)
+	if err := c.checkOpen(op, name); err != nil {
+		return nil, err
 	}
 	call := c.inspectCall(name)
 	c.drv.Run(ctx, call)
@@ -324,8 +324,8 @@ func splitMember(kind Kind, member string, waiting bool) (mode, owner string, ok
 // driver cannot list keys (it does not implement driver.Scanner), or the
 // failure to reach Redis. It is safe for concurrent use.
 func (c *Client) List(ctx context.Context, pattern string) ([]LockInfo, error) {
-	if err := c.checkOpen(); err != nil {
-		return nil, closedError("List", pattern)
+	if err := c.checkOpen("List", pattern); err != nil {
+		return nil, err
 	}
 	scanner, ok := c.drv.(driver.Scanner)
 	if !ok {

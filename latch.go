@@ -36,16 +36,16 @@ const latchCallMemory = time.Minute
 // Client.Latch; it is an immutable descriptor, safe for concurrent use, and
 // cheap to create per call.
 //
-// The count is one key with an expiry, refreshed by TrySetCount and
-// CountDown (24h unless WithTTL is given to Client.Latch), so an abandoned
-// latch disappears. A TrySetCount or CountDown takes effect at most once,
-// even when the Redis client sends it again after losing its reply (a
-// second key remembers the calls of the last minute). An expired latch
-// reads as zero: it releases its waiters as if counted down, so choose a TTL
-// longer than the longest gap between count-downs. The last CountDown deletes the key and wakes the waiters
-// through the Client's shared subscription; waiters also check the count
-// every WithWaiterLease/3 and when the key would expire, so a lost message
-// costs latency, never a hang.
+// The count is one key with an expiry, refreshed by TrySetCount and CountDown
+// (24h unless WithTTL is given to Client.Latch), so an abandoned latch
+// disappears. A TrySetCount or CountDown takes effect at most once, even when
+// the Redis client sends it again after losing its reply (a second key
+// remembers the calls of the last minute). An expired latch reads as zero: it
+// releases its waiters as if counted down, so choose a TTL longer than the
+// longest gap between count-downs. The last CountDown deletes the key and
+// wakes the waiters through the Client's shared subscription; waiters also
+// check the count every WithWaiterLease/3 and when the key would expire, so a
+// lost message costs latency, never a hang.
 type Latch struct {
 	c    *Client
 	name string
@@ -225,10 +225,7 @@ func (l *Latch) usable() error {
 	if l.err != nil {
 		return l.err
 	}
-	if err := l.c.checkOpen(); err != nil {
-		return closedError("Latch", l.name)
-	}
-	return nil
+	return l.c.checkOpen("Latch", l.name)
 }
 
 // read runs latch_count: the count and the key's remaining time.

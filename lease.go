@@ -188,15 +188,15 @@ func (l *Lease) onLoss(f func(error)) {
 // already cancelled still releases its lock, and the wait and the release
 // together are bounded by WithReleaseTimeout (an error matching
 // context.DeadlineExceeded then; the lease stays held, and Unlock may be
-// called again). A ctx that can never be cancelled (context.Background())
-// is used as it is, without a timer: the Redis client's own timeouts bound
-// the release then, as they bound any command sent with such a context
-// (go-redis: ReadTimeout, WriteTimeout and MaxRetries). It returns ErrNotHeld if the lock had expired or was taken over (another
-// owner's key is never touched), or if the lease was already unlocked; a
-// release that the Redis client sent twice after losing a reply, whose
-// second sending found the lock gone, is a release, not ErrNotHeld, while
-// the lease was valid when it went out. When waiters are queued the lock
-// passes straight to the first of them.
+// called again). A ctx that can never be cancelled (context.Background()) is
+// used as it is, without a timer: the Redis client's own timeouts bound the
+// release then, as they bound any command sent with such a context (go-redis:
+// ReadTimeout, WriteTimeout and MaxRetries). It returns ErrNotHeld if the
+// lock had expired or was taken over (another owner's key is never touched),
+// or if the lease was already unlocked; a release that the Redis client sent
+// twice after losing a reply, whose second sending found the lock gone, is a
+// release, not ErrNotHeld, while the lease was valid when it went out. When
+// waiters are queued the lock passes straight to the first of them.
 func (l *Lease) Unlock(ctx context.Context) error {
 	return l.end(ctx, "Unlock", "it expired or was taken over before Unlock")
 }

@@ -34,6 +34,7 @@ import (
 type MultiLock struct {
 	c     *Client
 	names []string // sorted
+	label string   // names joined by commas, for errors and observations
 	cfg   config
 	err   error
 	locks []*Mutex // by sorted name
@@ -57,7 +58,7 @@ func (c *Client) multiLock(names []string, opts []Option) *MultiLock {
 	sort.Strings(sorted)
 	label := strings.Join(sorted, ",")
 	cfg, err := c.applyOptions("MultiLock", label, opts)
-	m := &MultiLock{c: c, names: sorted, cfg: cfg}
+	m := &MultiLock{c: c, names: sorted, label: label, cfg: cfg}
 	switch {
 	case len(sorted) == 0:
 		err = errorf("dlock: MultiLock: %w", invalidArgf("no names"))
@@ -108,7 +109,7 @@ func (m *MultiLock) lock(ctx context.Context, wait bool) (*Lease, error) {
 		if wait {
 			op = "Lock"
 		}
-		return observeAcquire(ctx, &m.cfg, KindMutex, strings.Join(m.names, ","), op, func(ctx context.Context) (*Lease, error) {
+		return observeAcquire(ctx, &m.cfg, KindMutex, m.label, op, func(ctx context.Context) (*Lease, error) {
 			return m.lockUnobserved(ctx, wait)
 		})
 	}
@@ -116,8 +117,8 @@ func (m *MultiLock) lock(ctx context.Context, wait bool) (*Lease, error) {
 }
 
 func (m *MultiLock) lockUnobserved(ctx context.Context, wait bool) (*Lease, error) {
-	if err := m.c.checkOpen(); err != nil {
-		return nil, closedError("MultiLock", strings.Join(m.names, ","))
+	if err := m.c.checkOpen("MultiLock", m.label); err != nil {
+		return nil, err
 	}
 	owner, err := newOwner(m.cfg.ownerInfo)
 	if err != nil {
@@ -164,7 +165,7 @@ func (m *MultiLock) takeAtOnce(ctx context.Context, owner string) ([]*Lease, err
 			if err = ackErr(call); err != nil {
 				// Taken, but too few replicas have it: give it back.
 				m.releaseGroup(ctx, group, owner)
-				err = redisError("MultiLock", strings.Join(m.names, ","), err)
+				err = redisError("MultiLock", m.label, err)
 			}
 		}
 		if err != nil {
@@ -193,7 +194,7 @@ func (m *MultiLock) takeAtOnce(ctx context.Context, owner string) ([]*Lease, err
 // was taken.
 func (m *MultiLock) parseTake(call *driver.Call, group []*Mutex) ([]int64, error) {
 	if call.Err != nil {
-		return nil, redisError("MultiLock", strings.Join(m.names, ","), call.Err)
+		return nil, redisError("MultiLock", m.label, call.Err)
 	}
 	items, ok := call.Reply.([]any)
 	if !ok || len(items) == 0 {
@@ -296,7 +297,7 @@ type multiHolder struct {
 	parts []*Lease
 }
 
-func (h *multiHolder) lockName() string { return strings.Join(h.m.names, ",") }
+func (h *multiHolder) lockName() string { return h.m.label }
 
 // renew extends every lock; ErrNotHeld if any of them is no longer held.
 func (h *multiHolder) renew(ctx context.Context, _ string, px time.Duration) error {

@@ -75,8 +75,8 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	if m.cfg.wait.spin {
 		return m.c.acquire(ctx, m, &m.cfg, true)
 	}
-	if err := m.c.checkOpen(); err != nil {
-		return nil, closedError("Lock", m.name)
+	if err := m.c.checkOpen("Lock", m.name); err != nil {
+		return nil, err
 	}
 	if ctx.Err() != nil {
 		return nil, waitEnded(ctx, m.name, time.Now(), 0, nil)

@@ -254,10 +254,12 @@ func (r *Redlock) Close() error {
 	return err
 }
 
-func (r *Redlock) checkOpen() error {
+// checkOpen returns ErrClosed for op on the lock called name once the
+// Redlock is closed.
+func (r *Redlock) checkOpen(op, name string) error {
 	select {
 	case <-r.closed:
-		return ErrClosed
+		return closedError(op, name)
 	default:
 		return nil
 	}
@@ -340,8 +342,8 @@ func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
 // last attempt's failure (which may match ErrQuorum). It returns at once with
 // ErrInvalidArgument, with ErrClosed when the Redlock is closed (a Lock
 // already waiting when Close is called returns an error matching both
-// ErrClosed and ErrNotObtained), and with ErrQuorum when more nodes than a quorum
-// can spare answer with errors that retrying cannot fix, such as
+// ErrClosed and ErrNotObtained), and with ErrQuorum when more nodes than a
+// quorum can spare answer with errors that retrying cannot fix, such as
 // ErrKeyConflict. The caller must Unlock the returned Lease.
 func (m *RedlockMutex) Lock(ctx context.Context) (lease *Lease, err error) {
 	if err := m.usable(); err != nil {
@@ -363,8 +365,8 @@ func (m *RedlockMutex) Lock(ctx context.Context) (lease *Lease, err error) {
 		return nil, waitEnded(ctx, m.name, began, 0, nil)
 	}
 	defer func() { turn.leave(ctx, lease != nil) }()
-	l := turn.gt.l // nil until the turn must wait (see redlockGates.enter)
-	wait := redlockWait{m: m, l: l, spin: newSpinDelay(SpinWait(m.cfg.retryMin, m.cfg.retryMax))}
+	// wait.l is nil until the turn must wait (see redlockGates.enter).
+	wait := redlockWait{m: m, l: turn.gt.l, spin: newSpinDelay(SpinWait(m.cfg.retryMin, m.cfg.retryMax))}
 	var (
 		holderTTL time.Duration
 		last      error
@@ -384,7 +386,7 @@ func (m *RedlockMutex) Lock(ctx context.Context) (lease *Lease, err error) {
 			}
 			continue
 		}
-		heard := l != nil && l.hears()
+		heard := wait.l != nil && wait.l.hears()
 		var (
 			delay time.Duration
 			wake  bool
@@ -395,8 +397,8 @@ func (m *RedlockMutex) Lock(ctx context.Context) (lease *Lease, err error) {
 			// find it held.
 			delay, wake = wait.idle(0), true
 		} else {
-			if l != nil {
-				l.drain()
+			if wait.l != nil {
+				wait.l.drain()
 			}
 			res := m.attempt(ctx, "Lock", owner)
 			switch {
@@ -412,12 +414,11 @@ func (m *RedlockMutex) Lock(ctx context.Context) (lease *Lease, err error) {
 			if errors.As(res.err, &nerr) {
 				last = nerr.last // contention is what the wait is about: keep only node failures
 			}
-			if l == nil {
+			if wait.l == nil {
 				// No subscription could have heard a release during the
 				// attempt, so heard is false and the wait subscribes now
 				// and asks again.
-				l = turn.listener()
-				wait.l = l
+				wait.l = turn.listener()
 			}
 			delay, wake = wait.next(ctx, res, heard)
 			if delay == 0 && ctx.Err() == nil {
@@ -426,7 +427,7 @@ func (m *RedlockMutex) Lock(ctx context.Context) (lease *Lease, err error) {
 		}
 		var signal <-chan struct{}
 		if wake {
-			signal = l.signal
+			signal = wait.l.signal
 		}
 		if timer == nil {
 			timer = time.NewTimer(delay)
@@ -470,10 +471,7 @@ func (m *RedlockMutex) usable() error {
 	if m.err != nil {
 		return m.err
 	}
-	if err := m.r.checkOpen(); err != nil {
-		return closedError("Redlock", m.name)
-	}
-	return nil
+	return m.r.checkOpen("Redlock", m.name)
 }
 
 // lease turns a granted attempt into a Lease watched by the Redlock's
@@ -592,7 +590,7 @@ func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireRes
 		switch {
 		case !rep.done || err != nil:
 			nFailed++
-			if err != nil && isReplyError(err) {
+			if isReplyError(err) {
 				// The script raised the error before writing anything.
 				if !isTransient(err) {
 					permanent++

@@ -217,8 +217,8 @@ func (rw *RWMutex) Downgrade(ctx context.Context, write *Lease) (*Lease, error) 
 	if h == nil || h.mode != rwWrite || h.rw.c != rw.c || h.rw.keys.holders != rw.keys.holders {
 		return nil, invalidArgf("RWMutex(%q).Downgrade: not a write lease of this lock", rw.name)
 	}
-	if err := rw.c.checkOpen(); err != nil {
-		return nil, closedError("Downgrade", rw.name)
+	if err := rw.c.checkOpen("Downgrade", rw.name); err != nil {
+		return nil, err
 	}
 	owner, err := newOwner(rw.cfg.ownerInfo)
 	if err != nil {

@@ -159,8 +159,8 @@ func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 	if n < 1 || n > MaxPermits {
 		return errorf("dlock: SetPermits %q: %w", s.name, invalidArgf("%d permits: want between 1 and %d", n, MaxPermits))
 	}
-	if err := s.c.checkOpen(); err != nil {
-		return closedError("SetPermits", s.name)
+	if err := s.c.checkOpen("SetPermits", s.name); err != nil {
+		return err
 	}
 	call := &driver.Call{
 		Script: scripts.SemSetPermits,
@@ -186,8 +186,8 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 	if s.err != nil {
 		return 0, s.err
 	}
-	if err := s.c.checkOpen(); err != nil {
-		return 0, closedError("Available", s.name)
+	if err := s.c.checkOpen("Available", s.name); err != nil {
+		return 0, err
 	}
 	call := &driver.Call{Script: scripts.SemAvailable, Keys: s.keys.all[:3], Args: []any{s.permits}}
 	s.c.drv.Run(ctx, call)

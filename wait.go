@@ -64,11 +64,12 @@ func (c *Client) acquireFresh(ctx context.Context, q queuedLock, cfg *config, wa
 func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait bool, owner string) (*Lease, error) {
 	name := q.lockName()
 	tryVerb, waitVerb := verbsOf(q)
-	if err := c.checkOpen(); err != nil {
-		if wait {
-			return nil, closedError(waitVerb, name)
-		}
-		return nil, closedError(tryVerb, name)
+	verb := tryVerb
+	if wait {
+		verb = waitVerb
+	}
+	if err := c.checkOpen(verb, name); err != nil {
+		return nil, err
 	}
 	if ctx.Err() != nil {
 		return nil, waitEnded(ctx, name, time.Now(), 0, nil)

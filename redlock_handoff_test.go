@@ -121,6 +121,7 @@ func TestRedlockHandoffToALockThatGaveUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitAllHold(t, servers, lockKey(name)) // as in TestRedlockUnlockHandsOverLocally
 	waitCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	next := lockWhenHeir(waitCtx, t, r, name)

@@ -18,9 +18,19 @@ import (
 // and *redis.ClusterClient implement it, and so do wrappers that add hooks
 // for tracing or metrics.
 type RedisClient interface {
+	// Do sends one command: a lone script call (EVALSHA, or EVAL when the
+	// server does not have the script), and on a Cluster the COMMAND INFO
+	// that tells whether its servers have SPUBLISH.
 	Do(ctx context.Context, args ...interface{}) *redis.Cmd
+	// Pipeline sends script calls made at the same time in one round trip,
+	// and a script with the WAIT that WithReplicaAck adds after it.
 	Pipeline() redis.Pipeliner
+	// Subscribe opens the pub/sub connection on which waiters hear
+	// releases (SUBSCRIBE), except on a Cluster with sharded pub/sub.
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+	// SSubscribe is sharded pub/sub (Redis 7.0 and later). On a Cluster,
+	// dlock calls it on the ClusterClient's node clients, one per master,
+	// rather than on the client given to New.
 	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 

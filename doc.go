@@ -54,7 +54,7 @@
 // the protected resource, and have the resource reject any token lower than
 // the highest it has seen, e.g. in SQL:
 //
-//	UPDATE stock SET qty = $1, fence = $2 WHERE id = $3 AND fence < $2
+//	UPDATE stock SET qty = $1, fence = $2 WHERE id = $3 AND fence <= $2
 //
 // A paused holder that wakes up with an old token is then refused instead of
 // overwriting its successor's work.
@@ -66,7 +66,7 @@
 // together on Redis Cluster:
 //
 //	dlock:{N}          the holder's owner value ("<128-bit hex>;<owner info>") with PX expiry
-//	dlock:{N}:fence    the last fencing token issued (kept an hour: see LockInfo.LastToken)
+//	dlock:{N}:fence    the last fencing token issued (kept max(1h, 2×TTL): see LockInfo.LastToken)
 //	dlock:{N}:q        waiters in arrival order (sorted set, scored by server time)
 //	dlock:{N}:w        each waiter's lease in the queue (hash)
 //
@@ -132,13 +132,17 @@
 // # Errors
 //
 // Errors match the sentinels with errors.Is and carry the lock name and the
-// details: ErrNotObtained (held by someone else; joined with the context's
-// error when a wait ends by ctx), ErrNotHeld (the lease no longer owns the
-// key), ErrLockLost (lost while held, with the reason), ErrInvalidArgument
-// (rejected before anything was sent), ErrKeyConflict (the key holds
-// something dlock did not write; it is never modified), ErrClosed. Failures
-// to reach Redis are returned wrapped, and never match ErrNotObtained, so
-// contention, timeouts and outages can be told apart. Redlock adds ErrQuorum
-// (too few nodes answered), which carries a *NodeError per failed node;
+// details: ErrNotObtained (held by someone else, or a wait ended by ctx,
+// joined then with the context's error), ErrNotHeld (the lease no longer
+// owns the key), ErrLockLost (lost while held, with the reason),
+// ErrInvalidArgument (rejected before anything was sent), ErrKeyConflict
+// (the key holds something dlock did not write; it is never modified),
+// ErrClosed. TryLock returns a failure to reach Redis wrapped, never
+// matching ErrNotObtained, so contention and outages are told apart at once.
+// A wait (Lock, Client.Do, Latch.Wait, ...) retries such failures while ctx
+// allows, so when ctx ends it the error matches ErrNotObtained and ctx's
+// error even during an outage; it also wraps the last attempt's failure when
+// that attempt failed (see ErrNotObtained). Redlock adds ErrQuorum (too few
+// nodes answered), which carries a *NodeError per failed node;
 // WithReplicaAck adds ErrReplicaAck (too few replicas acknowledged).
 package dlock

@@ -13,10 +13,21 @@ import (
 // Errors returned by dlock. Test for them with errors.Is: the returned errors
 // wrap them with the lock's name and the details of what happened.
 var (
-	// ErrNotObtained means the lock is held by someone else: TryLock found it
-	// taken, or Lock's wait ended first. When the wait ended because of its
-	// context, the error also matches the context's error
+	// ErrNotObtained means the lock was not obtained: TryLock found it held
+	// by someone else, or Lock's wait ended first. When the wait ended
+	// because of its context, the error also matches the context's error
 	// (context.DeadlineExceeded or context.Canceled).
+	//
+	// TryLock returns a failure to reach Redis as that failure, never
+	// matching ErrNotObtained, so "busy" and "broken" are told apart at
+	// once. A wait (Lock, Client.Do, Semaphore.Acquire, Latch.Wait, ...)
+	// retries such failures while its context allows, so it ends with an
+	// error matching ErrNotObtained and the context's error during an
+	// outage too. That error also wraps the failure of the wait's last
+	// attempt when that attempt failed (an attempt that Redis answers drops
+	// the failures before it): its Unwrap() []error lists the context's
+	// error, the context's cause when that differs, and that failure, so an
+	// outage is told from contention by whether anything else is there.
 	ErrNotObtained = errors.New("dlock: not obtained")
 
 	// ErrNotHeld means the lease no longer owns its key: the key expired,
@@ -192,9 +203,13 @@ func isReplyError(err error) bool {
 
 // ErrQuorum means a Redlock operation could not reach enough nodes: fewer
 // than a quorum (N/2+1) answered in time and without an error, so whether the
-// lock is free or held could not be decided. It never matches ErrNotObtained
-// (someone else holds the lock). The error carries a *NodeError for each
-// failed node; find them with errors.As.
+// lock is free or held could not be decided. Returned by TryLock, Extend,
+// Unlock or the like, or by a Lock that gives up at once, it never matches
+// ErrNotObtained (someone else holds the lock). A RedlockMutex.Lock that
+// its context ends returns an error matching ErrNotObtained and the
+// context's error, which also matches ErrQuorum when its last attempt
+// failed that way. The error carries a *NodeError for each failed node;
+// find them with errors.As.
 var ErrQuorum = errors.New("dlock: not enough Redis nodes answered")
 
 // NodeError is one Redlock node's failure within an operation: the node could

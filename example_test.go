@@ -84,7 +84,7 @@ func ExampleMutex_Lock() {
 	defer lease.Unlock(ctx) // releases even if ctx is cancelled by then
 
 	// The resource must refuse writes with a token lower than the highest
-	// it has seen, e.g. UPDATE ... WHERE fence < $token.
+	// it has seen, e.g. UPDATE ... WHERE fence <= $token.
 	fmt.Println("token is positive:", lease.Token() > 0)
 	// Output:
 	// token is positive: true

@@ -25,8 +25,8 @@ var _ Locker = (*Mutex)(nil) // and *RedlockMutex, asserted in redlock.go
 // do is Do for any Locker: it waits for the lock, runs fn with a context
 // that is cancelled (cause ErrLockLost) if the lock is lost, and always
 // releases the lock, even when ctx is cancelled or fn panics. It returns
-// fn's error, joined with the loss and a failed release. Client.Do has the
-// same body and could call it.
+// fn's error, joined with the loss and a failed release. Client.Do and
+// Redlock.Do call it.
 func do(ctx context.Context, lk Locker, fn func(ctx context.Context) error) (err error) {
 	lease, err := lk.Lock(ctx)
 	if err != nil {

@@ -34,7 +34,11 @@ type Observer interface {
 
 // Acquisition describes an acquire that begins.
 type Acquisition struct {
+	// Name is the lock's name; for a MultiLock, its names, sorted and
+	// joined by commas.
 	Name string
+	// Kind is the kind of lock: KindMutex (also for FairMutex and
+	// MultiLock), KindReentrant, KindRWMutex or KindSemaphore.
 	Kind Kind
 	// Op is the method: "TryLock", "Lock", "TryRLock", "RLock",
 	// "TryAcquire" or "Acquire".
@@ -64,8 +68,11 @@ type AcquireOutcome struct {
 
 // LeaseInfo describes a lease in Observer events.
 type LeaseInfo struct {
-	Name  string
-	Kind  Kind
+	// Name is the lease's lock name, as Lease.Name returns it.
+	Name string
+	// Kind is the kind of lock the lease holds, as in Acquisition.Kind.
+	Kind Kind
+	// Token is the lease's fencing token, as Lease.Token returns it.
 	Token int64
 	// Held is how long the lease had been held when the event happened.
 	Held time.Duration

@@ -11,11 +11,15 @@ import (
 
 // Option configures a Client (as its default for every lock) or one lock or
 // Do call (overriding the Client's default). Every option can be used at both
-// levels. Invalid values are reported as ErrInvalidArgument: by New for
-// client options, by the first call that would reach Redis for lock options.
+// levels, except where it does not apply: WithNodeTimeout, WithDriftFactor and
+// WithRetryDelay are Redlock's only, and New and the Client's locks reject
+// them; NewRedlock and Redlock.Mutex reject WithReplicaAck, WithWaiterLease
+// and WithWaitStrategy. Invalid values are reported as ErrInvalidArgument: by
+// New for client options, by the first call that would reach Redis for lock
+// options.
 type Option func(*config)
 
-// Limits enforced on options.
+// Limits enforced on options and lock names.
 const (
 	// MinTTL is the shortest TTL accepted. A lease's validity is its TTL
 	// minus a drift allowance of TTL/100 + 2ms (clock rates and Redis's

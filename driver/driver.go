@@ -39,8 +39,10 @@ func (s *Script) Hash() string { return s.hash }
 // fills Reply, Acked and Err. Every key the script touches is in Keys, and
 // all of them share one hash tag, so a Call always targets one Cluster slot.
 type Call struct {
+	// Script is the script to run.
 	Script *Script
-	Keys   []string
+	// Keys are the script's KEYS: every key it touches, all with one hash tag.
+	Keys []string
 	// Args are strings or integers (int, int64), or pointers to a string
 	// or an int64, which a caller may use to pass values it keeps anyway
 	// without boxing each one (a pointer fits in an interface without an
@@ -50,7 +52,8 @@ type Call struct {
 	// Replicas, when positive, asks the driver to send WAIT Replicas
 	// ReplicaTimeout on the same connection right after the script, so the
 	// reply tells how many replicas acknowledged the script's writes.
-	Replicas       int
+	Replicas int
+	// ReplicaTimeout is WAIT's timeout, sent in whole milliseconds.
 	ReplicaTimeout time.Duration
 
 	// Reply is the script's reply: nil, int64, string or []any of those.
@@ -71,6 +74,8 @@ type Call struct {
 // ReplyError is an error reply from the Redis server (as opposed to a
 // transport failure), such as "WRONGTYPE ..." or "LOADING ...".
 type ReplyError struct {
+	// Msg is the server's error message, starting with its error code
+	// ("WRONGTYPE", "LOADING", ...).
 	Msg string
 	// Err is the client library's original error value, kept for errors.As.
 	Err error
@@ -131,6 +136,7 @@ type Subscription interface {
 // that does not implement Sharded, or reports false, is treated as one
 // server where any keys may go together.
 type Sharded interface {
+	// Sharded reports whether the deployment is a Redis Cluster.
 	Sharded() bool
 }
 

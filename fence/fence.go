@@ -78,9 +78,9 @@ var ErrStaleToken = errors.New("fence: stale fencing token")
 
 // StaleTokenError is the error of a refused operation.
 type StaleTokenError struct {
-	Key     string
-	Token   int64 // the caller's token
-	Highest int64 // the highest token the store has seen for Key
+	Key     string // the value's key, as passed to the Store (not its mark)
+	Token   int64  // the caller's token
+	Highest int64  // the highest token the store has seen for Key
 }
 
 // Error says which token was refused and which won.

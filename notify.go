@@ -94,7 +94,11 @@ func (n *notifier) registerSignal(channel, owner string, signal chan struct{}) *
 	k := expectKey{channel, owner}
 	if g, ok := n.expected[k]; ok {
 		delete(n.expected, k)
-		if g != nil {
+		switch g {
+		case nil:
+		case askAgain:
+			w.wake(nil)
+		default:
 			w.wake(g)
 		}
 	}
@@ -295,6 +299,34 @@ func (n *notifier) deliverGrant(channel, owner string, g handoff) {
 			w.wake(&g)
 		} else {
 			w.wake(nil) // the owner holds it now: the others join it
+		}
+	}
+}
+
+// askAgain, kept as an expected owner's grant, is a wake-up without a grant
+// (wakeMatching) that came before the owner's waiter registered.
+var askAgain = new(handoff)
+
+// wakeMatching asks every waiter on channel whose grants name an owner that
+// match accepts to ask the server again, including those whose first
+// attempt is still in flight (expect). A reentrant lock's holds queue apart
+// (each names its own hold), so when one is granted, the owner's others
+// join it at once instead of waiting for a poll.
+func (n *notifier) wakeMatching(channel string, match func(owner string) bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if cs := n.channels[channel]; cs != nil {
+		for owner, list := range cs.waiters {
+			if match(owner) {
+				for _, w := range list {
+					w.wake(nil)
+				}
+			}
+		}
+	}
+	for k, g := range n.expected {
+		if g == nil && k.channel == channel && match(k.owner) {
+			n.expected[k] = askAgain
 		}
 	}
 }

@@ -113,6 +113,9 @@ func (m *ReentrantMutex) HoldCount(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if err := m.c.checkOpen("HoldCount", m.name); err != nil {
+		return 0, err
+	}
 	call := &driver.Call{Script: scripts.ReentrantHolds, Keys: []string{m.keys.lock, m.holds}, Args: []any{owner}}
 	m.c.drv.Run(ctx, call)
 	if call.Err != nil {
@@ -171,6 +174,13 @@ func (m *ReentrantMutex) lockUnobserved(ctx context.Context, wait bool) (*Lease,
 	// The queue entry, and the grant, name this hold: hold id + owner value.
 	h := &reentrantHold{m: m, owner: owner, hold: hold}
 	return m.c.acquireAs(ctx, h, &m.cfg, wait, hold+owner)
+}
+
+// isHoldOf reports whether member, a queue entry or grant of this lock,
+// is one of owner's holds: a hold id (newOwner's ownerIDLen hex digits),
+// then owner.
+func isHoldOf(member, owner string) bool {
+	return len(member) == ownerIDLen+len(owner) && member[ownerIDLen:] == owner
 }
 
 // reentrantHold is one Lock call's hold: the queuedLock acquire waits with,
@@ -305,6 +315,11 @@ func (h *reentrantHold) makeLease(ctx context.Context, cfg *config, member strin
 		return nil, err
 	}
 	h.anchor, h.attached = anchor, true
+	// The owner's other holds still queued join this one now: a grant
+	// names one hold, so nothing else would tell them before their poll.
+	m.c.notify.wakeMatching(m.keys.channel(), func(queued string) bool {
+		return queued != member && isHoldOf(queued, h.owner)
+	})
 	l := &Lease{
 		wd:        m.c.wd,
 		h:         h,

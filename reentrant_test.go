@@ -546,3 +546,70 @@ func (h *heldRenewals) wantOrder(t *testing.T, want ...string) {
 		t.Fatalf("script calls sent in the order %v, want %v first", h.order, want)
 	}
 }
+
+// An owner's holds that queued while another owner held the lock all join
+// the first of them to be granted, without waiting for a poll: a grant
+// names one hold, and with a long waiter lease the others polled only every
+// few seconds.
+func TestReentrantQueuedHoldsOfOneOwnerJoinTheGrant(t *testing.T) {
+	srv := redistest.Shared(t)
+	// Polls every min(TTL, waiter lease)/3 = 10 s: far beyond the bound below.
+	c := newClient(t, srv, dlock.WithWaiterLease(30*time.Second))
+	name := t.Name()
+	m := c.ReentrantMutex(name)
+	ctxA := dlock.WithOwner(testCtx(t), "a")
+	ctxB := dlock.WithOwner(testCtx(t), "b")
+	held, err := m.Lock(ctxB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const holds = 3
+	got := make(chan *dlock.Lease, holds)
+	errs := make(chan error, holds)
+	for i := 0; i < holds; i++ {
+		go func() {
+			l, err := m.Lock(ctxA)
+			if err != nil {
+				errs <- err
+				return
+			}
+			got <- l
+		}()
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		return srv.Client(t).ZCard(context.Background(), reentrantKey(name)+":q").Val() == holds
+	}, "every hold to queue")
+	start := time.Now()
+	if err := held.Unlock(ctxB); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < holds; i++ {
+		select {
+		case l := <-got:
+			defer l.Unlock(ctxA)
+		case err := <-errs:
+			t.Fatal(err)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d of %d holds granted %v after the release; the rest wait for a poll", i, holds, time.Since(start))
+		}
+	}
+	if n, err := m.HoldCount(ctxA); err != nil || n != holds {
+		t.Fatalf("HoldCount = %d, %v; want %d", n, err, holds)
+	}
+}
+
+// HoldCount after Close says the Client is closed, as every other call
+// does, rather than counting a hold whose lease Close ended.
+func TestReentrantHoldCountAfterClose(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := newClient(t, srv)
+	ctx := dlock.WithOwner(testCtx(t), "a")
+	m := c.ReentrantMutex(t.Name())
+	if _, err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if n, err := m.HoldCount(ctx); !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("HoldCount after Close = %d, %v; want ErrClosed", n, err)
+	}
+}

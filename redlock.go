@@ -338,8 +338,11 @@ func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
 // delay (WithRetryDelay) when no owner holds a quorum (a split vote) or too
 // few nodes answer. Lock calls of one Redlock for one name take turns: the
 // others wait, in arrival order, until the first returns. When ctx ends
-// first, the error matches ErrNotObtained and ctx's error and carries the
-// last attempt's failure (which may match ErrQuorum). It returns at once with
+// first, Lock returns then, even with an attempt still waiting for nodes
+// that do not answer: what that attempt may have taken is given back in the
+// background (Close waits for it). The error matches ErrNotObtained and
+// ctx's error and carries the last attempt's failure (which may match
+// ErrQuorum). It returns at once with
 // ErrInvalidArgument, with ErrClosed when the Redlock is closed (a Lock
 // already waiting when Close is called returns an error matching both
 // ErrClosed and ErrNotObtained), and with ErrQuorum when more nodes than a
@@ -615,20 +618,32 @@ func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireRes
 		// here: their errors are made only for an attempt that failed.
 		return acquireResult{hold: hold, start: start, px: px}
 	}
+	// Not granted: give back our share on every node that may hold it, after
+	// the requests still running there have ended, so the release cannot
+	// overtake them. A Lock that goes on must wait for that: it asks again
+	// as the same owner, and a share given back late would undo the next
+	// attempt's. A call whose ctx has ended never uses owner again, so it
+	// returns at its deadline and leaves the giving back to the background
+	// (Close waits for it); unreachable nodes would otherwise hold it up to a
+	// node timeout, more when their client retries dialling.
+	res := acquireResult{start: start}
+	giveBack := func() { hold.releaseShares(ctx, owner, release, grantedBy) }
+	if ctx.Err() != nil || !hold.awaitSettledUnless(ctx.Done()) {
+		r.workers.Go(func() {
+			hold.awaitSettled()
+			giveBack()
+		})
+		return res
+	}
+	giveBack()
+	if ctx.Err() != nil {
+		return res
+	}
 	var failed nodeErrors
 	for i, rep := range replies {
 		if _, _, _, err := readAcquire(rep); !rep.done || err != nil {
 			failed = append(failed, r.nodeError(ctx, i, rep.done, err, wait))
 		}
-	}
-	// Not granted: give back our share on every node that may hold it, after
-	// the requests still running there have ended, so the release cannot
-	// overtake them.
-	hold.awaitSettled()
-	hold.releaseShares(ctx, owner, release, grantedBy)
-	res := acquireResult{start: start}
-	if ctx.Err() != nil {
-		return res
 	}
 	switch verdict {
 	case verdictTooSlow:
@@ -712,10 +727,14 @@ func (h *redlockHold) drift(px time.Duration) time.Duration { return h.m.drift(p
 // awaitSettled waits until the acquisition's requests have returned, at
 // most until their deadline, even when the caller's context has ended: a
 // release sent earlier could overtake a grant still in flight.
-func (h *redlockHold) awaitSettled() {
+func (h *redlockHold) awaitSettled() { h.awaitSettledUnless(nil) }
+
+// awaitSettledUnless is awaitSettled that stops early when stop closes; it
+// reports whether the wait ended without stop.
+func (h *redlockHold) awaitSettledUnless(stop <-chan struct{}) bool {
 	select {
 	case <-h.settled:
-		return
+		return true
 	default:
 	}
 	timer := time.NewTimer(time.Until(h.deadline))
@@ -723,7 +742,10 @@ func (h *redlockHold) awaitSettled() {
 	select {
 	case <-h.settled:
 	case <-timer.C:
+	case <-stop:
+		return false
 	}
+	return true
 }
 
 // renew re-arms the key for px on every node. It succeeds only when a quorum

@@ -125,6 +125,20 @@ func waitAllHold(t testing.TB, servers []*redistest.Server, key string) {
 	})
 }
 
+// waitNoKey waits until no live server holds key: a Lock that its ctx
+// ended gives back what its last attempt took in the background.
+func waitNoKey(t testing.TB, servers []*redistest.Server, key string) {
+	t.Helper()
+	eventually(t, func() string {
+		for i, v := range holdersOf(t, servers, key) {
+			if v != "" && v != "(down)" {
+				return fmt.Sprintf("node %d still holds %s = %q", i, key, v)
+			}
+		}
+		return ""
+	})
+}
+
 // nodeErrorsIn collects every *dlock.NodeError in err's tree.
 func nodeErrorsIn(err error) []*dlock.NodeError {
 	var found []*dlock.NodeError
@@ -459,7 +473,7 @@ func TestRedlockQuorumDownFailsFastAndCleanly(t *testing.T) {
 	if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, dlock.ErrQuorum) {
 		t.Errorf("Lock until its deadline with 2 of 3 down: got %v, want ErrNotObtained, DeadlineExceeded and ErrQuorum", err)
 	}
-	wantNoKey(t, servers, lockKey(name))
+	waitNoKey(t, servers, lockKey(name)) // given back in the background
 }
 
 func TestRedlockBlackholedNodes(t *testing.T) {
@@ -507,6 +521,35 @@ func TestRedlockBlackholedNodes(t *testing.T) {
 		}
 	}
 	wantNoKey(t, servers, lockKey(name))
+}
+
+// TestRedlockLockReturnsAtItsDeadline: a Lock whose ctx ends while an
+// attempt waits for unreachable nodes returns then, not once the attempt's
+// requests have settled (go-redis keeps dialling a node that refuses
+// connections past a context's end), and its share on the node that
+// answered is given back in the background.
+func TestRedlockLockReturnsAtItsDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	// Ports 1 and 2 of the loopback refuse connections: nothing listens
+	// there (tcpmux and its neighbour are not run on any test machine).
+	r := newRedlock(t, []string{srv.Addr(), "127.0.0.1:1", "127.0.0.1:2"}, dlock.WithNodeTimeout(3*time.Second))
+	name := t.Name()
+	for _, d := range []time.Duration{300 * time.Millisecond, time.Second} {
+		ctx, cancel := context.WithTimeout(testCtx(t), d)
+		start := time.Now()
+		_, err := r.Mutex(name).Lock(ctx)
+		took := time.Since(start)
+		cancel()
+		if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Lock with 2 of 3 nodes refusing connections: got %v, want ErrNotObtained and DeadlineExceeded", err)
+		}
+		if took > d+700*time.Millisecond {
+			t.Errorf("Lock with a deadline of %v returned after %v", d, took)
+		}
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		return srv.Client(t).Exists(context.Background(), lockKey(name)).Val() == 0
+	}, "the share on the reachable node to be given back")
 }
 
 // TestRedlockDefaultClientsStillTimeOut checks the node timeout with

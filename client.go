@@ -110,15 +110,15 @@ func isNilClient(rdb RedisClient) bool {
 // keys expire one TTL after the last renewal (Close does not release them,
 // because their holders may still be working; Unlock them first).
 //
-// Close waits for the clean-up of waits that gave up (leaving their queues)
-// and for commands that calls abandoned at their deadline, but returns
-// within the release timeout. A command still without a reply then is one
-// the go-redis client gives more time (a ReadTimeout longer than the
-// release timeout, or none) on a server that stopped answering: Close
-// returns an error matching context.DeadlineExceeded, and the command's
-// goroutine ends when go-redis returns it (closing the go-redis client ends
-// it at once). Otherwise Close returns nil. It is idempotent: later calls
-// return nil.
+// Close waits for the clean-up of waits that gave up (leaving their queues),
+// for commands that calls abandoned at their deadline and for the pub/sub
+// connection to close, but returns within the release timeout. What is
+// still without a reply then is waiting on a server that stopped answering,
+// with a Redis client that gives it more time (a ReadTimeout longer than
+// the release timeout, or none): Close returns an error matching
+// context.DeadlineExceeded, and the goroutine waiting ends when the Redis
+// client gives up (closing that client ends it at once). Otherwise Close
+// returns nil. It is idempotent: later calls return nil.
 func (c *Client) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
@@ -127,10 +127,14 @@ func (c *Client) Close() error {
 		c.local.close()
 		c.cleanups.Close() // each clean-up ends by the release timeout
 		c.wd.close()
-		c.notify.close()
-		if closer, ok := c.drv.(interface{ Close() error }); ok {
-			err = closeWithin(deadline, "Close", func() { _ = closer.Close() })
-		}
+		// The subscription too: closing it may wait for a server that
+		// stopped answering (the adapters' drivers).
+		err = closeWithin(deadline, "Close", func() {
+			c.notify.close()
+			if closer, ok := c.drv.(interface{ Close() error }); ok {
+				_ = closer.Close()
+			}
+		})
 	})
 	return err
 }
@@ -156,8 +160,9 @@ func closeWithin(deadline time.Time, what string, stop func()) error {
 			return nil
 		default:
 		}
-		return errorf("dlock: %s: Redis commands abandoned at their deadline were still without a reply at the release timeout; "+
-			"they end when the Redis client gives up on them (its read timeout) or is closed: %w", what, context.DeadlineExceeded)
+		return errorf("dlock: %s: Redis commands abandoned at their deadline (or the pub/sub connection being closed) were still "+
+			"without a reply at the release timeout; they end when the Redis client gives up on them (its read timeout) or is closed: %w",
+			what, context.DeadlineExceeded)
 	}
 }
 

@@ -75,16 +75,22 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	if m.cfg.wait.spin {
 		return m.c.acquire(ctx, m, &m.cfg, true)
 	}
+	if m.cfg.observer != nil {
+		// Observed whatever the outcome, a closed Client or an ended ctx
+		// too, as TryLock and every other acquire are.
+		return observeAcquire(ctx, &m.cfg, KindMutex, m.name, "Lock", m.lock)
+	}
+	return m.lock(ctx)
+}
+
+// lock is Lock after its options are checked: the shared wait of the
+// Client's callers for this lock (Client.lockShared).
+func (m *Mutex) lock(ctx context.Context) (*Lease, error) {
 	if err := m.c.checkOpen("Lock", m.name); err != nil {
 		return nil, err
 	}
 	if ctx.Err() != nil {
 		return nil, waitEnded(ctx, m.name, time.Now(), 0, nil)
-	}
-	if m.cfg.observer != nil {
-		return observeAcquire(ctx, &m.cfg, KindMutex, m.name, "Lock", func(ctx context.Context) (*Lease, error) {
-			return m.c.lockShared(ctx, m)
-		})
 	}
 	return m.c.lockShared(ctx, m)
 }

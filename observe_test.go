@@ -195,3 +195,58 @@ func TestObserverSeesEveryKind(t *testing.T) {
 		t.Errorf("WithObserver(nil): got %v, want ErrInvalidArgument", err)
 	}
 }
+
+// A Redlock's acquires are observed as a Mutex's are (they were not, while
+// its releases were), and so is a Mutex.Lock that a closed Client or an
+// ended ctx refuses at once, as TryLock's were.
+func TestObserverSeesRedlockAndRefusedLocks(t *testing.T) {
+	servers := redistest.StartNodes(t, 3)
+	rec := &recorder{}
+	r := newRedlock(t, addrsOf(servers), dlock.WithObserver(rec))
+	ctx := testCtx(t)
+	name := t.Name()
+	l, err := r.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("TryLock of a held Redlock: %v", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	c := newClient(t, redistest.Shared(t), dlock.WithObserver(rec))
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := c.Mutex(name).Lock(ended); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock with an ended ctx: %v", err)
+	}
+	c.Close()
+	if _, err := c.Mutex(name).Lock(ctx); !errors.Is(err, dlock.ErrClosed) {
+		t.Fatalf("Lock on a closed Client: %v", err)
+	}
+
+	s := rec.snapshot()
+	wantOps := []string{"Lock", "TryLock", "Lock", "Lock"}
+	if len(s.starts) != len(wantOps) || len(s.outcomes) != len(wantOps) {
+		t.Fatalf("starts %+v, outcomes %+v; want %d of each", s.starts, s.outcomes, len(wantOps))
+	}
+	for i, op := range wantOps {
+		if s.starts[i].Op != op || s.starts[i].Kind != dlock.KindMutex || s.starts[i].Name != name {
+			t.Errorf("start %d = %+v, want a Mutex's %s of %q", i, s.starts[i], op, name)
+		}
+	}
+	if s.outcomes[0].Err != nil || s.outcomes[0].Attempts != 1 {
+		t.Errorf("Redlock Lock's outcome = %+v, want a grant at the first attempt", s.outcomes[0])
+	}
+	if !errors.Is(s.outcomes[1].Err, dlock.ErrNotObtained) || s.outcomes[1].Attempts != 1 {
+		t.Errorf("Redlock TryLock's outcome = %+v, want ErrNotObtained after one attempt", s.outcomes[1])
+	}
+	if !errors.Is(s.outcomes[2].Err, context.Canceled) || !errors.Is(s.outcomes[3].Err, dlock.ErrClosed) {
+		t.Errorf("refused Locks' outcomes = %+v, %+v; want Canceled, then ErrClosed", s.outcomes[2], s.outcomes[3])
+	}
+	if len(s.released) != 1 {
+		t.Errorf("%d releases seen, want the Redlock lease's", len(s.released))
+	}
+}

@@ -241,10 +241,10 @@ func (r *Redlock) Close() error {
 		deadline := time.Now().Add(r.cfg.releaseTimeout)
 		close(r.closed)
 		r.wd.close()
-		for _, n := range r.nodes {
-			n.notify.close()
-		}
 		err = closeWithin(deadline, "Redlock.Close", func() {
+			for _, n := range r.nodes {
+				n.notify.close()
+			}
 			r.workers.Close()
 			for _, n := range r.nodes {
 				_ = n.drv.Close() // the drivers' own goroutines (batching)
@@ -312,6 +312,13 @@ func (m *RedlockMutex) Name() string { return m.name }
 // after Redlock.Close, and an error matching ErrNotObtained and the context's
 // error when ctx ends first. The caller must Unlock the returned Lease.
 func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
+	if m.cfg.observer != nil && m.err == nil {
+		return observeAcquire(ctx, &m.cfg, KindMutex, m.name, "TryLock", m.tryLock)
+	}
+	return m.tryLock(ctx)
+}
+
+func (m *RedlockMutex) tryLock(ctx context.Context) (*Lease, error) {
 	if err := m.usable(); err != nil {
 		return nil, err
 	}
@@ -348,7 +355,14 @@ func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
 // ErrClosed and ErrNotObtained), and with ErrQuorum when more nodes than a
 // quorum can spare answer with errors that retrying cannot fix, such as
 // ErrKeyConflict. The caller must Unlock the returned Lease.
-func (m *RedlockMutex) Lock(ctx context.Context) (lease *Lease, err error) {
+func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
+	if m.cfg.observer != nil && m.err == nil {
+		return observeAcquire(ctx, &m.cfg, KindMutex, m.name, "Lock", m.lock)
+	}
+	return m.lock(ctx)
+}
+
+func (m *RedlockMutex) lock(ctx context.Context) (lease *Lease, err error) {
 	if err := m.usable(); err != nil {
 		return nil, err
 	}
@@ -558,6 +572,7 @@ func quorumRemaining(q int, ours []time.Duration) (time.Duration, bool) {
 // drift, elapsed measured on the monotonic clock from before the first
 // request.
 func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireResult {
+	countAttempt(ctx, &m.cfg)
 	r := m.r
 	n, q := len(r.nodes), quorum(len(r.nodes))
 	px := redlockPX(&m.cfg)

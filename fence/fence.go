@@ -23,7 +23,9 @@
 // refused) is not the only harm, since what it read and acted on elsewhere
 // was already stale. Equal tokens are accepted, so one holder can read and
 // write as often as it likes. Tokens are compared exactly as integers
-// (never rounded), and must not be negative.
+// (never rounded), and must be positive: every dlock lease that has a token
+// has one above 0, and 0 (a Redlock lease's, or a zero Lease's) is refused
+// rather than accepted as a token that fences nothing.
 //
 // # Keys
 //
@@ -177,7 +179,7 @@ func MarkKey(key string) (string, error) {
 // provided token is not lower than the highest token seen for key; it then
 // records token as the highest when it is. It returns an error matching
 // ErrStaleToken when the token is stale, dlock.ErrInvalidArgument for a
-// negative token or a bad key, dlock.ErrKeyConflict when the key holds
+// token below 1 or a bad key, dlock.ErrKeyConflict when the key holds
 // something that is not a string (or its mark no token), and Redis's error
 // otherwise. Nothing is changed when it fails.
 func (s *Store) Get(ctx context.Context, key string, token int64) (value string, ok bool, err error) {
@@ -271,7 +273,12 @@ func (s *Store) Update(ctx context.Context, key string, token int64, fn func(old
 }
 
 func (s *Store) keys(op, key string, token int64) ([]string, error) {
-	if token < 0 {
+	switch {
+	case token == 0:
+		// Two holders passing 0 would both be let through.
+		return nil, fmt.Errorf("fence: %s %q: %w: token 0 is no fencing token (a Redlock lease has none, and cannot be fenced); "+
+			"pass the Token of a lease from a lock that issues them", op, key, dlock.ErrInvalidArgument)
+	case token < 0:
 		return nil, fmt.Errorf("fence: %s %q: %w: negative token %d", op, key, dlock.ErrInvalidArgument, token)
 	}
 	mark, err := MarkKey(key)

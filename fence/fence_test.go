@@ -108,7 +108,7 @@ func TestUpdateLosesNoUpdates(t *testing.T) {
 		go func(g int) {
 			defer wg.Done()
 			for i := 0; i < 50; i++ {
-				token := int64(i*8 + g) // holders race with close tokens
+				token := int64(i*8 + g + 1) // holders race with close tokens
 				_, err := s.Update(ctx, key, token, incr)
 				switch {
 				case err == nil:
@@ -232,6 +232,9 @@ func TestBadInputSendsNothing(t *testing.T) {
 	for name, err := range map[string]error{
 		"Get negative token": func() error { _, _, err := s.Get(ctx, "k", -1); return err }(),
 		"Set negative token": s.Set(ctx, "k", "v", -1),
+		"Set token 0":        s.Set(ctx, "k", "v", 0),
+		"Get token 0":        func() error { _, _, err := s.Get(ctx, "k", 0); return err }(),
+		"Update token 0":     func() error { _, err := s.Update(ctx, "k", 0, noop); return err }(),
 		"Get empty key":      func() error { _, _, err := s.Get(ctx, "", 1); return err }(),
 		"Set brace key":      s.Set(ctx, "a}b", "v", 1),
 		"Update nil fn":      func() error { _, err := s.Update(ctx, "k", 1, nil); return err }(),

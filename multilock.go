@@ -95,8 +95,9 @@ func (m *MultiLock) Names() []string { return append([]string(nil), m.names...) 
 // queued; nothing is held then.
 func (m *MultiLock) TryLock(ctx context.Context) (*Lease, error) { return m.lock(ctx, false) }
 
-// Lock takes every lock, waiting as long as ctx allows. When ctx ends first,
-// the error matches ErrNotObtained and ctx's error, and every lock taken
+// Lock takes every lock, waiting as long as ctx allows. Failures to reach
+// Redis are retried meanwhile, as Mutex.Lock does. When ctx ends first, the
+// error matches ErrNotObtained and ctx's error, and every lock taken
 // meanwhile is released. The caller must Unlock the returned Lease.
 func (m *MultiLock) Lock(ctx context.Context) (*Lease, error) { return m.lock(ctx, true) }
 
@@ -124,19 +125,35 @@ func (m *MultiLock) lockUnobserved(ctx context.Context, wait bool) (*Lease, erro
 	if err != nil {
 		return nil, err
 	}
-	parts, err := m.takeAtOnce(ctx, owner)
+	began := time.Now()
+	parts, unreachable, err := m.takeAtOnce(ctx, owner)
 	switch {
 	case err == nil:
 		return m.combine(parts)
-	case !wait || !errors.Is(err, ErrNotObtained):
+	case !wait:
+		return nil, err
+	case !errors.Is(err, ErrNotObtained) && !unreachable && ctx.Err() == nil:
 		return nil, err
 	}
-	// Taken by someone: wait for each lock in turn, in canonical order.
+	// Taken by someone, or Redis not reached (the waits retry that while
+	// ctx allows, and report ctx's end as every Lock does): wait for each
+	// lock in turn, in canonical order.
+	first := err
 	parts = parts[:0]
 	for _, mu := range m.locks {
 		l, err := m.c.acquireAs(ctx, mu, &mu.cfg, true, owner)
 		if err != nil {
 			m.releaseAll(ctx, parts)
+			// The wait, as the caller sees it, began with the first
+			// attempt, and that attempt's failure to reach Redis is the
+			// last one known when no later attempt saw another.
+			var nerr *notObtainedError
+			if errors.As(err, &nerr) {
+				nerr.waited = time.Since(began)
+				if nerr.last == nil && unreachable {
+					nerr.last = first
+				}
+			}
 			return nil, err
 		}
 		parts = append(parts, l)
@@ -145,9 +162,9 @@ func (m *MultiLock) lockUnobserved(ctx context.Context, wait bool) (*Lease, erro
 }
 
 // takeAtOnce takes every lock with one script per hash slot, in order,
-// releasing what it took if a slot fails.
-func (m *MultiLock) takeAtOnce(ctx context.Context, owner string) ([]*Lease, error) {
-	var parts []*Lease
+// releasing what it took if a slot fails. unreachable reports a failure to
+// reach Redis that a wait would retry.
+func (m *MultiLock) takeAtOnce(ctx context.Context, owner string) (parts []*Lease, unreachable bool, err error) {
 	for _, group := range m.slotGroups() {
 		start := time.Now()
 		call := &driver.Call{
@@ -160,7 +177,8 @@ func (m *MultiLock) takeAtOnce(ctx context.Context, owner string) ([]*Lease, err
 		m.cfg.askAck(call)
 		countAttempt(ctx, &m.cfg)
 		m.c.drv.Run(ctx, call)
-		fences, err := m.parseTake(call, group)
+		var fences []int64
+		fences, err = m.parseTake(call, group)
 		if err == nil {
 			if err = ackErr(call); err != nil {
 				// Taken, but too few replicas have it: give it back.
@@ -176,18 +194,18 @@ func (m *MultiLock) takeAtOnce(ctx context.Context, owner string) ([]*Lease, err
 				}
 			}
 			m.releaseAll(ctx, parts)
-			return nil, err
+			return nil, call.Err != nil && isTransient(call.Err), err
 		}
 		for i, mu := range group {
 			l, err := newLease(ctx, m.c.wd, mu, &mu.cfg, owner, fences[i], start, m.cfg.initialPX())
 			if err != nil {
 				m.releaseAll(ctx, parts)
-				return nil, err
+				return nil, false, err
 			}
 			parts = append(parts, l)
 		}
 	}
-	return parts, nil
+	return parts, false, nil
 }
 
 // parseTake reads multi_acquire's reply: the fencing tokens, or which lock

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -262,5 +263,41 @@ func testMultiLockOnCluster(t *testing.T, cluster *redistest.Cluster) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the waiting MultiLock never got its locks")
+	}
+}
+
+// A MultiLock.Lock that cannot reach Redis waits, as Mutex.Lock does,
+// instead of failing at its first attempt: it ends at its deadline as a
+// wait (ErrNotObtained and ctx's error, with the failure it kept meeting),
+// and takes the locks once the server is back.
+func TestMultiLockWaitsThroughAnOutage(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv)
+	ctx := testCtx(t)
+	ml := c.MultiLock(t.Name()+":a", t.Name()+":b")
+	srv.Kill()
+
+	if _, err := ml.TryLock(ctx); err == nil || errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("TryLock with Redis down: got %v, want the connection error, not ErrNotObtained", err)
+	}
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	_, err := ml.Lock(short)
+	if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "last error") {
+		t.Fatalf("Lock with Redis down until its deadline: got %v, want ErrNotObtained and DeadlineExceeded with the last error", err)
+	}
+
+	got := make(chan error, 1)
+	go func() {
+		l, err := ml.Lock(ctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	srv.Restart()
+	if err := <-got; err != nil {
+		t.Fatalf("Lock across a restart: %v", err)
 	}
 }

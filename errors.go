@@ -76,8 +76,9 @@ type notObtainedError struct {
 	ctxErr    error         // why the wait ended, if it was the context
 	cause     error         // context.Cause, when it differs from ctxErr
 	last      error         // the last transient failure seen while waiting
-	// queuedAhead: enough was free, but others waiting first come first.
-	queuedAhead bool
+	// queuedAhead says why the lock was not obtained although it was free
+	// enough: others waiting first come first. "" when it was not.
+	queuedAhead string
 }
 
 func (e *notObtainedError) Error() string {
@@ -93,8 +94,8 @@ func (e *notObtainedError) Error() string {
 		}
 	}
 	switch {
-	case e.queuedAhead:
-		b.WriteString(": enough is free, but others waiting for it came first and are served first (arrival order)")
+	case e.queuedAhead != "":
+		b.WriteString(": " + e.queuedAhead)
 	case e.holderTTL > 0:
 		fmt.Fprintf(&b, ": held by another owner for %v more", e.holderTTL.Round(time.Millisecond))
 	}

@@ -390,7 +390,16 @@ func (h *rwHalf) attempt(ctx context.Context, owner string, queue bool) (attempt
 	if v[0] == 1 {
 		return grantAcked(ctx, h, &rw.cfg, owner, call, attemptResult{granted: true, fence: v[1], pttl: ms(v[2])})
 	}
-	return attemptResult{pttl: ms(v[1])}, nil
+	r := attemptResult{pttl: ms(v[1])}
+	if items, _ := call.Reply.([]any); len(items) > 3 {
+		if free, _ := items[3].(int64); free == 1 {
+			r.queuedAhead = "it is free for a writer, but others waiting for it came first and are served first (arrival order)"
+			if h.mode == rwRead {
+				r.queuedAhead = "no writer holds it, but a writer waiting for it goes first (writers are preferred, so readers cannot starve them)"
+			}
+		}
+	}
+	return r, nil
 }
 
 // release runs rw_release.lua, for Unlock and for a waiter that gives up,

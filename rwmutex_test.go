@@ -278,8 +278,9 @@ func TestRWMutexWriterPreference(t *testing.T) {
 	waitRWQueued(t, srv, name, 1)
 
 	// A writer waits: a new reader may not join the one holding.
-	if _, err := c.RWMutex(name).TryRLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
-		t.Fatalf("TryRLock with a writer queued: got %v, want ErrNotObtained", err)
+	// The error says why: no writer holds it, but one is waiting.
+	if _, err := c.RWMutex(name).TryRLock(ctx); !errors.Is(err, dlock.ErrNotObtained) || !strings.Contains(err.Error(), "a writer waiting for it goes first") {
+		t.Fatalf("TryRLock with a writer queued: got %v, want ErrNotObtained saying a writer waits", err)
 	}
 	reader := rwGo(ctx, c.RWMutex(name).RLock)
 	waitRWQueued(t, srv, name, 2)
@@ -582,8 +583,9 @@ func TestRWMutexKilledWaiterLeavesTheQueue(t *testing.T) {
 	defer rwUnlock(t, r1)
 	waiter := startChild(t, srv.Addr(), "rw-write-wait", name) // waiter lease 300ms
 	waitRWQueued(t, srv, name, 1)
-	if _, err := c.RWMutex(name).TryRLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
-		t.Fatalf("TryRLock with a writer queued: got %v, want ErrNotObtained", err)
+	// The error says why: no writer holds it, but one is waiting.
+	if _, err := c.RWMutex(name).TryRLock(ctx); !errors.Is(err, dlock.ErrNotObtained) || !strings.Contains(err.Error(), "a writer waiting for it goes first") {
+		t.Fatalf("TryRLock with a writer queued: got %v, want ErrNotObtained saying a writer waits", err)
 	}
 	killed := time.Now()
 	waiter.kill()

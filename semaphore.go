@@ -315,7 +315,9 @@ func (a *semAcquisition) attemptResult(call *driver.Call) (attemptResult, error)
 	r := attemptResult{pttl: ms(v[1])}
 	if items, _ := call.Reply.([]any); len(items) > 3 {
 		free, _ := items[3].(int64)
-		r.queuedAhead = free >= int64(a.n)
+		if free >= int64(a.n) {
+			r.queuedAhead = "enough is free, but others waiting for it came first and are served first (arrival order)"
+		}
 	}
 	return r, nil
 }

@@ -30,9 +30,10 @@ type attemptResult struct {
 	// grantedAtUs is, for a grant heard by pub/sub, when the server made
 	// it (µs of its clock); 0 otherwise.
 	grantedAtUs int64
-	// queuedAhead says, when not granted, that enough was free but others
-	// waiting first come first (a Semaphore's arrival order).
-	queuedAhead bool
+	// queuedAhead says, when not granted, why although enough was free:
+	// others waiting first come first (a Semaphore's arrival order, an
+	// RWMutex's waiting writer). "" otherwise.
+	queuedAhead string
 }
 
 // acquire is TryLock (wait false) and Lock (wait true) for every queued

@@ -223,7 +223,11 @@ func (m *MultiLock) parseTake(call *driver.Call, group []*Mutex) ([]int64, error
 		if err != nil || v[1] < 1 || int(v[1]) > len(group) {
 			return nil, unexpectedReply(call.Reply)
 		}
-		return nil, &notObtainedError{name: group[v[1]-1].name, holderTTL: ms(v[2])}
+		e := &notObtainedError{name: group[v[1]-1].name, holderTTL: ms(v[2])}
+		if v[2] == 0 {
+			e.queuedAhead = "it is free, but others waiting for it came first and are served first (arrival order)"
+		}
+		return nil, e
 	}
 	v, err := replyInts(items, len(group)+1)
 	if err != nil {

@@ -301,3 +301,28 @@ func TestMultiLockWaitsThroughAnOutage(t *testing.T) {
 		t.Fatalf("Lock across a restart: %v", err)
 	}
 }
+
+// A MultiLock refused because a lock is free but others wait for it says
+// so, rather than just "not obtained".
+func TestMultiLockRefusalBehindWaitersSaysWhy(t *testing.T) {
+	srv := redistest.Shared(t)
+	c, holder, waiter := newClient(t, srv), newClient(t, srv), newClient(t, srv)
+	ctx := testCtx(t)
+	p := t.Name() + ":"
+	if _, err := holder.Mutex(p+"b", dlock.WithTTL(300*time.Millisecond), dlock.WithAutoRenew(false)).TryLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The waiter polls every 10 s (a third of its claim window); the
+	// holder's expiry publishes nothing, so it stays queued on a free lock.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _, _ = waiter.Mutex(p+"b", dlock.WithWaiterLease(30*time.Second)).Lock(wctx) }()
+	rdb := srv.Client(t)
+	waitFor(t, 10*time.Second, func() bool {
+		return rdb.ZCard(ctx, lockKey(p+"b")+":q").Val() == 1 && rdb.Exists(ctx, lockKey(p+"b")).Val() == 0
+	}, "the waiter queued on a lock whose holder expired")
+	_, err := c.MultiLock(p+"a", p+"b").TryLock(ctx)
+	if !errors.Is(err, dlock.ErrNotObtained) || !strings.Contains(err.Error(), "others waiting for it came first") {
+		t.Fatalf("TryLock of a free lock with a waiter: got %v, want ErrNotObtained saying others wait", err)
+	}
+}

@@ -27,7 +27,9 @@ const maxLatchCount = 1<<53 - 1
 // the latch early. Each call is bounded by it too, since go-redis starts no
 // new attempt once the call's context has ended. A minute is far more than
 // go-redis's retries take (3 by default, each within its read timeout) and
-// keeps the memory small: one entry per call made in the last minute.
+// keeps the memory small at the rates latches count at: one entry (about
+// 140 bytes) per call made in the last minute, so a latch counted down
+// 10,000 times a second holds about 80 MB.
 const latchCallMemory = time.Minute
 
 // Latch is a distributed count-down latch: TrySetCount sets a count, each

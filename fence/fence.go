@@ -33,9 +33,12 @@
 // hash tag, "{K}:fence" otherwise, so that both are in K's hash slot and
 // one script reads and writes them together, on Redis Cluster too. A key
 // that contains '}' but no hash tag is rejected (its mark could not share
-// its slot): give it a tag, such as "{stock:42}". The mark lives as long
-// as the value: it takes the value's expiry (WithTTL), and a mark made by a
-// read of an absent value expires after WithTTL too (or never, without it).
+// its slot): give it a tag, such as "{stock:42}". Hence K and "{K}" share
+// one mark, and a value stored under a mark's name would overwrite it: use
+// one spelling per key, and no value names ending in ":fence". The mark
+// lives as long as the value: it takes the value's expiry (WithTTL), and a
+// mark made by a read of an absent value expires after WithTTL too (or
+// never, without it).
 // Values are plain strings; other clients may read them with GET, but
 // every write must go through the Store, or it bypasses the fence.
 //

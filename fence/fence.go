@@ -83,6 +83,7 @@ var ErrStaleToken = errors.New("fence: stale fencing token")
 
 // StaleTokenError is the error of a refused operation.
 type StaleTokenError struct {
+	Op      string // the Store's method: "Get", "Set" or "Update"
 	Key     string // the value's key, as passed to the Store (not its mark)
 	Token   int64  // the caller's token
 	Highest int64  // the highest token the store has seen for Key
@@ -90,7 +91,12 @@ type StaleTokenError struct {
 
 // Error says which token was refused and which won.
 func (e *StaleTokenError) Error() string {
-	return fmt.Sprintf("fence: %q: token %d is stale: the store has seen %d", e.Key, e.Token, e.Highest)
+	op := e.Op
+	if op != "" {
+		op += " "
+	}
+	return fmt.Sprintf("fence: %s%q: token %d is stale: the store has seen %d (the lock passed to a newer holder; nothing was read or written)",
+		op, e.Key, e.Token, e.Highest)
 }
 
 // Is makes the error match ErrStaleToken.
@@ -162,8 +168,17 @@ func isNil(rdb redis.Scripter) bool {
 // dlock.ErrInvalidArgument for an empty key, and for a key that contains
 // '}' without a hash tag.
 func MarkKey(key string) (string, error) {
+	mark, err := markKey(key)
+	if err != nil {
+		return "", fmt.Errorf("fence: MarkKey %q: %w", key, err)
+	}
+	return mark, nil
+}
+
+// markKey is MarkKey with errors that do not name the operation.
+func markKey(key string) (string, error) {
 	if key == "" {
-		return "", fmt.Errorf("fence: %w: empty key", dlock.ErrInvalidArgument)
+		return "", fmt.Errorf("%w: empty key", dlock.ErrInvalidArgument)
 	}
 	if i := strings.IndexByte(key, '{'); i >= 0 {
 		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
@@ -171,7 +186,7 @@ func MarkKey(key string) (string, error) {
 		}
 	}
 	if strings.IndexByte(key, '}') >= 0 {
-		return "", fmt.Errorf("fence: %w: key %q contains '}' but no hash tag, so its mark could not share its slot; give it a tag such as {name}", dlock.ErrInvalidArgument, key)
+		return "", fmt.Errorf("%w: the key contains '}' but no hash tag, so its mark could not share its slot; give it a tag such as {name}", dlock.ErrInvalidArgument)
 	}
 	// Without a tag the whole key is hashed, and "{key}" tags the mark with
 	// exactly that.
@@ -214,7 +229,7 @@ func parseGet(key string, token int64, reply any) (value string, ok bool, err er
 			return v, true, nil
 		}
 	case code == 0:
-		return "", false, stale(key, token, items)
+		return "", false, stale("Get", key, token, items)
 	}
 	return "", false, unexpected(reply)
 }
@@ -245,7 +260,7 @@ func parseSet(key string, token int64, reply any) error {
 	case 1:
 		return nil
 	case 0:
-		return stale(key, token, items)
+		return stale("Set", key, token, items)
 	}
 	return unexpected(reply)
 }
@@ -284,15 +299,15 @@ func (s *Store) keys(op, key string, token int64) ([]string, error) {
 	case token < 0:
 		return nil, fmt.Errorf("fence: %s %q: %w: negative token %d", op, key, dlock.ErrInvalidArgument, token)
 	}
-	mark, err := MarkKey(key)
+	mark, err := markKey(key)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("fence: %s %q: %w", op, key, err)
 	}
 	return []string{key, mark}, nil
 }
 
-func stale(key string, token int64, items []any) error {
-	e := &StaleTokenError{Key: key, Token: token}
+func stale(op, key string, token int64, items []any) error {
+	e := &StaleTokenError{Op: op, Key: key, Token: token}
 	if len(items) > 1 {
 		if s, ok := items[1].(string); ok {
 			e.Highest, _ = strconv.ParseInt(s, 10, 64)
@@ -304,7 +319,12 @@ func stale(key string, token int64, items []any) error {
 func redisError(op, key string, err error) error {
 	msg := err.Error()
 	if strings.Contains(msg, "WRONGTYPE") || strings.Contains(msg, "FENCE_CONFLICT") {
-		return fmt.Errorf("fence: %s %q: %w: %v", op, key, dlock.ErrKeyConflict, err)
+		// Without the server's script location ("script: <sha>, on
+		// @user_script:23.").
+		if i := strings.Index(msg, " script: "); i >= 0 {
+			msg = msg[:i]
+		}
+		return fmt.Errorf("fence: %s %q: %w: %s (the Store did not write this key and leaves it untouched)", op, key, dlock.ErrKeyConflict, msg)
 	}
 	return fmt.Errorf("fence: %s %q: %w", op, key, err)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -45,8 +46,8 @@ func TestStaleTokensAreRefusedForReadsAndWrites(t *testing.T) {
 	// The read raised the mark: a lower token can no longer write.
 	err := s.Set(ctx, key, "from 4", 4)
 	var se *fence.StaleTokenError
-	if !errors.Is(err, fence.ErrStaleToken) || !errors.As(err, &se) || se.Highest != 5 || se.Token != 4 {
-		t.Fatalf("Set with 4 after a read with 5: %v, want a StaleTokenError with Highest 5", err)
+	if !errors.Is(err, fence.ErrStaleToken) || !errors.As(err, &se) || se.Highest != 5 || se.Token != 4 || se.Op != "Set" {
+		t.Fatalf("Set with 4 after a read with 5: %v, want a StaleTokenError of Set with Highest 5", err)
 	}
 	if err := s.Set(ctx, key, "from 5", 5); err != nil {
 		t.Fatalf("Set with the same token: %v", err)
@@ -199,8 +200,8 @@ func TestForeignKeysConflictAndAreLeftAlone(t *testing.T) {
 	if err := s.Set(ctx, list, "v", 1); !errors.Is(err, dlock.ErrKeyConflict) {
 		t.Errorf("Set on a list: %v, want ErrKeyConflict", err)
 	}
-	if _, _, err := s.Get(ctx, list, 1); !errors.Is(err, dlock.ErrKeyConflict) {
-		t.Errorf("Get on a list: %v, want ErrKeyConflict", err)
+	if _, _, err := s.Get(ctx, list, 1); !errors.Is(err, dlock.ErrKeyConflict) || strings.Contains(err.Error(), "user_script") {
+		t.Errorf("Get on a list: %v, want ErrKeyConflict without the script's location", err)
 	}
 	if rdb.Type(ctx, list).Val() != "list" {
 		t.Error("the list was modified")

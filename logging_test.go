@@ -99,3 +99,26 @@ func TestLossIsLoggedOutsideTheWatchdogLock(t *testing.T) {
 		t.Errorf("loss record: level %v, attributes %v", r.Level, attrs)
 	}
 }
+
+// A Redlock over an even number of nodes is accepted, with a warning: the
+// extra node adds no tolerance of failures.
+func TestRedlockOverAnEvenNumberOfNodesWarns(t *testing.T) {
+	servers := redistest.StartNodes(t, 2)
+	h := &blockingHandler{entered: make(chan struct{}), release: make(chan struct{})}
+	newRedlock(t, addrsOf(servers), dlock.WithLogger(slog.New(h)))
+	r, ok := h.find("dlock: a Redlock over an even number of nodes survives no more node failures than one over a node fewer; use an odd number (3 or 5)")
+	if !ok {
+		t.Fatal("no warning for a Redlock over 2 nodes")
+	}
+	attrs := map[string]int64{}
+	r.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.Int64(); return true })
+	if attrs["nodes"] != 2 || attrs["quorum"] != 2 || attrs["failures_tolerated"] != 0 {
+		t.Errorf("warning's attributes %v, want nodes 2, quorum 2, failures_tolerated 0", attrs)
+	}
+
+	odd := &blockingHandler{entered: make(chan struct{}), release: make(chan struct{})}
+	newRedlock(t, addrsOf(servers[:1]), dlock.WithLogger(slog.New(odd)))
+	if _, warned := odd.find("dlock: a Redlock over an even number of nodes survives no more node failures than one over a node fewer; use an odd number (3 or 5)"); warned {
+		t.Error("a Redlock over 1 node warned of an even number")
+	}
+}

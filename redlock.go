@@ -62,7 +62,9 @@ type redlockNode struct {
 // long as the TTL); or any other invalid option. Nodes are identified by the
 // address in their options, as written: one server under two names
 // ("localhost:6379" and "127.0.0.1:6379") is not detected and would count
-// twice towards a quorum. Use an odd number of nodes, usually 3 or 5.
+// twice towards a quorum. Use an odd number of nodes, usually 3 or 5: an
+// even number is accepted, with a warning in the log (WithLogger), since
+// it tolerates no more failed nodes than one node fewer.
 //
 // Create the clients with ContextTimeoutEnabled: true, so that a request to
 // a node that stops answering ends at the node timeout. Without it go-redis
@@ -103,6 +105,12 @@ func NewRedlock(nodes []RedisClient, opts ...Option) (*Redlock, error) {
 		return nil, errorf("dlock: NewRedlock: %w", err)
 	}
 	r.cfg = cfg
+	if n := len(r.nodes); n%2 == 0 {
+		// Accepted (a test may run 2 or 4 nodes), but never what a
+		// deployment wants: the extra node buys no tolerance.
+		cfg.logger.Warn("dlock: a Redlock over an even number of nodes survives no more node failures than one over a node fewer; use an odd number (3 or 5)",
+			slog.Int("nodes", n), slog.Int("quorum", quorum(n)), slog.Int("failures_tolerated", n-quorum(n)))
+	}
 	r.wd = newWatchdog(nil)
 	for i := range r.nodes {
 		r.nodes[i].notify = newNotifier(r.nodes[i].drv, cfg.logger)

@@ -139,6 +139,14 @@ func (m *MultiLock) lockUnobserved(ctx context.Context, wait bool) (*Lease, erro
 	// ctx allows, and report ctx's end as every Lock does): wait for each
 	// lock in turn, in canonical order.
 	first := err
+	if unreachable {
+		// The failed call may have run: its clean-up, in the background,
+		// releases whatever owner holds, so the waits must not take the
+		// locks as that owner.
+		if owner, err = newOwner(m.cfg.ownerInfo); err != nil {
+			return nil, err
+		}
+	}
 	parts = parts[:0]
 	for _, mu := range m.locks {
 		l, err := m.c.acquireAs(ctx, mu, &mu.cfg, true, owner)

@@ -326,3 +326,44 @@ func TestMultiLockRefusalBehindWaitersSaysWhy(t *testing.T) {
 		t.Fatalf("TryLock of a free lock with a waiter: got %v, want ErrNotObtained saying others wait", err)
 	}
 }
+
+// A MultiLock.Lock whose first, all-at-once attempt lost its reply after the
+// server ran it waits for the locks as a fresh owner: the clean-up of that
+// attempt releases whatever its owner holds, in the background, and would
+// otherwise take back locks the wait had just been granted.
+func TestMultiLockLostReplyThenWaitKeepsWhatItGets(t *testing.T) {
+	c, proxy := clientThroughProxy(t)
+	other := newClient(t, redistest.Shared(t))
+	ctx := testCtx(t)
+	p := t.Name() + ":"
+	ml := c.MultiLock(p+"a", p+"b")
+	rdb := redistest.Shared(t).Client(t)
+	var l *dlock.Lease
+	err := afterLostReply(t, []*redistest.Proxy{proxy},
+		func() bool { return rdb.Exists(ctx, lockKey(p+"a"), lockKey(p+"b")).Val() == 2 },
+		func() error {
+			var err error
+			l, err = ml.Lock(ctx)
+			return err
+		})
+	if err != nil {
+		t.Fatalf("Lock after a lost reply: %v", err)
+	}
+	// Let the lost attempt's clean-up run its course: it must leave the
+	// lease's locks alone.
+	for _, name := range []string{p + "a", p + "b"} {
+		waitFor(t, 10*time.Second, func() bool {
+			return rdb.Get(ctx, lockKey(name)).Val() == dlock.LeaseOwner(l)
+		}, "the lease's owner on "+name)
+	}
+	for i := 0; i < 20; i++ {
+		for _, name := range []string{p + "a", p + "b"} {
+			if _, err := other.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+				t.Fatalf("%s was free while the MultiLock held it: %v", name, err)
+			}
+		}
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+}

@@ -8,10 +8,17 @@
 //	defer c.Close()
 //	lease, err := c.Mutex("orders:1001").Lock(ctx)
 //
-// The Client behaves exactly as one from dlock.New over go-redis; the same
+// The Client is a dlock.Client with the same guarantees as one from
+// dlock.New over go-redis: its primitives, leases and their fencing tokens
+// (Lease.Token), Inspect, List and ForceUnlock work the same, and the same
 // conformance suite runs over both, against standalone servers and a
 // Cluster. A Sentinel client takes the standalone path (one master at a
 // time, which the client follows through failovers); it is not tested here.
+// Two parts of dlock take go-redis clients, so a program that uses them
+// needs one as well: Redlock (dlock.NewRedlock takes []dlock.RedisClient)
+// and the fence package's Store (fence.New takes a go-redis
+// redis.Scripter), which accepts the tokens of this Client's leases like
+// any others.
 //
 // How the driver uses valkey-go:
 //
@@ -35,7 +42,15 @@
 //     valkey-go pings it in the background and closes it when the server
 //     stops answering; the driver then dials a new one, subscribes to every
 //     channel again, and tells dlock to re-check its waiters (messages sent
-//     in between are lost).
+//     in between are lost). Closing the Client cancels a SUBSCRIBE in
+//     flight and stops the driver's goroutine at once, even when the server
+//     stopped answering; a dial that valkey-go is still making (Dedicate
+//     takes no context) or a close it is still finishing goes on in a
+//     goroutine of the driver's, which ends with it and closes the
+//     connection.
+//   - Client.List sends SCAN with MATCH and COUNT, cursor after cursor,
+//     through Client.Do; on a Cluster, concurrently to every node of
+//     Client.Nodes that answers ROLE as a master.
 //   - valkey-go dials a shared connection, and sends its handshake, with the
 //     context of the call that needed it first, and fails every call
 //     waiting for that connection when that context ends. A call that
@@ -108,6 +123,24 @@ func NewDriver(client valkey.Client) driver.Driver {
 			})
 		},
 		Cluster: client.Mode() == valkey.ClientModeCluster,
+		Scan: func(cursor uint64, match string, count int64) valkey.Completed {
+			return client.B().Scan().Cursor(cursor).Match(match).Count(count).Build()
+		},
+		Role: func() valkey.Completed { return client.B().Role().Build() },
+		// A node's client shares client's command builder, so the commands
+		// above go to any node.
+		Nodes: func() []driverkit.Node[valkey.Completed] {
+			var nodes []driverkit.Node[valkey.Completed]
+			for addr, n := range client.Nodes() {
+				nodes = append(nodes, driverkit.Node[valkey.Completed]{
+					Addr: addr,
+					Do: func(ctx context.Context, cmd valkey.Completed) driverkit.Result {
+						return result(n.Do(ctx, cmd))
+					},
+				})
+			}
+			return nodes
+		},
 		Dial: func(h driverkit.Hooks) driverkit.PubSubConn {
 			return dialPubSub(client, h)
 		},

@@ -2,10 +2,11 @@
 // github.com/redis/rueidis and its fork github.com/valkey-io/valkey-go
 // (adapters/rueidis, adapters/valkey): how calls are batched, when EVAL
 // replaces EVALSHA, how WAIT stays on the script's connection, how replies
-// are normalized, and the reconnecting pub/sub subscription. An adapter
-// supplies a Lib, a handful of functions that build and send its library's
-// commands, so neither adapter module depends on the other library and the
-// two share one implementation of everything that could go subtly wrong.
+// are normalized, the reconnecting pub/sub subscription, and the SCAN of
+// every master that dlock's Client.List needs. An adapter supplies a Lib, a
+// handful of functions that build and send its library's commands, so
+// neither adapter module depends on the other library and the two share one
+// implementation of everything that could go subtly wrong.
 //
 // The adapter modules import this package through the root module, so an
 // adapter release must require a root module version with a compatible
@@ -57,10 +58,31 @@ type Lib[C any] struct {
 	// connections each serve some slots only.
 	Cluster bool
 
+	// Scan builds SCAN cursor MATCH match COUNT count, and Role builds
+	// ROLE, for Driver.Scan.
+	Scan func(cursor uint64, match string, count int64) C
+	Role func() C
+	// Nodes returns the nodes of a Cluster that the client knows, masters
+	// and replicas alike: Driver.Scan asks each for its ROLE and lists the
+	// keys of the masters. It is used only when Cluster is true; elsewhere
+	// Scan goes through Do, which reaches the master.
+	Nodes func() []Node[C]
+
 	// Dial opens a new dedicated connection for pub/sub whose messages and
 	// subscription confirmations go to h. It does not fail: a connection
-	// that cannot be made reports it through PubSubConn.Lost.
+	// that cannot be made reports it through PubSubConn.Lost. It may block
+	// for the library's dial timeout (rueidis's Dedicate takes no context):
+	// the subscription calls it from a goroutine that Close does not wait
+	// for.
 	Dial func(h Hooks) PubSubConn
+}
+
+// Node is one server of a Cluster, as Lib.Nodes lists it.
+type Node[C any] struct {
+	// Addr is the node's address, for error messages.
+	Addr string
+	// Do sends one command to this node.
+	Do func(ctx context.Context, cmd C) Result
 }
 
 // Driver is a driver.Driver over a Lib. It is safe for concurrent use.
@@ -77,6 +99,7 @@ func New[C any](lib Lib[C]) *Driver[C] {
 var (
 	_ driver.Driver  = (*Driver[int])(nil)
 	_ driver.Sharded = (*Driver[int])(nil)
+	_ driver.Scanner = (*Driver[int])(nil)
 )
 
 // Close waits for the commands that Run stopped waiting for when its

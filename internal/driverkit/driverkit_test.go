@@ -77,3 +77,27 @@ func TestBatches(t *testing.T) {
 		t.Errorf("cluster batches = %v, want %v", cluster, want)
 	}
 }
+
+func TestParseScan(t *testing.T) {
+	next, keys, err := parseScan([]any{"17", []any{"a", "b"}})
+	if err != nil || next != 17 || !reflect.DeepEqual(keys, []string{"a", "b"}) {
+		t.Errorf("parseScan = %d, %q, %v; want 17, [a b], nil", next, keys, err)
+	}
+	next, keys, err = parseScan([]any{"0", []any{}})
+	if err != nil || next != 0 || len(keys) != 0 {
+		t.Errorf("parseScan of the last, empty page = %d, %q, %v; want 0, [], nil", next, keys, err)
+	}
+	for _, bad := range []any{
+		nil,
+		"0",
+		[]any{"0"},
+		[]any{int64(0), []any{}},
+		[]any{"x", []any{}},
+		[]any{"0", "a"},
+		[]any{"0", []any{int64(1)}},
+	} {
+		if _, _, err := parseScan(bad); err == nil {
+			t.Errorf("parseScan(%#v) returned no error", bad)
+		}
+	}
+}

@@ -13,9 +13,10 @@ import (
 const (
 	// confirmTimeout bounds the wait for the server to confirm the channels
 	// a new connection subscribes to; past it the connection is replaced.
+	// Close ends the wait at once.
 	confirmTimeout = 5 * time.Second
-	// closeTimeout bounds the wait, after closing a connection, for the
-	// library to stop calling the hooks.
+	// closeTimeout bounds the wait, after closing a failed connection, for
+	// the library to stop calling the hooks. Close ends the wait at once.
 	closeTimeout = 5 * time.Second
 )
 
@@ -36,7 +37,9 @@ type Hooks struct {
 // PubSubConn is one dedicated pub/sub connection of a client library.
 type PubSubConn interface {
 	// Subscribe sends SUBSCRIBE for channels. The server's confirmations
-	// arrive through Hooks.Subscribed.
+	// arrive through Hooks.Subscribed. It should return when ctx ends; the
+	// subscription does not rely on it to close promptly, since a library
+	// may have to connect first and bound that by its dial timeout only.
 	Subscribe(ctx context.Context, channels ...string) error
 	// Unsubscribe sends UNSUBSCRIBE for channels.
 	Unsubscribe(ctx context.Context, channels ...string) error
@@ -44,7 +47,10 @@ type PubSubConn interface {
 	// connection ended, and is closed once the hooks will not be called
 	// any more.
 	Lost() <-chan error
-	// Close closes the connection; Lost is closed soon after.
+	// Close closes the connection; Lost is closed soon after. It may wait
+	// a little for the server (rueidis waits up to 1 s for the reply to a
+	// last PING), which is why the subscription never waits for it in
+	// Close.
 	Close()
 }
 
@@ -52,9 +58,25 @@ type PubSubConn interface {
 // dedicated connection, which one goroutine, loop, opens, watches and
 // replaces when it fails. The library's hooks deliver messages; calls to the
 // Handler are serialized by hmu.
+//
+// Close must return promptly even when the server stopped answering, but
+// the library has calls that take no context or ignore its cancellation:
+// rueidis's Dedicate dials and sends its handshake without one, bounded by
+// the dial timeout only, a Cluster's dedicated client connects on its first
+// command the same way, and closing a connection waits up to 1 s for the
+// server. So the loop makes those calls in a helper goroutine (see connect
+// and drop) and itself only ever waits in selects that Close ends. At most
+// one helper outlives Close: it belongs to the subscription, holds the
+// last connection, and ends by itself once the library returns, after
+// closing that connection.
 type subscription struct {
 	dial func(Hooks) PubSubConn
 	h    driver.Handler
+
+	// ctx is cancelled by Close: it ends the subscribe commands in flight,
+	// the callers' and the loop's.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	// send is a semaphore held while the channel set changes and the
 	// matching SUBSCRIBE or UNSUBSCRIBE is sent, so commands reach the
@@ -78,9 +100,12 @@ type subscription struct {
 }
 
 func newSubscription(dial func(Hooks) PubSubConn, h driver.Handler) *subscription {
+	ctx, cancel := context.WithCancel(context.Background())
 	return &subscription{
 		dial:     dial,
 		h:        h,
+		ctx:      ctx,
+		cancel:   cancel,
 		send:     make(chan struct{}, 1),
 		channels: make(map[string]struct{}),
 		waiting:  confirm.Waiters{},
@@ -92,7 +117,8 @@ func newSubscription(dial func(Hooks) PubSubConn, h driver.Handler) *subscriptio
 
 // Subscribe implements driver.Subscription. It returns an error when the
 // server refuses, or when the connection fails before confirming: the caller
-// then knows that messages may not arrive, and may try again later.
+// then knows that messages may not arrive, and may try again later. Close
+// ends it with errClosed, even while the library is still sending.
 func (s *subscription) Subscribe(ctx context.Context, channels ...string) error {
 	if len(channels) == 0 {
 		return nil
@@ -125,7 +151,7 @@ func (s *subscription) Subscribe(ctx context.Context, channels ...string) error 
 	// whole set, these channels included.
 	var err error
 	if conn != nil {
-		err = conn.Subscribe(ctx, channels...)
+		err = s.untilClosed(ctx, func(ctx context.Context) error { return conn.Subscribe(ctx, channels...) })
 	}
 	s.unlockSend()
 	if err == nil {
@@ -144,7 +170,8 @@ func (s *subscription) Subscribe(ctx context.Context, channels ...string) error 
 	return nil
 }
 
-// Unsubscribe implements driver.Subscription.
+// Unsubscribe implements driver.Subscription. After Close it returns
+// errClosed.
 func (s *subscription) Unsubscribe(ctx context.Context, channels ...string) error {
 	if len(channels) == 0 {
 		return nil
@@ -154,6 +181,10 @@ func (s *subscription) Unsubscribe(ctx context.Context, channels ...string) erro
 	}
 	defer s.unlockSend()
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errClosed
+	}
 	for _, ch := range channels {
 		delete(s.channels, ch)
 	}
@@ -162,12 +193,31 @@ func (s *subscription) Unsubscribe(ctx context.Context, channels ...string) erro
 	if conn == nil {
 		return nil // the next connection subscribes to the set only
 	}
-	return conn.Unsubscribe(ctx, channels...)
+	return s.untilClosed(ctx, func(ctx context.Context) error { return conn.Unsubscribe(ctx, channels...) })
+}
+
+// untilClosed calls send with a context that ends with ctx or at Close,
+// and reports a failure that Close caused as errClosed.
+func (s *subscription) untilClosed(ctx context.Context, send func(context.Context) error) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.ctx, cancel)
+	defer stop()
+	err := send(sctx)
+	if err != nil && ctx.Err() == nil && s.ctx.Err() != nil {
+		return errClosed
+	}
+	return err
 }
 
 // Close implements driver.Subscription. From its start no Handler method is
-// called any more; it returns once the connection is closed and the loop
-// has stopped.
+// called any more. It cancels the subscribe commands in flight and returns
+// once the loop has stopped, which is at once: the loop only ever waits in
+// selects that Close ends. The connection is closed by the loop's helper
+// goroutine, which may still be running: it waits for the library (a dial,
+// a subscribe on a Cluster connection not made yet, closing the
+// connection), and ends by itself when the library returns (see connect
+// and drop).
 func (s *subscription) Close() error {
 	s.hmu.Lock()
 	s.hclosed = true
@@ -179,6 +229,7 @@ func (s *subscription) Close() error {
 	}
 	s.closed = true
 	close(s.stop)
+	s.cancel()
 	started := s.started
 	s.mu.Unlock()
 	if started {
@@ -209,8 +260,11 @@ func (s *subscription) loop() {
 	backoff := newBackoff()
 	worked := false
 	for {
-		conn := s.dial(Hooks{Message: s.message, Subscribed: s.confirm})
-		if s.resubscribe(conn) {
+		conn, confirmed, ok := s.connect()
+		if !ok {
+			return // Close came first; connect's helper closes the connection
+		}
+		if confirmed {
 			if worked {
 				s.reset()
 			}
@@ -228,9 +282,61 @@ func (s *subscription) loop() {
 	}
 }
 
+// connect dials a new connection and subscribes it to the whole set
+// (resubscribe), reporting whether the server confirmed every channel; ok
+// is false when Close came first.
+//
+// The library's calls run in a helper goroutine, which connect stops
+// waiting for at Close: the dial takes no context (rueidis's Dedicate dials
+// and sends its handshake bounded by the dial timeout only), and neither
+// does the first command of a Cluster's dedicated connection, which makes
+// the connection. Abandoned at Close, the helper owns the connection: it
+// ends once the library returns (its dial timeout, or confirmTimeout, bound
+// that; Close cancels the subscribe) and it has closed the connection.
+func (s *subscription) connect() (conn PubSubConn, confirmed, ok bool) {
+	type attempt struct {
+		conn      PubSubConn
+		confirmed bool
+	}
+	// Unbuffered: the helper hands the connection over only to a loop that
+	// takes it, and otherwise sees stop and closes it itself.
+	got := make(chan attempt)
+	go func() {
+		select {
+		case <-s.stop:
+			return // no dial after Close: the loop returns too
+		default:
+		}
+		c := s.dial(Hooks{Message: s.message, Subscribed: s.confirm})
+		a := attempt{conn: c, confirmed: s.resubscribe(c)}
+		select {
+		case got <- a:
+		case <-s.stop:
+			s.mu.Lock()
+			if s.conn == c {
+				s.conn = nil
+			}
+			s.mu.Unlock()
+			c.Close() // nobody waits for the hooks to stop: no successor comes
+		}
+	}()
+	select {
+	case a := <-got:
+		return a.conn, a.confirmed, true
+	case <-s.stop:
+		return nil, false, false
+	}
+}
+
 // resubscribe makes conn the connection in use and subscribes it to the
-// whole set, reporting whether the server confirmed every channel.
+// whole set, reporting whether the server confirmed every channel. Close
+// ends it, cancelling the SUBSCRIBE in flight.
 func (s *subscription) resubscribe(conn PubSubConn) bool {
+	select {
+	case <-s.stop: // checked first: lockSend picks at random when both are ready
+		return false
+	default:
+	}
 	select {
 	case s.send <- struct{}{}:
 	case <-s.stop:
@@ -245,7 +351,7 @@ func (s *subscription) resubscribe(conn PubSubConn) bool {
 	confirmed := s.expectLocked(channels)
 	s.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(context.Background(), confirmTimeout)
+	ctx, cancel := context.WithTimeout(s.ctx, confirmTimeout)
 	defer cancel()
 	var err error
 	if len(channels) > 0 {
@@ -267,7 +373,13 @@ func (s *subscription) resubscribe(conn PubSubConn) bool {
 // drop retires a failed or closed connection: callers waiting for a
 // confirmation on it give up, and it is closed. It returns once the library
 // stopped calling the hooks, so a late confirmation from conn cannot be
-// mistaken for one from its successor.
+// mistaken for one from its successor; or at once at Close, when no
+// successor will come.
+//
+// The library closes conn in a helper goroutine, because closing may wait
+// for the server (rueidis waits up to 1 s for the reply to a last PING)
+// and Close must not. Abandoned at Close, the helper ends when the
+// library's Close returns.
 func (s *subscription) drop(conn PubSubConn) {
 	s.mu.Lock()
 	if s.conn == conn {
@@ -276,7 +388,16 @@ func (s *subscription) drop(conn PubSubConn) {
 	close(s.failed)
 	s.failed = make(chan struct{})
 	s.mu.Unlock()
-	conn.Close()
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		conn.Close()
+	}()
+	select {
+	case <-closed:
+	case <-s.stop:
+		return
+	}
 	t := time.NewTimer(closeTimeout)
 	defer t.Stop()
 	for {
@@ -286,6 +407,8 @@ func (s *subscription) drop(conn PubSubConn) {
 				return
 			}
 		case <-t.C:
+			return
+		case <-s.stop:
 			return
 		}
 	}

@@ -144,5 +144,6 @@
 // error even during an outage; it also wraps the last attempt's failure when
 // that attempt failed (see ErrNotObtained). Redlock adds ErrQuorum (too few
 // nodes answered), which carries a *NodeError per failed node;
-// WithReplicaAck adds ErrReplicaAck (too few replicas acknowledged).
+// WithReplicaAck adds ErrReplicaAck (too few replicas acknowledged); a
+// Latch.Wait on a latch that expired while counting returns ErrLatchExpired.
 package dlock

@@ -53,6 +53,12 @@ var (
 	// ErrClosed means the Client was closed.
 	ErrClosed = errors.New("dlock: client closed")
 
+	// ErrLatchExpired means a Latch that Wait saw counting down expired
+	// before it reached zero: its TTL passed without a TrySetCount or
+	// CountDown (a coordinator that stopped counting?). The events it
+	// counted did not all happen, as far as the latch knows.
+	ErrLatchExpired = errors.New("dlock: latch expired before reaching zero")
+
 	// ErrReplicaAck means a lock's write reached fewer replicas than
 	// WithReplicaAck requires within its timeout. An acquire that gets it
 	// has released the lock again; a renewal that gets it did not extend

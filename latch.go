@@ -42,12 +42,12 @@ const latchCallMemory = time.Minute
 // (24h unless WithTTL is given to Client.Latch), so an abandoned latch
 // disappears. A TrySetCount or CountDown takes effect at most once, even when
 // the Redis client sends it again after losing its reply (a second key
-// remembers the calls of the last minute). An expired latch reads as zero: it
-// releases its waiters as if counted down, so choose a TTL longer than the
-// longest gap between count-downs. The last CountDown deletes the key and
-// wakes the waiters through the Client's shared subscription; waiters also
-// check the count every WithWaiterLease/3 and when the key would expire, so a
-// lost message costs latency, never a hang.
+// remembers the calls of the last minute). An expired latch reads as zero,
+// and ends with ErrLatchExpired the waits that saw it counting, so choose a
+// TTL longer than the longest gap between count-downs. The last CountDown
+// deletes the key and wakes the waiters through the Client's shared
+// subscription; waiters also check the count every WithWaiterLease/3 and
+// when the key would expire, so a lost message costs latency, never a hang.
 type Latch struct {
 	c    *Client
 	name string
@@ -173,7 +173,7 @@ func (l *Latch) Count(ctx context.Context) (int64, error) {
 	if err := l.usable(); err != nil {
 		return 0, err
 	}
-	n, _, err := l.read(ctx)
+	n, _, _, err := l.read(ctx)
 	if err != nil {
 		return 0, redisError("Count", l.name, err)
 	}
@@ -181,7 +181,11 @@ func (l *Latch) Count(ctx context.Context) (int64, error) {
 }
 
 // Wait returns nil once the count is zero (at once if it already is),
-// waiting as long as ctx allows. When ctx ends first, the error matches both
+// waiting as long as ctx allows. A latch that Wait saw counting and that
+// then expired, rather than being counted down to zero, ends the wait with
+// ErrLatchExpired: whatever it counted did not all happen. (A latch read
+// for the first time at zero, never set or expired, returns nil: the latch
+// cannot tell those apart.) When ctx ends first, the error matches both
 // ErrNotObtained (what was waited for was not obtained, as for a lock) and
 // ctx's error. Failures to reach Redis are retried while ctx allows (the last
 // one is part of the final error); other errors are returned at once:
@@ -200,24 +204,41 @@ func (l *Latch) Wait(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var (
+		began    = time.Now()
+		lastSeen int64 // the last count above zero read, 0 before any
+		expired  bool
+	)
 	_, _, err = l.c.waitFor(ctx, &l.cfg, waitSpec{
 		verb:    "Wait",
 		name:    l.name,
 		channel: l.key,
 		owner:   owner,
 		attempt: func(ctx context.Context) (attemptResult, error) {
-			n, pttl, err := l.read(ctx)
+			n, pttl, zeroed, err := l.read(ctx)
 			if err != nil {
 				return attemptResult{}, err
 			}
+			if n > 0 {
+				lastSeen = n
+			}
+			// Seen counting, now gone, and no CountDown took it to
+			// zero: it expired. (The mark of a count-down lasts a
+			// minute, against a poll every WithWaiterLease/3.)
+			expired = n == 0 && lastSeen > 0 && !zeroed
 			// pttl makes the wait look again when the latch would
-			// expire, which makes it read as zero.
+			// expire.
 			return attemptResult{granted: n == 0, pttl: pttl}, nil
 		},
 	})
 	var e *notObtainedError
 	if errors.As(err, &e) {
 		e.holderTTL = 0 // the latch's remaining time, not a holder's
+	}
+	if err == nil && expired {
+		return errorf("dlock: Wait %q: %w after waiting %v, with the count last seen at %d: no TrySetCount or CountDown came within its TTL of %v; "+
+			"if the gaps between count-downs can be longer, give the latch a longer WithTTL",
+			l.name, ErrLatchExpired, time.Since(began).Round(time.Millisecond), lastSeen, l.ttl)
 	}
 	return err
 }
@@ -230,16 +251,17 @@ func (l *Latch) usable() error {
 	return l.c.checkOpen("Latch", l.name)
 }
 
-// read runs latch_count: the count and the key's remaining time.
-func (l *Latch) read(ctx context.Context) (int64, time.Duration, error) {
-	call := &driver.Call{Script: scripts.LatchCount, Keys: []string{l.key}}
+// read runs latch_count: the count, the key's remaining time, and at zero
+// whether a CountDown took it there within the calls' memory.
+func (l *Latch) read(ctx context.Context) (n int64, pttl time.Duration, zeroed bool, err error) {
+	call := &driver.Call{Script: scripts.LatchCount, Keys: []string{l.key, l.callsKey()}}
 	l.c.drv.Run(ctx, call)
 	if call.Err != nil {
-		return 0, 0, call.Err
+		return 0, 0, false, call.Err
 	}
-	v, err := replyInts(call.Reply, 2)
+	v, err := replyInts(call.Reply, 3)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, false, err
 	}
-	return v[0], ms(v[1]), nil
+	return v[0], ms(v[1]), v[2] == 1, nil
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
@@ -146,7 +148,10 @@ func TestLatchTrySetCountAndCount(t *testing.T) {
 	}
 }
 
-func TestLatchExpiredReadsAsZero(t *testing.T) {
+// A latch that expires while counting reads as zero, but the waits that
+// saw it counting end with ErrLatchExpired: its events did not all happen.
+// A wait that finds it already gone cannot tell, and returns nil.
+func TestLatchExpiryEndsWaitsWithErrLatchExpired(t *testing.T) {
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	ctx := testCtx(t)
@@ -154,13 +159,53 @@ func TestLatchExpiredReadsAsZero(t *testing.T) {
 	if ok, err := l.TrySetCount(ctx, 5); err != nil || !ok {
 		t.Fatalf("TrySetCount = %v, %v", ok, err)
 	}
+	if err := l.CountDown(ctx); err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
-	if err := l.Wait(ctx); err != nil {
-		t.Fatalf("Wait: %v", err)
+	err := l.Wait(ctx)
+	if !errors.Is(err, dlock.ErrLatchExpired) || errors.Is(err, dlock.ErrNotObtained) || !strings.Contains(err.Error(), "last seen at 4") {
+		t.Fatalf("Wait on a latch that expired at 4: got %v, want ErrLatchExpired naming the count", err)
 	}
 	// Waiters look again when the key would expire, not a poll later.
 	if d := time.Since(start); d > 900*time.Millisecond {
 		t.Errorf("Wait returned %v after a latch with a 200ms TTL was set", d)
+	}
+	if n, err := l.Count(ctx); err != nil || n != 0 {
+		t.Errorf("Count of an expired latch = %d, %v; want 0", n, err)
+	}
+	if err := l.Wait(ctx); err != nil {
+		t.Errorf("Wait on a latch already gone: %v, want nil", err)
+	}
+}
+
+// A latch counted down to zero is told from one that expired for as long as
+// its calls are remembered, even by a waiter that only looks once it is
+// gone; a new TrySetCount starts over.
+func TestLatchCountedDownIsNotMistakenForExpired(t *testing.T) {
+	srv := redistest.Shared(t)
+	a, b := newClient(t, srv), newClient(t, srv)
+	ctx := testCtx(t)
+	name := t.Name()
+	for round := 0; round < 3; round++ {
+		if ok, err := a.Latch(name).TrySetCount(ctx, 2); err != nil || !ok {
+			t.Fatalf("round %d: TrySetCount = %v, %v", round, ok, err)
+		}
+		got := make(chan error, 1)
+		go func() { got <- b.Latch(name).Wait(ctx) }()
+		for i := 0; i < 2; i++ {
+			if err := a.Latch(name).CountDown(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatalf("round %d: Wait on a latch counted down: %v", round, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: Wait did not return after the count reached zero", round)
+		}
 	}
 }
 
@@ -220,9 +265,9 @@ func TestLatchLostSubscriptionCostsLatencyNotAHang(t *testing.T) {
 		t.Fatal("the waiter hung after its subscription was cut")
 	}
 
-	// A wake-up that is never heard at all (here: the key is deleted behind
-	// dlock's back, so nothing is published): the waiter's poll, every
-	// WithWaiterLease/3 = 200ms, finds the count at zero.
+	// A wake-up that is never heard at all (here: the count-down's writes
+	// are made behind dlock's back, so nothing is published): the waiter's
+	// poll, every WithWaiterLease/3 = 200ms, finds the count at zero.
 	if _, err := a.Latch(name).TrySetCount(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +277,13 @@ func TestLatchLostSubscriptionCostsLatencyNotAHang(t *testing.T) {
 	}, "the waiter to subscribe again")
 	time.Sleep(50 * time.Millisecond) // let the waiter settle into its poll wait
 	start := time.Now()
-	rdb.Del(ctx, latchKey(name))
+	if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, latchKey(name))
+		p.ZAdd(ctx, latchKey(name)+":calls", redis.Z{Score: float64(time.Now().UnixMilli()), Member: "zero"})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	select {
 	case err := <-got:
 		if err != nil {

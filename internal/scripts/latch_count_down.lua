@@ -8,9 +8,10 @@ local n = latch_count(KEYS[1])
 if n == 0 or latch_applied(KEYS[2], ARGV[4]) then
   return n
 end
-latch_remember(KEYS[2], ARGV[4], ARGV[5])
+local now = latch_remember(KEYS[2], ARGV[4], ARGV[5])
 if n == 1 then
   redis.call('DEL', KEYS[1])
+  redis.call('ZADD', KEYS[2], now, latch_zero)
   -- Not a grant: the notifier wakes every waiter on the channel.
   redis.call(ARGV[2], ARGV[3], 'zero')
   return 0

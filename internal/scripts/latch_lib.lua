@@ -37,11 +37,20 @@ local function latch_applied(calls, id)
   return redis.call('ZSCORE', calls, id) ~= false
 end
 
--- latch_remember records that call id took effect, for memory_ms.
+-- latch_remember records that call id took effect, for memory_ms, and
+-- returns the server's time in ms.
 local function latch_remember(calls, id, memory_ms)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   redis.call('ZREMRANGEBYSCORE', calls, '-inf', now - tonumber(memory_ms))
   redis.call('ZADD', calls, now, id)
   redis.call('PEXPIRE', calls, memory_ms)
+  return now
 end
+
+-- The calls set also holds the member 'zero' (never a call id, which is
+-- hex) for one memory after a CountDown took the count to zero, and loses
+-- it when TrySetCount starts a new count: a waiter that saw the latch
+-- counting and finds it gone tells a count-down to zero (the member is
+-- there) from an expiry (it is not).
+local latch_zero = 'zero'

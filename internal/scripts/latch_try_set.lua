@@ -12,4 +12,5 @@ if latch_count(KEYS[1]) > 0 then
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 latch_remember(KEYS[2], ARGV[3], ARGV[4])
+redis.call('ZREM', KEYS[2], latch_zero) -- a new count: the last one's end is past
 return 1

@@ -2,7 +2,9 @@ package dlockrueidis_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"net"
 	"testing"
 	"time"
 
@@ -17,11 +19,15 @@ import (
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-// newRueidis returns a rueidis client with default options for target,
-// closed by t's cleanup.
-func newRueidis(t testing.TB, target conformance.Target) rueidis.Client {
+// newRueidis returns a rueidis client for target, with default options
+// but for what set changes, closed by t's cleanup.
+func newRueidis(t testing.TB, target conformance.Target, set ...func(*rueidis.ClientOption)) rueidis.Client {
 	t.Helper()
-	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: target.Addrs, Password: target.Password})
+	opt := rueidis.ClientOption{InitAddress: target.Addrs, Password: target.Password}
+	for _, f := range set {
+		f(&opt)
+	}
+	client, err := rueidis.NewClient(opt)
 	if err != nil {
 		t.Fatalf("rueidis.NewClient: %v", err)
 	}
@@ -46,6 +52,28 @@ func TestDriverConformance(t *testing.T) {
 	conformance.RunDriver(t, func(t testing.TB, target conformance.Target) driver.Driver {
 		t.Helper()
 		return dlockrueidis.NewDriver(newRueidis(t, target))
+	})
+}
+
+func TestScanner(t *testing.T) {
+	conformance.RunScanner(t, func(t testing.TB, target conformance.Target) driver.Driver {
+		t.Helper()
+		return dlockrueidis.NewDriver(newRueidis(t, target))
+	})
+}
+
+// TestCloseWhileTheServerStopsMidSubscription hooks the conformance suite's
+// dial into rueidis with DialCtxFn; Dialer.Timeout bounds the dial and the
+// handshake.
+func TestCloseWhileTheServerStopsMidSubscription(t *testing.T) {
+	conformance.RunCloseWhileTheServerStops(t, func(t testing.TB, target conformance.Target, dial conformance.DialFunc, timeout time.Duration) driver.Driver {
+		t.Helper()
+		return dlockrueidis.NewDriver(newRueidis(t, target, func(opt *rueidis.ClientOption) {
+			opt.DialCtxFn = func(ctx context.Context, addr string, d *net.Dialer, _ *tls.Config) (net.Conn, error) {
+				return dial(ctx, d, addr)
+			}
+			opt.Dialer.Timeout = timeout
+		}))
 	})
 }
 

@@ -2,7 +2,9 @@ package dlockvalkey_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"net"
 	"testing"
 	"time"
 
@@ -17,11 +19,15 @@ import (
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-// newValkey returns a valkey-go client with default options for target,
-// closed by t's cleanup.
-func newValkey(t testing.TB, target conformance.Target) valkey.Client {
+// newValkey returns a valkey-go client for target, with default options
+// but for what set changes, closed by t's cleanup.
+func newValkey(t testing.TB, target conformance.Target, set ...func(*valkey.ClientOption)) valkey.Client {
 	t.Helper()
-	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: target.Addrs, Password: target.Password})
+	opt := valkey.ClientOption{InitAddress: target.Addrs, Password: target.Password}
+	for _, f := range set {
+		f(&opt)
+	}
+	client, err := valkey.NewClient(opt)
 	if err != nil {
 		t.Fatalf("valkey.NewClient: %v", err)
 	}
@@ -46,6 +52,28 @@ func TestDriverConformance(t *testing.T) {
 	conformance.RunDriver(t, func(t testing.TB, target conformance.Target) driver.Driver {
 		t.Helper()
 		return dlockvalkey.NewDriver(newValkey(t, target))
+	})
+}
+
+func TestScanner(t *testing.T) {
+	conformance.RunScanner(t, func(t testing.TB, target conformance.Target) driver.Driver {
+		t.Helper()
+		return dlockvalkey.NewDriver(newValkey(t, target))
+	})
+}
+
+// TestCloseWhileTheServerStopsMidSubscription hooks the conformance suite's
+// dial into valkey-go with DialCtxFn; Dialer.Timeout bounds the dial and the
+// handshake.
+func TestCloseWhileTheServerStopsMidSubscription(t *testing.T) {
+	conformance.RunCloseWhileTheServerStops(t, func(t testing.TB, target conformance.Target, dial conformance.DialFunc, timeout time.Duration) driver.Driver {
+		t.Helper()
+		return dlockvalkey.NewDriver(newValkey(t, target, func(opt *valkey.ClientOption) {
+			opt.DialCtxFn = func(ctx context.Context, addr string, d *net.Dialer, _ *tls.Config) (net.Conn, error) {
+				return dial(ctx, d, addr)
+			}
+			opt.Dialer.Timeout = timeout
+		}))
 	})
 }
 

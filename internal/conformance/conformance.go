@@ -19,12 +19,20 @@
 //	}
 //
 // Each primitive has its own file with a list of tests (mutex.go, lease.go,
-// do.go); a primitive that lands adds its file and one line to groups.
+// do.go, list.go); a primitive that lands adds its file and one line to
+// groups.
 //
 // RunDriver is the second half: the driver.Driver contract itself (replies,
 // NOSCRIPT inside a pipeline, WAIT on the script's connection, Cluster
 // routing, the subscription's confirmation, reconnection and Close), which
 // the Client-level tests cannot observe directly.
+//
+// Two more suites hold what only the adapters run, because the go-redis
+// driver does not pass them: RunScanner (the driver's driver.Scanner, and
+// Client.List on a Cluster), which wants Scan's errors to name the
+// command, and RunCloseWhileTheServerStops (Close while the server stops in
+// the middle of replacing the subscription's connection), which also takes
+// a hook into the library's dials.
 package conformance
 
 import (
@@ -56,6 +64,7 @@ var groups = []struct {
 	{"Mutex", mutexTests},
 	{"Lease", leaseTests},
 	{"Do", doTests},
+	{"List", listTests},
 }
 
 // Run runs every conformance test as a parallel subtest of t, with Clients

@@ -36,21 +36,26 @@ type NewDriverFunc func(t testing.TB, target Target) driver.Driver
 // stops on Close. Like Run, it needs TestMain to call redistest.Main. It
 // takes a few seconds, most of them starting a Cluster.
 func RunDriver(t *testing.T, newDriver NewDriverFunc) {
-	// Close the driver, as dlock.Client.Close does, before the library's
-	// client that newDriver closes.
-	closing := func(t testing.TB, target Target) driver.Driver {
+	newDriver = closing(newDriver)
+	for _, tc := range driverTests {
+		tc := tc
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.run(t, newDriver)
+		})
+	}
+}
+
+// closing wraps newDriver so that the driver is closed, as
+// dlock.Client.Close does, before the library's client that newDriver
+// closes.
+func closing(newDriver NewDriverFunc) NewDriverFunc {
+	return func(t testing.TB, target Target) driver.Driver {
 		d := newDriver(t, target)
 		if c, ok := d.(interface{ Close() error }); ok {
 			t.Cleanup(func() { _ = c.Close() })
 		}
 		return d
-	}
-	for _, tc := range driverTests {
-		tc := tc
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			tc.run(t, closing)
-		})
 	}
 }
 

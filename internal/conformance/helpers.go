@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -118,6 +119,18 @@ func leftovers(t testing.TB, rdb *redis.Client, name string) int64 {
 		t.Fatalf("EXISTS: %v", err)
 	}
 	return n
+}
+
+// clientOver returns a Client over d, as the adapters' New does, closed by
+// t's cleanup.
+func clientOver(t testing.TB, d driver.Driver, opts ...dlock.Option) *dlock.Client {
+	t.Helper()
+	c, err := dlock.NewWithDriver(d, opts...)
+	if err != nil {
+		t.Fatalf("dlock.NewWithDriver: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 // inspector returns a go-redis client on srv, closed by t's cleanup, to check

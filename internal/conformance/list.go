@@ -1,4 +1,4 @@
-package dlockrueidis_test
+package conformance
 
 import (
 	"context"
@@ -9,19 +9,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
-	dlockrueidis "github.com/dlock-go/dlock/adapters/rueidis"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/conformance"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
-// TestList: Client.List over rueidis finds the names of several kinds of
+var listTests = []test{
+	{"FindsEveryKind", testListFindsEveryKind},
+}
+
+// testListFindsEveryKind: Client.List finds the names of several kinds of
 // primitive on a standalone server.
-func TestList(t *testing.T) {
+func testListFindsEveryKind(t *testing.T, newClient NewClientFunc) {
 	srv := redistest.Shared(t)
 	ctx := testCtx(t)
-	c := newClient(t, conformance.Target{Addrs: []string{srv.Addr()}}, dlock.WithKeyPrefix(t.Name()+":"))
+	c := newClient(t, srv, dlock.WithKeyPrefix(t.Name()+":"))
 	holdLocks(t, c, "orders:1", "orders:2")
 	r, err := c.RWMutex("orders:3").RLock(ctx)
 	if err != nil {
@@ -54,32 +58,55 @@ func TestList(t *testing.T) {
 	}
 }
 
-// TestScan: the driver's SCAN loop visits every matching key however many
-// round trips it takes, stops when told, and respects its context.
-func TestScan(t *testing.T) {
-	srv := redistest.Shared(t)
-	rdb := srv.Client(t)
-	prefix := t.Name() + ":"
-	const n = 2500 // SCAN's COUNT is 1000: several round trips
-	want := setKeys(t, prefix, n, func(ctx context.Context, key string) error {
-		return rdb.Set(ctx, key, "x", time.Minute).Err()
-	})
-	t.Cleanup(func() { rdb.Del(context.Background(), want...) })
-	testScan(t, scanner(t, conformance.Target{Addrs: []string{srv.Addr()}}), prefix, want, 2)
+// RunScanner runs, as parallel subtests of t, the tests of the driver's
+// driver.Scanner: its SCAN loop, on a standalone server and on every master
+// (and no replica) of a Cluster, and Client.List over the Cluster, with
+// Clients from dlock.NewWithDriver. Like Run, it needs TestMain to call
+// redistest.Main. It takes a few seconds, most of them starting a Cluster.
+//
+// It is not part of RunDriver because it also checks that Scan's errors
+// name the command that failed (SCAN, or ROLE on a Cluster), which the
+// driverkit-based adapters do and the go-redis driver does not: it returns
+// go-redis's errors as they are (a bare context.Canceled).
+func RunScanner(t *testing.T, newDriver NewDriverFunc) {
+	newDriver = closing(newDriver)
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, newDriver NewDriverFunc)
+	}{
+		{"ScanVisitsEveryKey", testScanVisitsEveryKey},
+		{"ListAndScanOnACluster", testListAndScanOnACluster},
+	} {
+		tc := tc
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.run(t, newDriver)
+		})
+	}
 }
 
-// TestListOnACluster: List and the driver's Scan cover every master of a
-// Cluster, and none of its replicas.
-func TestListOnACluster(t *testing.T) {
+// testScanVisitsEveryKey: the driver's SCAN loop visits every matching key
+// however many round trips it takes, stops when told, and respects its
+// context.
+func testScanVisitsEveryKey(t *testing.T, newDriver NewDriverFunc) {
+	srv := redistest.Shared(t)
+	rdb := inspector(t, srv)
+	prefix := t.Name() + ":"
+	const n = 2500 // SCAN's COUNT is 1000: several round trips
+	want := setKeys(t, rdb, prefix, n)
+	t.Cleanup(func() { rdb.Del(context.Background(), want...) })
+	checkScan(t, scanner(t, newDriver(t, target(srv))), prefix, want, 2)
+}
+
+// testListAndScanOnACluster: List and the driver's Scan cover every master
+// of a Cluster, and none of its replicas.
+func testListAndScanOnACluster(t *testing.T, newDriver NewDriverFunc) {
 	cl := redistest.StartCluster(t, 3, 1)
-	target := conformance.Target{Addrs: cl.Addrs(), Cluster: true}
+	target := Target{Addrs: cl.Addrs(), Cluster: true}
 	ctx := testCtx(t)
 
-	rdb := cl.Client(t)
 	const n = 300
-	want := setKeys(t, "scan:", n, func(ctx context.Context, key string) error {
-		return rdb.Set(ctx, key, "x", time.Minute).Err()
-	})
+	want := setKeys(t, cl.Client(t), "scan:", n)
 	// Each key is on one master and, once replicated, on its replica too:
 	// scanning replicas would visit it twice.
 	waitFor(t, 10*time.Second, func() bool { return dbSize(t, cl.Replicas(t)) == n }, "the replicas to have every key")
@@ -88,15 +115,15 @@ func TestListOnACluster(t *testing.T) {
 			t.Fatalf("master %s has none of the %d keys: Scan would not need to visit it", m.Addr(), n)
 		}
 	}
-	testScan(t, scanner(t, target), "scan:", want, 1)
+	checkScan(t, scanner(t, newDriver(t, target)), "scan:", want, 1)
 
-	c := newClient(t, target)
+	c := clientOver(t, newDriver(t, target))
 	var names []string
 	masters := map[string]bool{}
 	for i := 0; i < 30; i++ {
 		name := fmt.Sprintf("%s:%02d", t.Name(), i)
 		names = append(names, name)
-		masters[cl.MasterForSlot(t, redistest.KeySlot("dlock:{"+name+"}")).Addr()] = true
+		masters[cl.MasterForSlot(t, redistest.KeySlot(lockKey(name))).Addr()] = true
 	}
 	if len(masters) != 3 {
 		t.Fatalf("the names are on %d masters, want all 3", len(masters))
@@ -111,10 +138,10 @@ func TestListOnACluster(t *testing.T) {
 	}
 }
 
-// testScan scans for the keys under prefix, which are want, and checks
+// checkScan scans for the keys under prefix, which are want, and checks
 // that each is visited at least once and at most maxVisits times, that
 // Scan stops when told, and that it respects its context.
-func testScan(t *testing.T, s driver.Scanner, prefix string, want []string, maxVisits int) {
+func checkScan(t *testing.T, s driver.Scanner, prefix string, want []string, maxVisits int) {
 	t.Helper()
 	ctx := testCtx(t)
 	visits := map[string]int{}
@@ -155,26 +182,25 @@ func testScan(t *testing.T, s driver.Scanner, prefix string, want []string, maxV
 	}
 }
 
-// scanner returns the driver for target as a driver.Scanner.
-func scanner(t *testing.T, target conformance.Target) driver.Scanner {
+// scanner returns d as a driver.Scanner, or fails t.
+func scanner(t testing.TB, d driver.Driver) driver.Scanner {
 	t.Helper()
-	s, ok := dlockrueidis.NewDriver(newRueidis(t, target)).(driver.Scanner)
+	s, ok := d.(driver.Scanner)
 	if !ok {
-		t.Fatal("the driver does not implement driver.Scanner")
+		t.Fatalf("the driver %T does not implement driver.Scanner", d)
 	}
 	return s
 }
 
-// setKeys sets n keys under prefix with set, through the harness's
-// go-redis client rather than the client under test, and returns them
-// sorted.
-func setKeys(t *testing.T, prefix string, n int, set func(ctx context.Context, key string) error) []string {
+// setKeys sets n keys under prefix with rdb, a client of the harness rather
+// than the client under test, and returns them sorted.
+func setKeys(t testing.TB, rdb redis.Cmdable, prefix string, n int) []string {
 	t.Helper()
 	ctx := testCtx(t)
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("%s%04d", prefix, i)
-		if err := set(ctx, keys[i]); err != nil {
+		if err := rdb.Set(ctx, keys[i], "x", time.Minute).Err(); err != nil {
 			t.Fatalf("SET %s: %v", keys[i], err)
 		}
 	}
@@ -182,7 +208,7 @@ func setKeys(t *testing.T, prefix string, n int, set func(ctx context.Context, k
 }
 
 // dbSize sums the DBSIZE of servers.
-func dbSize(t *testing.T, servers []*redistest.Server) int64 {
+func dbSize(t testing.TB, servers []*redistest.Server) int64 {
 	t.Helper()
 	var sum int64
 	for _, s := range servers {
@@ -192,13 +218,10 @@ func dbSize(t *testing.T, servers []*redistest.Server) int64 {
 }
 
 // holdLocks locks each name on c until the test ends.
-func holdLocks(t *testing.T, c *dlock.Client, names ...string) {
+func holdLocks(t testing.TB, c *dlock.Client, names ...string) {
 	t.Helper()
 	for _, name := range names {
-		l, err := c.Mutex(name).Lock(testCtx(t))
-		if err != nil {
-			t.Fatalf("Lock(%q): %v", name, err)
-		}
+		l := mustLock(t, c, name)
 		t.Cleanup(func() { _ = l.Unlock(context.Background()) })
 	}
 }

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -150,6 +151,7 @@ func (c *Client) inspect(ctx context.Context, op, name string) (*nameState, erro
 	if err != nil {
 		return nil, redisError(op, name, err)
 	}
+	st.op = op
 	return st, nil
 }
 
@@ -178,6 +180,7 @@ var inspectKinds = []Kind{KindMutex, KindReentrant, KindRWMutex, KindSemaphore, 
 // what ForceUnlock needs to release each holder as itself.
 type nameState struct {
 	name  string
+	op    string // the operation that read it, for errors
 	infos []LockInfo
 	held  []heldBy
 }
@@ -187,6 +190,7 @@ type nameState struct {
 type heldBy struct {
 	kind    Kind
 	member  string   // the owner value; for an RWMutex the mode byte, then it
+	owner   string   // its Holder.Owner, which ForceUnlockOwner matches
 	holdIDs []string // a ReentrantMutex holder's holds
 }
 
@@ -251,6 +255,7 @@ func parseInspect(name string, call *driver.Call) (*nameState, error) {
 			}
 			holder := Holder{Mode: mode, Permits: int(v[1]), Token: v[2], TTL: ms(v[0])}
 			holder.Owner, holder.Info = splitOwner(owner)
+			hb.owner = holder.Owner
 			if kind == KindReentrant {
 				holder.Holds = len(hb.holdIDs)
 			}
@@ -434,12 +439,63 @@ func nameOfKey(key, prefix string, suffixes map[string]bool) (string, bool) {
 // ForceUnlock returns ErrInvalidArgument for an invalid name,
 // ErrKeyConflict, ErrClosed, or the failure to reach Redis (some holders
 // may have been released by then: the count says how many). It is safe for
-// concurrent use.
+// concurrent use. ForceUnlockOwner releases one holder only.
 func (c *Client) ForceUnlock(ctx context.Context, name string) (released int, err error) {
 	st, err := c.inspect(ctx, "ForceUnlock", name)
 	if err != nil {
 		return 0, err
 	}
+	return c.forceRelease(ctx, st)
+}
+
+// ForceUnlockOwner is ForceUnlock restricted to one holder: it releases
+// what owner holds under name and leaves every other holder alone (the
+// other readers of an RWMutex, the other acquisitions of a Semaphore).
+// owner is a Holder.Owner as Inspect reports it, which is also the
+// holder's Lease.Owner or Permits.Owner; for a ReentrantMutex owner, every
+// hold is released. As with ForceUnlock, each release is the primitive's
+// own, run on the holder's behalf, so the lock passes to its waiters as on
+// a normal release, and a holder that changed since ForceUnlockOwner read
+// the name is left alone. It returns how many holders it released: 0 when
+// owner holds nothing under name (a waiter holds nothing). The former
+// holder learns it as after ForceUnlock: at its next renewal, its Done
+// closes and its Err matches ErrLockLost.
+//
+// It also lets one process release a lock that another took, such as a job
+// handed from the process that starts it to the one that finishes it.
+// Process A takes the lock and passes the lease's Owner and Name to process
+// B, which calls ForceUnlockOwner when the job is done, through a Client
+// with the same key prefix (for a MultiLock, once for each of its names).
+// A does not call Unlock: before B is done it would release the lock under
+// B, and after, it returns ErrNotHeld. A then either:
+//
+//   - keeps the lease, and its Client open, until B is done. A's watchdog
+//     renews the lock meanwhile, so it stays held as long as A's process
+//     does; if A exits or closes its Client first, the lock expires one TTL
+//     after A's last renewal, whether B is done or not. After B's release,
+//     A's next renewal finds the lock gone or taken: A's lease ends as a
+//     lost one (Done closes, Err matches ErrLockLost, and A's Observer and
+//     logger report a loss); or
+//   - takes the lock with WithAutoRenew(false) and a TTL that covers the
+//     job, and may exit or Close its Client at once (Close releases
+//     nothing). The lock is held until B releases it or the TTL runs out,
+//     whichever comes first. A's lease, while A runs, ends when the TTL
+//     elapses, with an Err matching ErrLockLost; of B's release it learns
+//     only by calling Extend or TTL before then.
+//
+// Redlock leases cannot be released through a Client: their keys live on
+// independent nodes. ForceUnlockOwner returns ErrInvalidArgument for an
+// invalid name or an empty owner, and otherwise the errors of ForceUnlock.
+// It is safe for concurrent use.
+func (c *Client) ForceUnlockOwner(ctx context.Context, name, owner string) (released int, err error) {
+	if owner == "" {
+		return 0, errorf("dlock: ForceUnlockOwner %q: %w", name, invalidArgf("empty owner"))
+	}
+	st, err := c.inspect(ctx, "ForceUnlockOwner", name)
+	if err != nil {
+		return 0, err
+	}
+	st.held = slices.DeleteFunc(st.held, func(h heldBy) bool { return h.owner != owner })
 	return c.forceRelease(ctx, st)
 }
 
@@ -450,7 +506,7 @@ func (c *Client) forceRelease(ctx context.Context, st *nameState) (int, error) {
 	for _, h := range st.held {
 		ok, err := c.releaseAs(ctx, st, h)
 		if err != nil {
-			errs = append(errs, redisError("ForceUnlock", st.name, err))
+			errs = append(errs, redisError(st.op, st.name, err))
 		}
 		if ok {
 			released++

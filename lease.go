@@ -126,6 +126,25 @@ func (l *Lease) Name() string { return l.h.lockName() }
 // node restart (see the package documentation, "Redlock").
 func (l *Lease) Token() int64 { return l.token }
 
+// Owner returns the id of the lease's holder: the Holder.Owner that
+// Client.Inspect reports for it, and what Client.ForceUnlockOwner takes to
+// release it, from this process or another. For a lease of a Mutex,
+// FairMutex, MultiLock or RWMutex it is the acquisition's random id (32 hex
+// digits, without the owner info), the same for every lock of a MultiLock;
+// a read lease from Downgrade has an id of its own. For a ReentrantMutex it
+// is "<client instance id>:<identity>", shared by every hold of that owner
+// through the Client, which ForceUnlockOwner releases together. A Redlock
+// lease has an id too, but Redlock leases cannot be released through a
+// Client. Owner sends nothing and is safe for concurrent use.
+func (l *Lease) Owner() string {
+	v := l.owner
+	if h, ok := l.h.(*reentrantHold); ok {
+		v = h.owner // l.owner names the hold: its hold id, then the owner value
+	}
+	id, _ := splitOwner(v) // as Inspect reads Holder.Owner from the value stored
+	return id
+}
+
 // Done returns a channel that is closed when the lease ends: when the lock is
 // lost, or after Unlock.
 func (l *Lease) Done() <-chan struct{} {

@@ -426,6 +426,12 @@ func (p *Permits) N() int { return p.n }
 // token per slot), or use the token to tell a stale holder's writes apart.
 func (p *Permits) Token() int64 { return p.l.Token() }
 
+// Owner returns the id of this acquisition, as Lease.Owner does: the
+// Holder.Owner that Client.Inspect reports for it, and what
+// Client.ForceUnlockOwner takes to release these permits alone, from this
+// process or another. It sends nothing and is safe for concurrent use.
+func (p *Permits) Owner() string { return p.l.Owner() }
+
 // Done returns a channel that is closed when the permits end: when they are
 // lost, or after Release.
 func (p *Permits) Done() <-chan struct{} { return p.l.Done() }

@@ -28,8 +28,9 @@ import (
 // and keeping those it has. Since every MultiLock waits in the same order,
 // two of them can never deadlock, whatever order their names were given in.
 //
-// The one Lease of a MultiLock is lost when any of its locks is lost;
-// Unlock releases them all. Its Token is the highest of its locks' fencing
+// The one Lease of a MultiLock is lost when any of its locks is lost, and
+// then gives its other locks back by itself (except at Client.Close, which
+// releases nothing); Unlock releases them all. Its Token is the highest of its locks' fencing
 // tokens; use TokenOf for the token of each lock.
 type MultiLock struct {
 	c     *Client
@@ -315,9 +316,41 @@ func (m *MultiLock) combine(parts []*Lease) (*Lease, error) {
 	}
 	for _, p := range parts {
 		p := p
-		p.onLoss(func(err error) { m.c.wd.lose(l, fmt.Sprintf("lock %q was lost: %v", p.Name(), err)) })
+		p.onLoss(func(err error) {
+			m.c.wd.lose(l, fmt.Sprintf("lock %q was lost: %v", p.Name(), err))
+			m.releaseRest(parts, p)
+		})
 	}
 	return l, nil
+}
+
+// releaseRest releases, in the background, the locks of a MultiLock lease
+// other than lost, which was lost: the lease is lost as a whole, and its
+// other locks, still renewed by the watchdog, would otherwise stay held for
+// as long as the Client lives, should the holder never call Unlock. Not when
+// the loss is the Client's Close, which releases nothing (the holder may
+// still be working; its keys expire by their TTL).
+func (m *MultiLock) releaseRest(parts []*Lease, lost *Lease) {
+	select {
+	case <-m.c.closed:
+		return
+	default:
+	}
+	for _, q := range parts {
+		if q == lost {
+			continue
+		}
+		q := q
+		m.c.cleanups.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), m.cfg.releaseTimeout)
+			defer cancel()
+			// ErrNotHeld: lost too, or the holder's own Unlock came first.
+			if err := q.Unlock(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
+				m.cfg.logger.Warn("dlock: could not release a lock of a MultiLock that lost another; it expires by its TTL",
+					slog.String("lock", q.Name()), slog.Any("error", err))
+			}
+		})
+	}
 }
 
 // multiHolder is a MultiLock lease's holder: its locks' own leases, which

@@ -47,9 +47,6 @@ const dialTimeout = 10 * time.Second
 // Goroutines left behind are caught by goleak in redistest.Main, which
 // TestMain must call, once the server resumed and the driver finished with
 // the connection.
-//
-// The go-redis driver does not pass it (yet): its Close waits out the
-// release timeout, and its Subscription.Close go-redis's read timeout.
 func RunCloseWhileTheServerStops(t *testing.T, newDriver NewDialingDriverFunc) {
 	for _, at := range []string{"dial", "subscribe"} {
 		at := at

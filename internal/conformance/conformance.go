@@ -27,12 +27,11 @@
 // routing, the subscription's confirmation, reconnection and Close), which
 // the Client-level tests cannot observe directly.
 //
-// Two more suites hold what only the adapters run, because the go-redis
-// driver does not pass them: RunScanner (the driver's driver.Scanner, and
-// Client.List on a Cluster), which wants Scan's errors to name the
-// command, and RunCloseWhileTheServerStops (Close while the server stops in
-// the middle of replacing the subscription's connection), which also takes
-// a hook into the library's dials.
+// Two more suites, which every driver runs too, need more than RunDriver's
+// factory: RunScanner (the driver's driver.Scanner, and Client.List on a
+// Cluster) starts a Cluster of its own, and RunCloseWhileTheServerStops
+// (Close while the server stops in the middle of replacing the
+// subscription's connection) takes a hook into the library's dials.
 package conformance
 
 import (

@@ -64,10 +64,9 @@ func testListFindsEveryKind(t *testing.T, newClient NewClientFunc) {
 // Clients from dlock.NewWithDriver. Like Run, it needs TestMain to call
 // redistest.Main. It takes a few seconds, most of them starting a Cluster.
 //
-// It is not part of RunDriver because it also checks that Scan's errors
-// name the command that failed (SCAN, or ROLE on a Cluster), which the
-// driverkit-based adapters do and the go-redis driver does not: it returns
-// go-redis's errors as they are (a bare context.Canceled).
+// It is not part of RunDriver because it starts a Cluster of its own. It
+// also checks that Scan's errors name the command that failed (SCAN, or ROLE
+// on a Cluster).
 func RunScanner(t *testing.T, newDriver NewDriverFunc) {
 	newDriver = closing(newDriver)
 	for _, tc := range []struct {

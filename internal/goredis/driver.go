@@ -259,6 +259,7 @@ type keyScanner interface {
 
 // Scan implements driver.Scanner: one SCAN cursor loop on each master of a
 // Cluster (concurrently, through ForEachMaster), or on the server itself.
+// Its errors name SCAN, and on a Cluster the node.
 func (d *Driver) Scan(ctx context.Context, match string, each func(key string) bool) error {
 	var (
 		mu      sync.Mutex
@@ -274,24 +275,48 @@ func (d *Driver) Scan(ctx context.Context, match string, each func(key string) b
 		return !stopped
 	}
 	if cc, ok := d.rdb.(*redis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-			return scanNode(ctx, node, match, visit)
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			return scanNode(ctx, node, node.Options().Addr, match, visit)
 		})
+		var serr *scanError
+		if err != nil && !errors.As(err, &serr) {
+			// ForEachMaster's own: finding the masters failed.
+			err = fmt.Errorf("SCAN on the Cluster's masters: %w", err)
+		}
+		return err
 	}
 	s, ok := d.rdb.(keyScanner)
 	if !ok {
 		return fmt.Errorf("the Redis client %T has no Scan method, so its keys cannot be listed", d.rdb)
 	}
-	return scanNode(ctx, s, match, visit)
+	// No address: a Sentinel client's Options().Addr is a placeholder.
+	return scanNode(ctx, s, "", match, visit)
 }
 
-// scanNode runs one SCAN cursor loop to its end, or until visit says stop.
-func scanNode(ctx context.Context, s keyScanner, match string, visit func(string) bool) error {
+// scanError is a failed SCAN round trip, on the Cluster node at addr, or
+// on the server ("").
+type scanError struct {
+	addr string
+	err  error
+}
+
+func (e *scanError) Error() string {
+	if e.addr == "" {
+		return "SCAN: " + e.err.Error()
+	}
+	return "SCAN on " + e.addr + ": " + e.err.Error()
+}
+
+func (e *scanError) Unwrap() error { return e.err }
+
+// scanNode runs one SCAN cursor loop on the node at addr to its end, or
+// until visit says stop.
+func scanNode(ctx context.Context, s keyScanner, addr, match string, visit func(string) bool) error {
 	var cursor uint64
 	for {
 		keys, next, err := s.Scan(ctx, cursor, match, scanCount).Result()
 		if err != nil {
-			return err
+			return &scanError{addr: addr, err: err}
 		}
 		for _, k := range keys {
 			if !visit(k) {

@@ -49,16 +49,27 @@ type clusterSubscription struct {
 
 func (c *clusterSubscription) current(ctx context.Context) (driver.Subscription, error) {
 	c.mu.Lock()
+	closed, sub := c.closed, c.sub
+	c.mu.Unlock()
+	switch {
+	case closed:
+		return nil, errClosed
+	case sub != nil:
+		return sub, nil
+	}
+	// The probe may wait for the servers (up to go-redis's read timeout):
+	// not under mu, which Close takes.
+	sharded, err := c.d.shardedPubSub(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
 	case c.closed:
 		return nil, errClosed
-	case c.sub != nil:
+	case c.sub != nil: // another Subscribe chose meanwhile
 		return c.sub, nil
-	}
-	sharded, err := c.d.shardedPubSub(ctx)
-	if err != nil {
-		return nil, err
 	}
 	if sharded {
 		c.sub = newShardedSubscription(c.cc, c.h)
@@ -102,11 +113,24 @@ func (c *clusterSubscription) Close() error {
 
 // shardedSubscription subscribes each channel with SSUBSCRIBE at the master
 // that serves its slot.
+//
+// Like subscription (see there), Close waits for no go-redis call: a
+// PubSub connecting (dial and handshake) holds its lock, which its Close
+// waits for, and the manager and the readers make such calls (SSubscribe,
+// Ping, ReceiveTimeout, reloading the Cluster's state). So Close stops the
+// Handler calls, tells the goroutines to stop, cancels ctx, and closes each
+// connection in a goroutine of its own. What outlives Close belongs to the
+// subscription and ends by itself, within go-redis's own timeouts: each
+// reader and the manager when its go-redis call returns (at once for a
+// read once its PubSub is closed; a dial or handshake in progress at its
+// timeout), since they then see stop or their connection dead; each closer
+// once it gets its PubSub's lock. No connection is made after Close.
 type shardedSubscription struct {
 	cc *redis.ClusterClient
 	h  driver.Handler
 
-	hmu sync.Mutex // one handler call at a time, across the goroutines
+	hmu     sync.Mutex // one handler call at a time, across the goroutines
+	hclosed bool       // guarded by hmu: Close started, no more handler calls
 
 	mu      sync.Mutex
 	wanted  map[string]*shardConn // subscribed channels -> where; nil while being placed
@@ -120,7 +144,6 @@ type shardedSubscription struct {
 	stop   chan struct{}
 	ctx    context.Context // ends with Close
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
 }
 
 // shardConn is the connection to one master.
@@ -162,7 +185,6 @@ func (s *shardedSubscription) Subscribe(ctx context.Context, channels ...string)
 	}
 	if !s.started {
 		s.started = true
-		s.wg.Add(1)
 		go s.manage()
 	}
 	for _, ch := range channels {
@@ -250,7 +272,6 @@ func (s *shardedSubscription) place(ctx context.Context, channels []string) erro
 		if conn == nil {
 			conn = &shardConn{addr: addr, ps: g.node.SSubscribe(context.Background())}
 			s.conns[addr] = conn
-			s.wg.Add(1)
 			go s.read(conn)
 		}
 		for _, chs := range g.slots {
@@ -305,8 +326,14 @@ func (s *shardedSubscription) Unsubscribe(ctx context.Context, channels ...strin
 	return first
 }
 
-// Close implements driver.Subscription.
+// Close implements driver.Subscription. From its start no Handler method is
+// called any more. It returns at once: each connection is closed by a
+// goroutine of its own, and the manager and the readers stop by themselves
+// (see shardedSubscription).
 func (s *shardedSubscription) Close() error {
+	s.hmu.Lock()
+	s.hclosed = true
+	s.hmu.Unlock()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -322,19 +349,15 @@ func (s *shardedSubscription) Close() error {
 	}
 	s.conns = nil
 	s.mu.Unlock()
-	var first error
 	for _, c := range conns {
-		if err := c.ps.Close(); err != nil && first == nil {
-			first = err
-		}
+		// Each on its own: one being connected must not hold up the others.
+		go func(ps *redis.PubSub) { _ = ps.Close() }(c.ps)
 	}
-	s.wg.Wait()
-	return first
+	return nil
 }
 
 // read reads one master's connection until it breaks or is closed.
 func (s *shardedSubscription) read(conn *shardConn) {
-	defer s.wg.Done()
 	pinged := false
 	for {
 		msg, err := conn.ps.ReceiveTimeout(s.ctx, healthInterval)
@@ -355,7 +378,9 @@ func (s *shardedSubscription) read(conn *shardConn) {
 		switch m := msg.(type) {
 		case *redis.Message:
 			s.hmu.Lock()
-			s.h.Message(m.Channel, m.Payload)
+			if !s.hclosed {
+				s.h.Message(m.Channel, m.Payload)
+			}
 			s.hmu.Unlock()
 		case *redis.Subscription:
 			switch m.Kind {
@@ -411,7 +436,6 @@ type lost struct{ movedFrom string }
 
 // manage re-subscribes channels that lost their subscription, until Close.
 func (s *shardedSubscription) manage() {
-	defer s.wg.Done()
 	pending := make(map[string]lost)
 	backoff := newBackoff()
 	for {
@@ -432,7 +456,9 @@ func (s *shardedSubscription) manage() {
 			pending = make(map[string]lost)
 			backoff.reset()
 			s.hmu.Lock()
-			s.h.Reset()
+			if !s.hclosed {
+				s.h.Reset()
+			}
 			s.hmu.Unlock()
 			continue
 		}

@@ -30,31 +30,59 @@ func (d *Driver) Subscribe(h driver.Handler) driver.Subscription {
 }
 
 func newSubscription(rdb Client, h driver.Handler) *subscription {
+	ctx, cancel := context.WithCancel(context.Background())
 	return &subscription{
 		rdb:      rdb,
 		h:        h,
+		ctx:      ctx,
+		cancel:   cancel,
 		channels: make(map[string]struct{}),
 		waiting:  confirm.Waiters{},
 		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
 	}
 }
 
 // subscription multiplexes every channel of one dlock Client over a single
-// go-redis PubSub connection, read by one goroutine it owns.
+// go-redis PubSub connection, read by one goroutine it owns, loop, which
+// replaces the PubSub when its connection fails.
+//
+// Close must return promptly even when the server stopped answering, but
+// some go-redis calls end neither with their context nor when the PubSub is
+// closed: a PubSub connects (dial, then the handshake, which only the
+// client's read and write timeouts bound) inside Subscribe, Ping and
+// ReceiveTimeout (which reconnects after a failed read), holding its lock
+// meanwhile, and PubSub.Close waits for that lock. So Close waits neither
+// for the loop nor for PubSub.Close: it stops the Handler calls, tells the
+// loop to stop, cancels the context of the loop's calls (which ends a dial
+// still connecting), and closes the PubSub in a goroutine of its own.
+//
+// What outlives Close belongs to the subscription and ends by itself,
+// within go-redis's own timeouts: that closer once it gets the PubSub's
+// lock, that is once the call holding it returns, and the loop once its
+// current call returns (a read at once when the closer has closed the
+// connection, a handshake at the read timeout or as soon as the server
+// answers), since it then sees stop. After Close the loop makes no new
+// PubSub, so the closer's is the last one.
 type subscription struct {
 	rdb Client
 	h   driver.Handler
 
+	// ctx ends at Close: the loop's go-redis calls use it, so that a dial
+	// still connecting then fails at once.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	hmu     sync.Mutex // serializes Handler calls with Close
+	hclosed bool       // guarded by hmu: no more Handler calls
+
 	mu       sync.Mutex
-	ps       *redis.PubSub
+	ps       *redis.PubSub // swapped by the loop only
 	channels map[string]struct{}
 	waiting  confirm.Waiters // confirmations awaited, per channel
 	started  bool
 	closed   bool
 
 	stop chan struct{}
-	done chan struct{}
 }
 
 // Subscribe implements driver.Subscription.
@@ -66,8 +94,8 @@ func (s *subscription) Subscribe(ctx context.Context, channels ...string) error 
 	}
 	if !s.started {
 		s.started = true
-		s.ps = s.rdb.Subscribe(context.Background())
-		go s.loop()
+		s.ps = s.rdb.Subscribe(context.Background()) // no channel: no I/O
+		go s.loop(s.ps)
 	}
 	confirmed := s.waiting.Expect(channels)
 	for _, ch := range channels {
@@ -100,9 +128,14 @@ func (s *subscription) forget(channels []string, confirmed []chan struct{}) {
 	s.waiting.Forget(channels, confirmed)
 }
 
-// Unsubscribe implements driver.Subscription.
+// Unsubscribe implements driver.Subscription. After Close it returns
+// errClosed, without waiting for the PubSub Close is closing.
 func (s *subscription) Unsubscribe(ctx context.Context, channels ...string) error {
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errClosed
+	}
 	ps := s.ps
 	for _, ch := range channels {
 		delete(s.channels, ch)
@@ -114,8 +147,13 @@ func (s *subscription) Unsubscribe(ctx context.Context, channels ...string) erro
 	return ps.Unsubscribe(ctx, channels...)
 }
 
-// Close implements driver.Subscription.
+// Close implements driver.Subscription. From its start no Handler method is
+// called any more. It returns at once: the PubSub is closed by a goroutine
+// of its own, and the loop stops by itself (see subscription).
 func (s *subscription) Close() error {
+	s.hmu.Lock()
+	s.hclosed = true
+	s.hmu.Unlock()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -123,49 +161,44 @@ func (s *subscription) Close() error {
 	}
 	s.closed = true
 	close(s.stop)
-	ps, started := s.ps, s.started
+	s.cancel()
+	ps := s.ps
 	s.mu.Unlock()
-	if !started {
-		return nil
+	if ps != nil {
+		// PubSub.Close waits for the PubSub's lock, which a connection
+		// being made holds until its dial or handshake ends.
+		go func() { _ = ps.Close() }()
 	}
-	err := ps.Close()
-	<-s.done
-	return err
+	return nil
 }
 
 var errClosed = errors.New("dlock: subscription closed")
 
-// loop reads the connection until Close. After any failure it reports a
-// Reset once the connection works again, because go-redis resubscribes on
-// reconnect but whatever was published in between is gone.
-func (s *subscription) loop() {
-	defer close(s.done)
-	ctx := context.Background()
+// loop reads ps, and the PubSubs that replace it, until Close. After any
+// failure it reports a Reset once the connection works again, because
+// go-redis resubscribes on reconnect but whatever was published in between
+// is gone. Close does not wait for it (see subscription).
+func (s *subscription) loop(ps *redis.PubSub) {
 	broken := false
 	pinged := false
 	backoff := newBackoff()
 	for {
-		s.mu.Lock()
-		ps := s.ps
-		s.mu.Unlock()
-		msg, err := ps.ReceiveTimeout(ctx, healthInterval)
-		select {
-		case <-s.stop:
+		msg, err := ps.ReceiveTimeout(s.ctx, healthInterval)
+		if s.stopped() {
 			return
-		default:
 		}
 		if err != nil {
 			if isTimeout(err) && !pinged {
 				pinged = true
-				if perr := ps.Ping(ctx); perr == nil {
+				if perr := ps.Ping(s.ctx); perr == nil {
 					continue
 				}
 			}
 			// Dead or silent connection: start over on a fresh one, which
 			// subscribes to every channel again.
 			broken, pinged = true, false
-			s.replace()
-			if !backoff.sleep(s.stop) {
+			var ok bool
+			if ps, ok = s.replace(ps); !ok || !backoff.sleep(s.stop) {
 				return
 			}
 			continue
@@ -174,11 +207,11 @@ func (s *subscription) loop() {
 		backoff.reset()
 		if broken {
 			broken = false
-			s.h.Reset()
+			s.reset()
 		}
 		switch m := msg.(type) {
 		case *redis.Message:
-			s.h.Message(m.Channel, m.Payload)
+			s.message(m.Channel, m.Payload)
 		case *redis.Subscription:
 			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
 				s.confirm(m.Channel)
@@ -187,23 +220,38 @@ func (s *subscription) loop() {
 	}
 }
 
-// replace swaps in a new PubSub with every current channel.
-func (s *subscription) replace() {
+// stopped reports whether Close was called.
+func (s *subscription) stopped() bool {
+	select {
+	case <-s.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// replace swaps in a new PubSub for old, with every current channel, and
+// closes old; false after Close, which closes the PubSub in use itself.
+func (s *subscription) replace(old *redis.PubSub) (*redis.PubSub, bool) {
 	s.mu.Lock()
-	old := s.ps
+	if s.closed {
+		s.mu.Unlock()
+		return nil, false
+	}
 	channels := make([]string, 0, len(s.channels))
 	for ch := range s.channels {
 		channels = append(channels, ch)
 	}
-	s.ps = s.rdb.Subscribe(context.Background())
-	ps := s.ps
+	ps := s.rdb.Subscribe(context.Background()) // no channel: no I/O
+	s.ps = ps
 	s.mu.Unlock()
 	_ = old.Close()
 	if len(channels) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), healthInterval)
+		ctx, cancel := context.WithTimeout(s.ctx, healthInterval)
 		_ = ps.Subscribe(ctx, channels...) // on failure the next receive fails and we come back here
 		cancel()
 	}
+	return ps, true
 }
 
 func (s *subscription) confirm(channel string) {
@@ -212,6 +260,24 @@ func (s *subscription) confirm(channel string) {
 	s.mu.Unlock()
 	for _, c := range list {
 		close(c)
+	}
+}
+
+// message passes a message to the Handler, unless Close has started.
+func (s *subscription) message(channel, payload string) {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	if !s.hclosed {
+		s.h.Message(channel, payload)
+	}
+}
+
+// reset reports a Reset to the Handler, unless Close has started.
+func (s *subscription) reset() {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	if !s.hclosed {
+		s.h.Reset()
 	}
 }
 

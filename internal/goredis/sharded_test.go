@@ -1,0 +1,154 @@
+package goredis
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/keyslot"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// TestShardedSubscriptionClosesWhileTheMasterStops is the conformance
+// suite's RunCloseWhileTheServerStops for the sharded subscription of a
+// Cluster, which that suite (a standalone server) does not reach: the
+// master of the channel's slot drops the subscription's connection, and
+// stops (SIGSTOP) once go-redis has connected to it again, so the
+// reconnection hangs in its handshake, which no context ends, while holding
+// the PubSub's lock. (Stopped before the connect, the dial would end at
+// Close, which cancels it.) Close must return at once all the same, call
+// the Handler no more, and what it leaves behind must end once the master
+// answers again: no pub/sub connection stays open, and goleak (TestMain)
+// finds no goroutine left.
+func TestShardedSubscriptionClosesWhileTheMasterStops(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	ch := "{" + t.Name() + "}"
+	master := cl.MasterForSlot(t, keyslot.Of(ch))
+
+	// The dial hook stops the master after the first connection to it once
+	// armed, and after CLIENT KILL has returned: stopped earlier, the master
+	// would hold back that reply.
+	var (
+		mu     sync.Mutex
+		armed  bool
+		killed = make(chan struct{})
+		paused = make(chan struct{})
+	)
+	const timeout = 10 * time.Second // longer than go-redis's defaults: waiting for it cannot pass for prompt
+	dialer := &net.Dialer{Timeout: timeout}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: cl.Addrs(),
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			mu.Lock()
+			fire := armed && addr == master.Addr()
+			if fire {
+				armed = false
+			}
+			mu.Unlock()
+			conn, err := dialer.DialContext(ctx, network, addr)
+			if fire {
+				<-killed
+				master.Pause()
+				close(paused)
+			}
+			return conn, err
+		},
+		DialTimeout:  timeout,
+		ReadTimeout:  timeout,
+		WriteTimeout: timeout,
+	})
+	t.Cleanup(func() { _ = cc.Close() })
+	d := New(cc)
+	t.Cleanup(func() { _ = d.Close() })
+
+	h := &countingHandler{}
+	sub := d.Subscribe(h)
+	t.Cleanup(func() { _ = sub.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := sub.Subscribe(ctx, ch); err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	cs := sub.(*clusterSubscription)
+	cs.mu.Lock()
+	_, sharded := cs.sub.(*shardedSubscription)
+	cs.mu.Unlock()
+	if !sharded {
+		t.Fatalf("the Cluster subscription is %T, want sharded pub/sub (Redis 7)", cs.sub)
+	}
+
+	defer master.Resume() // the cleanups would resume it too, after closing the clients
+	mu.Lock()
+	armed = true
+	mu.Unlock()
+	func() {
+		defer close(killed) // also when Do fails t
+		master.Do(t, "CLIENT", "KILL", "TYPE", "pubsub")
+	}()
+	select {
+	case <-paused:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the subscription did not dial %s again within 10 s", master.Addr())
+	}
+
+	start := time.Now()
+	if err := sub.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if elapsed := time.Since(start); elapsed >= time.Second {
+		t.Errorf("Close took %v with the master stopped mid-reconnection; want it prompt", elapsed)
+	}
+	h.closed.Store(true)
+	master.Resume()
+
+	// The reconnection Close abandoned finishes, and its connection is
+	// closed by the goroutine Close left for it.
+	deadline := time.Now().Add(30 * time.Second)
+	for n := pubsubClients(t, master); n != 0; n = pubsubClients(t, master) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still has %d pub/sub connections 30 s after Close", master.Addr(), n)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the server: nothing to wait on
+	}
+	if n := h.late.Load(); n != 0 {
+		t.Errorf("the Handler was called %d times after Close returned", n)
+	}
+}
+
+// pubsubClients returns how many pub/sub connections srv has.
+func pubsubClients(t testing.TB, srv *redistest.Server) int {
+	t.Helper()
+	list, _ := srv.Do(t, "CLIENT", "LIST", "TYPE", "pubsub").(string)
+	n := 0
+	for _, line := range strings.Split(list, "\n") {
+		if strings.TrimSpace(line) != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// countingHandler is a driver.Handler that counts its calls after closed
+// is set.
+type countingHandler struct {
+	closed atomic.Bool
+	late   atomic.Int32
+}
+
+func (h *countingHandler) Message(string, string) {
+	if h.closed.Load() {
+		h.late.Add(1)
+	}
+}
+
+func (h *countingHandler) Reset() {
+	if h.closed.Load() {
+		h.late.Add(1)
+	}
+}

@@ -315,6 +315,11 @@ func (h *reentrantHold) makeLease(ctx context.Context, cfg *config, member strin
 		return nil, err
 	}
 	h.anchor, h.attached = anchor, true
+	// A nested hold carries its owner's grant's token. The server reports
+	// the counter's value, which is 0 once the counter expired under an
+	// owner that held the lock longer than its retention (renewals do not
+	// push it back), so the anchor's token, from the grant, stands in.
+	token := max(r.fence, anchor.lease.token)
 	// The owner's other holds still queued join this one now: a grant
 	// names one hold, so nothing else would tell them before their poll.
 	m.c.notify.wakeMatching(m.keys.channel(), func(queued string) bool {
@@ -325,7 +330,7 @@ func (h *reentrantHold) makeLease(ctx context.Context, cfg *config, member strin
 		h:         h,
 		cfg:       cfg,
 		owner:     member,
-		token:     r.fence,
+		token:     token,
 		parent:    anchor.lease,
 		ttl:       cfg.ttl,
 		kind:      KindReentrant,

@@ -613,3 +613,28 @@ func TestReentrantHoldCountAfterClose(t *testing.T) {
 		t.Errorf("HoldCount after Close = %d, %v; want ErrClosed", n, err)
 	}
 }
+
+// A nested hold carries its owner's grant's token even once the fencing
+// counter has expired under a long hold (renewals do not push it back; the
+// server then reported 0, which no fence accepts).
+func TestReentrantNestedHoldKeepsTheTokenAfterTheCounterExpired(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := newClient(t, srv)
+	ctx := dlock.WithOwner(testCtx(t), "a")
+	m := c.ReentrantMutex(t.Name())
+	outer, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outer.Unlock(ctx)
+	// What an hour of holding does: the counter's retention runs out.
+	srv.Client(t).Del(ctx, reentrantKey(t.Name())+":fence")
+	inner, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inner.Unlock(ctx)
+	if inner.Token() != outer.Token() || inner.Token() <= 0 {
+		t.Errorf("nested hold's token %d, want the grant's %d", inner.Token(), outer.Token())
+	}
+}

@@ -111,7 +111,7 @@ func (l *Latch) TrySetCount(ctx context.Context, n int64) (bool, error) {
 	}
 	call := &driver.Call{
 		Script: scripts.LatchTrySet,
-		Keys:   []string{l.key, l.callsKey()},
+		Keys:   []string{l.key, l.callsKey(), l.zeroKey()},
 		Args:   []any{n, l.ttl.Milliseconds(), id, latchCallMemory.Milliseconds()},
 	}
 	l.runOnce(ctx, call)
@@ -141,7 +141,7 @@ func (l *Latch) CountDown(ctx context.Context) error {
 	}
 	call := &driver.Call{
 		Script: scripts.LatchCountDown,
-		Keys:   []string{l.key, l.callsKey()},
+		Keys:   []string{l.key, l.callsKey(), l.zeroKey()},
 		Args:   []any{l.ttl.Milliseconds(), l.c.drv.PublishCommand(), l.key, id, latchCallMemory.Milliseconds()},
 	}
 	l.runOnce(ctx, call)
@@ -156,6 +156,10 @@ func (l *Latch) CountDown(ctx context.Context) error {
 
 // callsKey is the key of the latch's recent calls (latch_lib.lua).
 func (l *Latch) callsKey() string { return l.key + ":calls" }
+
+// zeroKey is the key that marks a count a CountDown took to zero
+// (latch_lib.lua).
+func (l *Latch) zeroKey() string { return l.key + ":zero" }
 
 // runOnce runs a call that changes the latch, within latchCallMemory, so
 // that no copy of it the Redis client sends again can arrive after the
@@ -223,8 +227,8 @@ func (l *Latch) Wait(ctx context.Context) error {
 				lastSeen = n
 			}
 			// Seen counting, now gone, and no CountDown took it to
-			// zero: it expired. (The mark of a count-down lasts a
-			// minute, against a poll every WithWaiterLease/3.)
+			// zero: it expired. (The mark of a count-down lasts the
+			// latch's TTL, as long as the count itself would have.)
 			expired = n == 0 && lastSeen > 0 && !zeroed
 			// pttl makes the wait look again when the latch would
 			// expire.
@@ -252,9 +256,9 @@ func (l *Latch) usable() error {
 }
 
 // read runs latch_count: the count, the key's remaining time, and at zero
-// whether a CountDown took it there within the calls' memory.
+// whether a CountDown took it there.
 func (l *Latch) read(ctx context.Context) (n int64, pttl time.Duration, zeroed bool, err error) {
-	call := &driver.Call{Script: scripts.LatchCount, Keys: []string{l.key, l.callsKey()}}
+	call := &driver.Call{Script: scripts.LatchCount, Keys: []string{l.key, l.zeroKey()}}
 	l.c.drv.Run(ctx, call)
 	if call.Err != nil {
 		return 0, 0, false, call.Err

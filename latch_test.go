@@ -279,7 +279,7 @@ func TestLatchLostSubscriptionCostsLatencyNotAHang(t *testing.T) {
 	start := time.Now()
 	if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Del(ctx, latchKey(name))
-		p.ZAdd(ctx, latchKey(name)+":calls", redis.Z{Score: float64(time.Now().UnixMilli()), Member: "zero"})
+		p.Set(ctx, latchKey(name)+":zero", "1", time.Minute)
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -451,5 +451,46 @@ func TestLatchCallsSentTwiceCountOnce(t *testing.T) {
 	}
 	if n, err := l.Count(ctx); err != nil || n != 4 {
 		t.Fatalf("after one CountDown sent twice from 5: Count = %d, %v; want 4", n, err)
+	}
+}
+
+// A waiter cut off from Redis while the latch is counted down, and for
+// longer than the latch remembers its calls (here: that memory is wiped),
+// still sees a count-down, not an expiry, when it reads again.
+func TestLatchCountDownSeenLateIsNotAnExpiry(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	b, err := dlock.New(rdb, dlock.WithWaiterLease(600*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	a := newClient(t, srv)
+	ctx := testCtx(t)
+	name := t.Name()
+	if _, err := a.Latch(name).TrySetCount(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- b.Latch(name).Wait(ctx) }()
+	admin := srv.Client(t)
+	waitFor(t, 10*time.Second, func() bool {
+		return admin.PubSubNumSub(ctx, latchKey(name)).Val()[latchKey(name)] == 1
+	}, "the waiter to subscribe")
+	proxy.Blackhole(true)
+	if err := a.Latch(name).CountDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	admin.Del(ctx, latchKey(name)+":calls") // what a minute does
+	proxy.Blackhole(false)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("Wait on a latch counted down while it was cut off: %v, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter did not return after it could reach Redis again")
 	}
 }

@@ -1,17 +1,17 @@
 -- latch_count_down.lua: decrement a latch's count; at zero, delete it and
 -- wake its waiters. Counting down a latch at zero does nothing, and so does
 -- a call sent again that already counted (see latch_lib.lua).
--- KEYS: 1 latch, 2 its calls (see latch_lib.lua)
+-- KEYS: 1 latch, 2 its calls, 3 its zero mark (see latch_lib.lua)
 -- ARGV: 1 ttl ms, 2 publish command, 3 channel, 4 call id, 5 call memory ms
 -- Returns: the count after this call.
 local n = latch_count(KEYS[1])
 if n == 0 or latch_applied(KEYS[2], ARGV[4]) then
   return n
 end
-local now = latch_remember(KEYS[2], ARGV[4], ARGV[5])
+latch_remember(KEYS[2], ARGV[4], ARGV[5])
 if n == 1 then
   redis.call('DEL', KEYS[1])
-  redis.call('ZADD', KEYS[2], now, latch_zero)
+  redis.call('SET', KEYS[3], '1', 'PX', ARGV[1]) -- counted down, not expired
   -- Not a grant: the notifier wakes every waiter on the channel.
   redis.call(ARGV[2], ARGV[3], 'zero')
   return 0

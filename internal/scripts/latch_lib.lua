@@ -4,6 +4,10 @@
 -- A latch N keeps its count in P{N}:latch as a decimal string, always with
 -- a PX expiry, deleted when the count reaches zero. An absent (or expired)
 -- key reads as zero. P{N}:latch:calls remembers recent calls (below).
+-- P{N}:latch:zero marks a count that a CountDown took to zero, for the
+-- latch's TTL, until TrySetCount starts a new count: a waiter that saw the
+-- latch counting and finds it gone tells a count-down to zero (the mark is
+-- there) from an expiry (it is not).
 
 -- latch_count returns the latch's count, 0 when the key is absent. It raises
 -- DLOCK_CONFLICT (GET raises WRONGTYPE) when the key holds something no
@@ -37,20 +41,12 @@ local function latch_applied(calls, id)
   return redis.call('ZSCORE', calls, id) ~= false
 end
 
--- latch_remember records that call id took effect, for memory_ms, and
--- returns the server's time in ms.
+-- latch_remember records that call id took effect, for memory_ms.
 local function latch_remember(calls, id, memory_ms)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   redis.call('ZREMRANGEBYSCORE', calls, '-inf', now - tonumber(memory_ms))
   redis.call('ZADD', calls, now, id)
   redis.call('PEXPIRE', calls, memory_ms)
-  return now
 end
 
--- The calls set also holds the member 'zero' (never a call id, which is
--- hex) for one memory after a CountDown took the count to zero, and loses
--- it when TrySetCount starts a new count: a waiter that saw the latch
--- counting and finds it gone tells a count-down to zero (the member is
--- there) from an expiry (it is not).
-local latch_zero = 'zero'

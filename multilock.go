@@ -342,6 +342,13 @@ func (m *MultiLock) releaseRest(parts []*Lease, lost *Lease) {
 		}
 		q := q
 		m.c.cleanups.Go(func() {
+			select {
+			case <-m.c.closed:
+				// Close came meanwhile (and this runs in the caller once
+				// Close has closed the pool): release nothing.
+				return
+			default:
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), m.cfg.releaseTimeout)
 			defer cancel()
 			// ErrNotHeld: lost too, or the holder's own Unlock came first.

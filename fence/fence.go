@@ -83,7 +83,7 @@ var ErrStaleToken = errors.New("fence: stale fencing token")
 
 // StaleTokenError is the error of a refused operation.
 type StaleTokenError struct {
-	Op      string // the Store's method: "Get", "Set" or "Update"
+	Op      string // "Get" or "Set" (Update reports the one that failed)
 	Key     string // the value's key, as passed to the Store (not its mark)
 	Token   int64  // the caller's token
 	Highest int64  // the highest token the store has seen for Key

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/confirm"
+	"github.com/dlock-go/dlock/internal/handlergate"
 )
 
 const (
@@ -57,7 +58,7 @@ type PubSubConn interface {
 // subscription multiplexes every channel of one dlock Client over one
 // dedicated connection, which one goroutine, loop, opens, watches and
 // replaces when it fails. The library's hooks deliver messages; calls to the
-// Handler are serialized by hmu.
+// Handler are serialized by h.
 //
 // Close must return promptly even when the server stopped answering, but
 // the library has calls that take no context or ignore its cancellation:
@@ -71,7 +72,7 @@ type PubSubConn interface {
 // closing that connection.
 type subscription struct {
 	dial func(Hooks) PubSubConn
-	h    driver.Handler
+	h    *handlergate.Handler // one call at a time; none after Close
 
 	// ctx is cancelled by Close: it ends the subscribe commands in flight,
 	// the callers' and the loop's.
@@ -83,9 +84,6 @@ type subscription struct {
 	// connection in the order of the changes. Unlike a mutex, waiting for
 	// it respects a context.
 	send chan struct{}
-
-	hmu     sync.Mutex // serializes Handler calls
-	hclosed bool       // guarded by hmu: no more Handler calls
 
 	mu       sync.Mutex
 	conn     PubSubConn // the connection in use; nil while (re)connecting
@@ -103,7 +101,7 @@ func newSubscription(dial func(Hooks) PubSubConn, h driver.Handler) *subscriptio
 	ctx, cancel := context.WithCancel(context.Background())
 	return &subscription{
 		dial:     dial,
-		h:        h,
+		h:        handlergate.New(h),
 		ctx:      ctx,
 		cancel:   cancel,
 		send:     make(chan struct{}, 1),
@@ -219,9 +217,7 @@ func (s *subscription) untilClosed(ctx context.Context, send func(context.Contex
 // connection), and ends by itself when the library returns (see connect
 // and drop).
 func (s *subscription) Close() error {
-	s.hmu.Lock()
-	s.hclosed = true
-	s.hmu.Unlock()
+	s.h.Close()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -266,7 +262,7 @@ func (s *subscription) loop() {
 		}
 		if confirmed {
 			if worked {
-				s.reset()
+				s.h.Reset()
 			}
 			worked = true
 			backoff.reset()
@@ -307,7 +303,7 @@ func (s *subscription) connect() (conn PubSubConn, confirmed, ok bool) {
 			return // no dial after Close: the loop returns too
 		default:
 		}
-		c := s.dial(Hooks{Message: s.message, Subscribed: s.confirm})
+		c := s.dial(Hooks{Message: s.h.Message, Subscribed: s.confirm})
 		a := attempt{conn: c, confirmed: s.resubscribe(c)}
 		select {
 		case got <- a:
@@ -450,23 +446,6 @@ func (s *subscription) confirm(channel string) {
 	s.mu.Unlock()
 	for _, c := range list {
 		close(c)
-	}
-}
-
-// message is Hooks.Message.
-func (s *subscription) message(channel, payload string) {
-	s.hmu.Lock()
-	defer s.hmu.Unlock()
-	if !s.hclosed {
-		s.h.Message(channel, payload)
-	}
-}
-
-func (s *subscription) reset() {
-	s.hmu.Lock()
-	defer s.hmu.Unlock()
-	if !s.hclosed {
-		s.h.Reset()
 	}
 }
 

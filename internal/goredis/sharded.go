@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/confirm"
+	"github.com/dlock-go/dlock/internal/handlergate"
 	"github.com/dlock-go/dlock/internal/keyslot"
 )
 
@@ -127,10 +128,7 @@ func (c *clusterSubscription) Close() error {
 // once it gets its PubSub's lock. No connection is made after Close.
 type shardedSubscription struct {
 	cc *redis.ClusterClient
-	h  driver.Handler
-
-	hmu     sync.Mutex // one handler call at a time, across the goroutines
-	hclosed bool       // guarded by hmu: Close started, no more handler calls
+	h  *handlergate.Handler // one call at a time, across the goroutines; none after Close
 
 	mu      sync.Mutex
 	wanted  map[string]*shardConn // subscribed channels -> where; nil while being placed
@@ -165,7 +163,7 @@ func newShardedSubscription(cc *redis.ClusterClient, h driver.Handler) *shardedS
 	ctx, cancel := context.WithCancel(context.Background())
 	return &shardedSubscription{
 		cc:      cc,
-		h:       h,
+		h:       handlergate.New(h),
 		wanted:  make(map[string]*shardConn),
 		conns:   make(map[string]*shardConn),
 		waiting: confirm.Waiters{},
@@ -331,9 +329,7 @@ func (s *shardedSubscription) Unsubscribe(ctx context.Context, channels ...strin
 // goroutine of its own, and the manager and the readers stop by themselves
 // (see shardedSubscription).
 func (s *shardedSubscription) Close() error {
-	s.hmu.Lock()
-	s.hclosed = true
-	s.hmu.Unlock()
+	s.h.Close()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -377,11 +373,7 @@ func (s *shardedSubscription) read(conn *shardConn) {
 		pinged = false
 		switch m := msg.(type) {
 		case *redis.Message:
-			s.hmu.Lock()
-			if !s.hclosed {
-				s.h.Message(m.Channel, m.Payload)
-			}
-			s.hmu.Unlock()
+			s.h.Message(m.Channel, m.Payload)
 		case *redis.Subscription:
 			switch m.Kind {
 			case "ssubscribe":
@@ -455,11 +447,7 @@ func (s *shardedSubscription) manage() {
 		if s.resubscribe(pending) {
 			pending = make(map[string]lost)
 			backoff.reset()
-			s.hmu.Lock()
-			if !s.hclosed {
-				s.h.Reset()
-			}
-			s.hmu.Unlock()
+			s.h.Reset()
 			continue
 		}
 		if !backoff.sleep(s.stop) {

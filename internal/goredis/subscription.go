@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/confirm"
+	"github.com/dlock-go/dlock/internal/handlergate"
 )
 
 // healthInterval is how long the subscription may stay silent before it
@@ -33,7 +34,7 @@ func newSubscription(rdb Client, h driver.Handler) *subscription {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &subscription{
 		rdb:      rdb,
-		h:        h,
+		h:        handlergate.New(h),
 		ctx:      ctx,
 		cancel:   cancel,
 		channels: make(map[string]struct{}),
@@ -65,15 +66,12 @@ func newSubscription(rdb Client, h driver.Handler) *subscription {
 // PubSub, so the closer's is the last one.
 type subscription struct {
 	rdb Client
-	h   driver.Handler
+	h   *handlergate.Handler // no call after Close
 
 	// ctx ends at Close: the loop's go-redis calls use it, so that a dial
 	// still connecting then fails at once.
 	ctx    context.Context
 	cancel context.CancelFunc
-
-	hmu     sync.Mutex // serializes Handler calls with Close
-	hclosed bool       // guarded by hmu: no more Handler calls
 
 	mu       sync.Mutex
 	ps       *redis.PubSub // swapped by the loop only
@@ -151,9 +149,7 @@ func (s *subscription) Unsubscribe(ctx context.Context, channels ...string) erro
 // called any more. It returns at once: the PubSub is closed by a goroutine
 // of its own, and the loop stops by itself (see subscription).
 func (s *subscription) Close() error {
-	s.hmu.Lock()
-	s.hclosed = true
-	s.hmu.Unlock()
+	s.h.Close()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -207,11 +203,11 @@ func (s *subscription) loop(ps *redis.PubSub) {
 		backoff.reset()
 		if broken {
 			broken = false
-			s.reset()
+			s.h.Reset()
 		}
 		switch m := msg.(type) {
 		case *redis.Message:
-			s.message(m.Channel, m.Payload)
+			s.h.Message(m.Channel, m.Payload)
 		case *redis.Subscription:
 			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
 				s.confirm(m.Channel)
@@ -260,24 +256,6 @@ func (s *subscription) confirm(channel string) {
 	s.mu.Unlock()
 	for _, c := range list {
 		close(c)
-	}
-}
-
-// message passes a message to the Handler, unless Close has started.
-func (s *subscription) message(channel, payload string) {
-	s.hmu.Lock()
-	defer s.hmu.Unlock()
-	if !s.hclosed {
-		s.h.Message(channel, payload)
-	}
-}
-
-// reset reports a Reset to the Handler, unless Close has started.
-func (s *subscription) reset() {
-	s.hmu.Lock()
-	defer s.hmu.Unlock()
-	if !s.hclosed {
-		s.h.Reset()
 	}
 }
 

@@ -54,25 +54,18 @@ func TestCloseWhileTheServerStopsMidSubscription(t *testing.T) {
 // timeout, when not 0, is its dial, read and write timeout.
 func newGoRedisDriver(t testing.TB, target conformance.Target, dialer func(ctx context.Context, network, addr string) (net.Conn, error), timeout time.Duration) driver.Driver {
 	t.Helper()
-	if target.Cluster {
-		rdb := redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs:        target.Addrs,
-			Password:     target.Password,
-			Dialer:       dialer,
-			DialTimeout:  timeout,
-			ReadTimeout:  timeout,
-			WriteTimeout: timeout,
-		})
-		t.Cleanup(func() { _ = rdb.Close() })
-		return goredis.New(rdb)
+	addrs := target.Addrs
+	if !target.Cluster {
+		addrs = addrs[:1]
 	}
-	rdb := redis.NewClient(&redis.Options{
-		Addr:         target.Addrs[0],
-		Password:     target.Password,
-		Dialer:       dialer,
-		DialTimeout:  timeout,
-		ReadTimeout:  timeout,
-		WriteTimeout: timeout,
+	rdb := redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs:         addrs,
+		IsClusterMode: target.Cluster,
+		Password:      target.Password,
+		Dialer:        dialer,
+		DialTimeout:   timeout,
+		ReadTimeout:   timeout,
+		WriteTimeout:  timeout,
 	})
 	t.Cleanup(func() { _ = rdb.Close() })
 	return goredis.New(rdb)

@@ -72,6 +72,10 @@ func invalidArgf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
 }
 
+// othersFirst ends a notObtainedError's queuedAhead when arrival order
+// turned the acquire away.
+const othersFirst = "others waiting for it came first and are served first (arrival order)"
+
 // notObtainedError is returned when an acquire ends without the lock. It
 // matches ErrNotObtained and, through Unwrap, the context's error and the
 // last error Redis returned while waiting.
@@ -83,7 +87,8 @@ type notObtainedError struct {
 	cause     error         // context.Cause, when it differs from ctxErr
 	last      error         // the last transient failure seen while waiting
 	// queuedAhead says why the lock was not obtained although it was free
-	// enough: others waiting first come first. "" when it was not.
+	// enough: others waiting first come first (othersFirst). "" when it was
+	// not.
 	queuedAhead string
 }
 

@@ -234,7 +234,7 @@ func (m *MultiLock) parseTake(call *driver.Call, group []*Mutex) ([]int64, error
 		}
 		e := &notObtainedError{name: group[v[1]-1].name, holderTTL: ms(v[2])}
 		if v[2] == 0 {
-			e.queuedAhead = "it is free, but others waiting for it came first and are served first (arrival order)"
+			e.queuedAhead = "it is free, but " + othersFirst
 		}
 		return nil, e
 	}

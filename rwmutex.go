@@ -393,7 +393,7 @@ func (h *rwHalf) attempt(ctx context.Context, owner string, queue bool) (attempt
 	r := attemptResult{pttl: ms(v[1])}
 	if items, _ := call.Reply.([]any); len(items) > 3 {
 		if free, _ := items[3].(int64); free == 1 {
-			r.queuedAhead = "it is free for a writer, but others waiting for it came first and are served first (arrival order)"
+			r.queuedAhead = "it is free for a writer, but " + othersFirst
 			if h.mode == rwRead {
 				r.queuedAhead = "no writer holds it, but a writer waiting for it goes first (writers are preferred, so readers cannot starve them)"
 			}

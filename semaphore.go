@@ -316,7 +316,7 @@ func (a *semAcquisition) attemptResult(call *driver.Call) (attemptResult, error)
 	if items, _ := call.Reply.([]any); len(items) > 3 {
 		free, _ := items[3].(int64)
 		if free >= int64(a.n) {
-			r.queuedAhead = "enough is free, but others waiting for it came first and are served first (arrival order)"
+			r.queuedAhead = "enough is free, but " + othersFirst
 		}
 	}
 	return r, nil

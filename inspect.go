@@ -191,6 +191,7 @@ type heldBy struct {
 	kind    Kind
 	member  string   // the owner value; for an RWMutex the mode byte, then it
 	owner   string   // its Holder.Owner, which ForceUnlockOwner matches
+	info    string   // its Holder.Info
 	holdIDs []string // a ReentrantMutex holder's holds
 }
 
@@ -255,7 +256,7 @@ func parseInspect(name string, call *driver.Call) (*nameState, error) {
 			}
 			holder := Holder{Mode: mode, Permits: int(v[1]), Token: v[2], TTL: ms(v[0])}
 			holder.Owner, holder.Info = splitOwner(owner)
-			hb.owner = holder.Owner
+			hb.owner, hb.info = holder.Owner, holder.Info
 			if kind == KindReentrant {
 				holder.Holds = len(hb.holdIDs)
 			}
@@ -452,8 +453,9 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) (released int, er
 // what owner holds under name and leaves every other holder alone (the
 // other readers of an RWMutex, the other acquisitions of a Semaphore).
 // owner is a Holder.Owner as Inspect reports it, which is also the
-// holder's Lease.Owner or Permits.Owner; for a ReentrantMutex owner, every
-// hold is released. As with ForceUnlock, each release is the primitive's
+// holder's Lease.Owner or Permits.Owner, or the whole value the lock's key
+// holds, "<Owner>;<Info>" (as redis-cli GET shows it), which must then
+// match both; for a ReentrantMutex owner, every hold is released. As with ForceUnlock, each release is the primitive's
 // own, run on the holder's behalf, so the lock passes to its waiters as on
 // a normal release, and a holder that changed since ForceUnlockOwner read
 // the name is left alone. It returns how many holders it released: 0 when
@@ -495,7 +497,8 @@ func (c *Client) ForceUnlockOwner(ctx context.Context, name, owner string) (rele
 	if err != nil {
 		return 0, err
 	}
-	st.held = slices.DeleteFunc(st.held, func(h heldBy) bool { return h.owner != owner })
+	id, info, whole := strings.Cut(owner, ";")
+	st.held = slices.DeleteFunc(st.held, func(h heldBy) bool { return h.owner != id || whole && h.info != info })
 	return c.forceRelease(ctx, st)
 }
 

@@ -282,9 +282,10 @@ func TestForceUnlockOwnerHandsTheMutexToTheWaiter(t *testing.T) {
 	op := newClient(t, srv)
 	waitWaiters(t, op, name, dlock.KindMutex, 1)
 
-	// A waiter holds nothing, and an unknown owner neither.
+	// A waiter holds nothing, and an unknown owner neither (nor the holder's
+	// id with info that is not its own).
 	waiting := infoOf(t, mustInspect(t, op, name), dlock.KindMutex).Waiters[0].Owner
-	for _, owner := range []string{waiting, dlock.NewOwnerID(), l.Owner() + ";holder"} {
+	for _, owner := range []string{waiting, dlock.NewOwnerID(), l.Owner() + ";someone-else"} {
 		if n, err := op.ForceUnlockOwner(ctx, name, owner); n != 0 || err != nil {
 			t.Errorf("ForceUnlockOwner(%q) = %d, %v; want 0, nil", owner, n, err)
 		}
@@ -375,6 +376,32 @@ func TestForceUnlockOwnerWithoutAutoRenew(t *testing.T) {
 	waitDone(t, l, time.Second) // closed by TTL already
 	if err := l.Err(); !errors.Is(err, dlock.ErrLockLost) {
 		t.Errorf("Err after TTL = %v, want ErrLockLost", err)
+	}
+}
+
+// A lock's whole key value, as redis-cli GET shows it, names its holder too;
+// one whose info differs names nobody.
+func TestForceUnlockOwnerTakesTheKeysWholeValue(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx := testCtx(t)
+	c := newClient(t, srv, dlock.WithOwnerInfo("host=api-7 pid=4121"))
+	op := newClient(t, srv)
+	name := uniqueName(t)
+	l := mustLock(t, c, name)
+	defer unlockLease(l)
+
+	whole := l.Owner() + ";host=api-7 pid=4121"
+	if n, err := op.ForceUnlockOwner(ctx, name, l.Owner()+";host=api-8 pid=4121"); n != 0 || err != nil {
+		t.Fatalf("ForceUnlockOwner(the id with another info) = %d, %v; want 0, nil", n, err)
+	}
+	if _, err := l.TTL(ctx); err != nil {
+		t.Fatalf("the holder lost its lock to a value that is not its own: %v", err)
+	}
+	if n, err := op.ForceUnlockOwner(ctx, name, whole); n != 1 || err != nil {
+		t.Fatalf("ForceUnlockOwner(%q) = %d, %v; want 1, nil", whole, n, err)
+	}
+	if _, err := l.TTL(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("TTL after the release = %v, want ErrNotHeld", err)
 	}
 }
 

@@ -32,7 +32,8 @@ With --owner ID it releases only the holder ID and leaves the others alone:
 one stuck reader of a read-write lock, one holder of a semaphore's permits.
 ID is the holder's owner as "dlock status NAME" shows it (the short form is
 enough), or whole, as "dlock status --json" and a program's Lease.Owner give
-it. Every hold of a reentrant owner is released.
+it, or the value the lock's key holds ("<owner>;<info>", as redis-cli GET
+shows it). Every hold of a reentrant owner is released.
 
 It is for a holder that is stuck or gone while its lock keeps being renewed,
 or whose TTL is too long to wait out. The holder is not told at once: it
@@ -114,9 +115,11 @@ func (a *app) unlock(ctx context.Context, o *unlockOptions, name string) error {
 }
 
 // resolveOwner returns the whole id of the holder that --owner id names:
-// id itself when a holder has it, else the one holder whose id "dlock
-// status" shortens to id. An id that names no holder is returned as it
-// is, for ForceUnlockOwner to find nothing (or a holder that came since).
+// id itself when a holder has it, the holder's id when id is the whole
+// value its key holds ("<id>;<info>", as redis-cli GET shows it), else the
+// one holder whose id "dlock status" shortens to id. An id that names no
+// holder is returned as it is, for ForceUnlockOwner to find nothing (or a
+// holder that came since).
 func resolveOwner(infos []dlock.LockInfo, id string) (string, error) {
 	var matches []string
 	for _, info := range infos {
@@ -124,6 +127,8 @@ func resolveOwner(infos []dlock.LockInfo, id string) (string, error) {
 			switch {
 			case h.Owner == id:
 				return id, nil
+			case h.Info != "" && h.Owner+";"+h.Info == id:
+				return h.Owner, nil
 			case shortOwner(h.Owner) == id && !slices.Contains(matches, h.Owner):
 				matches = append(matches, h.Owner)
 			}

@@ -153,7 +153,7 @@ func TestResolveOwner(t *testing.T) {
 		r = "5e1f00d500000000000000000000000d:job-1"
 	)
 	infos := []dlock.LockInfo{
-		{Kind: dlock.KindRWMutex, Holders: []dlock.Holder{{Owner: a}, {Owner: b}, {Owner: c}}},
+		{Kind: dlock.KindRWMutex, Holders: []dlock.Holder{{Owner: a}, {Owner: b}, {Owner: c, Info: "pid=7"}}},
 		{Kind: dlock.KindReentrant, Holders: []dlock.Holder{{Owner: r}}},
 	}
 	tests := []struct {
@@ -163,6 +163,9 @@ func TestResolveOwner(t *testing.T) {
 		{id: a, want: a},
 		{id: c, want: c},
 		{id: "7c0ffee0", want: c},
+		{id: c + ";pid=7", want: c},            // the key's whole value
+		{id: c + ";pid=8", want: c + ";pid=8"}, // another info: left to find nothing
+		{id: a + ";", want: a + ";"},           // a has no info
 		{id: r, want: r},
 		{id: "5e1f00d5:job-1", want: r},
 		{id: "5e1f00d5:job-2", want: "5e1f00d5:job-2"}, // nobody: left to find nothing

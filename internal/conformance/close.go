@@ -58,6 +58,10 @@ func RunCloseWhileTheServerStops(t *testing.T, newDriver NewDialingDriverFunc) {
 			t.Parallel()
 			testSubscriptionCloseWhileTheServerStops(t, newDriver, at)
 		})
+		t.Run("Subscribe at "+at, func(t *testing.T) {
+			t.Parallel()
+			testSubscribeWhileTheServerStops(t, newDriver, at)
+		})
 	}
 }
 
@@ -117,6 +121,49 @@ func testSubscriptionCloseWhileTheServerStops(t *testing.T, newDriver NewDialing
 	_ = sub.Close()
 	if elapsed := time.Since(start); elapsed >= releaseTimeout {
 		t.Errorf("Subscription.Close took %v with the server stopped mid-subscription; want it prompt", elapsed)
+	}
+}
+
+// callTimeout is the context's deadline of the Subscribe and Unsubscribe
+// calls made while the server is stopped: they must return by it, give or
+// take a busy machine, not at the library's timeouts.
+const callTimeout = 200 * time.Millisecond
+
+// testSubscribeWhileTheServerStops checks that a caller's Subscribe and
+// Unsubscribe return at their context's deadline while the connection is
+// being replaced and the server does not answer: a Lock that starts
+// waiting then must not overrun its own deadline.
+func testSubscribeWhileTheServerStops(t *testing.T, newDriver NewDialingDriverFunc, at string) {
+	srv := redistest.Start(t) // it is paused: not the shared server
+	p := newPauser(srv, at)
+	sub := p.driver(t, newDriver).Subscribe(newRecorder())
+	t.Cleanup(func() { _ = sub.Close() })
+	first := key(t, "channel")
+	if err := sub.Subscribe(testCtx(t), first); err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+
+	defer srv.Resume()
+	p.stopServerWhileReplacing(t)
+	for _, call := range []struct {
+		name string
+		do   func(context.Context) error
+	}{
+		{"Subscribe", func(ctx context.Context) error { return sub.Subscribe(ctx, key(t, "another")) }},
+		{"Unsubscribe", func(ctx context.Context) error { return sub.Unsubscribe(ctx, first) }},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		start := time.Now()
+		err := call.do(ctx)
+		elapsed := time.Since(start)
+		cancel()
+		if elapsed >= releaseTimeout {
+			t.Errorf("%s with a %v deadline took %v (%v) with the server stopped mid-subscription; want it back at its deadline",
+				call.name, callTimeout, elapsed, err)
+		}
+		if call.name == "Subscribe" && err == nil {
+			t.Errorf("Subscribe with the server stopped: nil error; want one (the server cannot have confirmed it)")
+		}
 	}
 }
 

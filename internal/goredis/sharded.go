@@ -148,7 +148,8 @@ type shardedSubscription struct {
 type shardConn struct {
 	addr string
 	ps   *redis.PubSub
-	dead bool // broken or closed: its channels go elsewhere (guarded by mu)
+	send sendGate // orders SSUBSCRIBE and SUNSUBSCRIBE, respecting contexts
+	dead bool     // broken or closed: its channels go elsewhere (guarded by mu)
 }
 
 // shardEvent is what a connection's reader tells the manager: the
@@ -268,7 +269,7 @@ func (s *shardedSubscription) place(ctx context.Context, channels []string) erro
 	for addr, g := range groups {
 		conn := s.conns[addr]
 		if conn == nil {
-			conn = &shardConn{addr: addr, ps: g.node.SSubscribe(context.Background())}
+			conn = &shardConn{addr: addr, ps: g.node.SSubscribe(context.Background()), send: newSendGate()}
 			s.conns[addr] = conn
 			go s.read(conn)
 		}
@@ -288,8 +289,14 @@ func (s *shardedSubscription) place(ctx context.Context, channels []string) erro
 	s.mu.Unlock()
 	var first error
 	for _, sd := range sends {
-		if err := sd.conn.ps.SSubscribe(ctx, sd.chs...); err != nil {
-			s.report(shardEvent{conn: sd.conn})
+		ps, chs := sd.conn.ps, sd.chs
+		err := sd.conn.send.do(ctx, s.stop, func(ctx context.Context) error { return ps.SSubscribe(ctx, chs...) })
+		if err != nil {
+			if ctx.Err() == nil && err != errClosed {
+				// The connection failed (a caller that left, or Close,
+				// tells nothing about it): the manager replaces it.
+				s.report(shardEvent{conn: sd.conn})
+			}
 			if first == nil {
 				first = err
 			}
@@ -317,7 +324,8 @@ func (s *shardedSubscription) Unsubscribe(ctx context.Context, channels ...strin
 	s.mu.Unlock()
 	var first error
 	for k, chs := range groups {
-		if err := k.conn.ps.SUnsubscribe(ctx, chs...); err != nil && first == nil {
+		ps, chs := k.conn.ps, chs
+		if err := k.conn.send.do(ctx, s.stop, func(ctx context.Context) error { return ps.SUnsubscribe(ctx, chs...) }); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -491,7 +499,11 @@ func (s *shardedSubscription) collect() map[string]lost {
 	}
 	s.mu.Unlock()
 	for _, c := range closing {
-		_ = c.ps.Close()
+		// In a goroutine of its own, as in Close: PubSub.Close waits for
+		// the PubSub's lock, which its reader holds while it reconnects
+		// (up to the client's dial and read timeouts), and the manager
+		// must meanwhile place the other channels lost.
+		go func(ps *redis.PubSub) { _ = ps.Close() }(c.ps)
 	}
 	return out
 }

@@ -97,6 +97,28 @@ func TestShardedSubscriptionClosesWhileTheMasterStops(t *testing.T) {
 		t.Fatalf("the subscription did not dial %s again within 10 s", master.Addr())
 	}
 
+	// Meanwhile a caller's Subscribe (a channel of the same slot) and
+	// Unsubscribe return at their deadline, not when go-redis gives up on
+	// the reconnection, which holds the PubSub's lock.
+	for _, call := range []struct {
+		name string
+		do   func(context.Context) error
+	}{
+		{"Subscribe", func(ctx context.Context) error { return sub.Subscribe(ctx, ch+"2") }},
+		{"Unsubscribe", func(ctx context.Context) error { return sub.Unsubscribe(ctx, ch) }},
+	} {
+		const deadline = 200 * time.Millisecond
+		cctx, ccancel := context.WithTimeout(context.Background(), deadline)
+		start := time.Now()
+		err := call.do(cctx)
+		elapsed := time.Since(start)
+		ccancel()
+		if elapsed >= time.Second {
+			t.Errorf("%s with a %v deadline took %v (%v) with the master stopped mid-reconnection; want it back at its deadline",
+				call.name, deadline, elapsed, err)
+		}
+	}
+
 	start := time.Now()
 	if err := sub.Close(); err != nil {
 		t.Errorf("Close: %v", err)

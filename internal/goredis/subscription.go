@@ -39,6 +39,7 @@ func newSubscription(rdb Client, h driver.Handler) *subscription {
 		cancel:   cancel,
 		channels: make(map[string]struct{}),
 		waiting:  confirm.Waiters{},
+		send:     newSendGate(),
 		stop:     make(chan struct{}),
 	}
 }
@@ -73,6 +74,10 @@ type subscription struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	// send orders the callers' SUBSCRIBE and UNSUBSCRIBE calls and keeps
+	// their contexts in force while a reconnection holds the PubSub.
+	send sendGate
+
 	mu       sync.Mutex
 	ps       *redis.PubSub // swapped by the loop only
 	channels map[string]struct{}
@@ -102,7 +107,7 @@ func (s *subscription) Subscribe(ctx context.Context, channels ...string) error 
 	ps := s.ps
 	s.mu.Unlock()
 
-	if err := ps.Subscribe(ctx, channels...); err != nil {
+	if err := s.send.do(ctx, s.stop, func(ctx context.Context) error { return ps.Subscribe(ctx, channels...) }); err != nil {
 		s.forget(channels, confirmed)
 		return err
 	}
@@ -142,7 +147,7 @@ func (s *subscription) Unsubscribe(ctx context.Context, channels ...string) erro
 	if ps == nil {
 		return nil
 	}
-	return ps.Unsubscribe(ctx, channels...)
+	return s.send.do(ctx, s.stop, func(ctx context.Context) error { return ps.Unsubscribe(ctx, channels...) })
 }
 
 // Close implements driver.Subscription. From its start no Handler method is

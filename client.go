@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"reflect"
 	"sync"
 	"time"
 
@@ -92,14 +93,16 @@ func NewWithDriver(d driver.Driver, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
+// isNilClient reports whether rdb is nil, or a nil pointer (or other nil
+// reference) of any type, such as a wrapper that adds hooks: its methods
+// would panic at the first command.
 func isNilClient(rdb RedisClient) bool {
-	switch c := rdb.(type) {
-	case nil:
+	if rdb == nil {
 		return true
-	case *redis.Client:
-		return c == nil
-	case *redis.ClusterClient:
-		return c == nil
+	}
+	switch v := reflect.ValueOf(rdb); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return v.IsNil()
 	}
 	return false
 }

@@ -172,9 +172,11 @@ func conflictDetail(msg string) string {
 
 // isTransient reports whether err is worth retrying while a Lock waits:
 // connection failures and the replies a server gives while it loads data,
-// fails over or reshards. Other error replies are permanent.
+// fails over or reshards. Other error replies are permanent, and so is a
+// closed Redis client.
 func isTransient(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrReplicaAck) {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrReplicaAck) ||
+		errors.Is(err, driver.ErrClientClosed) {
 		return false
 	}
 	var rerr *driver.ReplyError

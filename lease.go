@@ -281,9 +281,11 @@ func (l *Lease) observeRelease(ctx context.Context, err error) {
 
 // Extend sets the lock's remaining time to ttl (between MinTTL and MaxTTL)
 // and makes ttl the lease's TTL for later renewals; under WithMaxHold, the
-// key still expires at the hold's end, ttl or not. It returns ErrNotHeld if
-// the lock is no longer the lease's (the lease is then lost); it never
-// re-creates an expired key.
+// key still expires at the hold's end, ttl or not. A renewal or another
+// Extend of the lease in flight goes first: Extend waits for it, as long as
+// ctx allows (then the error matches ctx's). It returns ErrNotHeld if the
+// lock is no longer the lease's, or when the WithMaxHold cap is less than
+// MinTTL away (the lease is then lost); it never re-creates an expired key.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	name := l.Name()
 	if err := checkTTL(ttl); err != nil {
@@ -296,21 +298,48 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return l.parent.Extend(ctx, ttl)
 	}
 	wd := l.wd
-	start := time.Now()
 	wd.mu.Lock()
+	// One request that sets the key's expiry at a time, per lease: a
+	// renewal of the watchdog's or another Extend in flight goes first.
+	// Requests on the wire together may reach Redis in either order, and
+	// the later one's expiry is the key's, whichever this process heard
+	// back from last: a renewal for the old TTL landing after an Extend for
+	// a longer one would shorten the key under a lease that counts on the
+	// longer validity (docs/design.md, "One expiry request at a time").
+	for l.renewing != nil && l.usableLocked() == nil {
+		inFlight := l.renewing
+		wd.mu.Unlock()
+		select {
+		case <-inFlight:
+		case <-ctx.Done():
+			return errorf("dlock: Extend %q: waiting for the renewal in flight: %w", name, ctx.Err())
+		}
+		wd.mu.Lock()
+	}
 	if err := l.usableLocked(); err != nil {
 		wd.mu.Unlock()
 		return errorf("dlock: Extend %q: %w", name, err)
 	}
+	start := time.Now()
 	px := l.cappedLocked(ttl, start)
-	wd.mu.Unlock()
 	if px < MinTTL {
+		// The key expires within MinTTL, and nothing may renew it: the
+		// lease ends now rather than at a deadline moments away.
+		lost := wd.loseLocked(l, "the maximum hold time (WithMaxHold) was reached")
+		wd.mu.Unlock()
+		runLossFuncs(lost, l)
 		return errorf("dlock: Extend %q: %w: the maximum hold time (WithMaxHold) is reached", name, ErrNotHeld)
 	}
+	inFlight := make(chan struct{})
+	l.renewing = inFlight
+	wd.rescheduleLocked(l) // no renewal while this one is in flight
+	wd.mu.Unlock()
 
 	err := l.renewHold(ctx, px)
 
 	wd.mu.Lock()
+	close(inFlight)
+	l.renewing = nil
 	var lost []func(error)
 	switch {
 	case err == nil:
@@ -354,6 +383,11 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 		return d, nil
 	case errors.Is(err, ErrNotHeld):
 		wd.mu.Lock()
+		if l.state != leaseHeld {
+			// An Unlock released it meanwhile: not a loss.
+			wd.mu.Unlock()
+			return 0, errorf("dlock: TTL %q: %w", name, errReleased)
+		}
 		lost := wd.loseLocked(l, "TTL found the key gone or held by another owner")
 		wd.mu.Unlock()
 		runLossFuncs(lost, l)
@@ -437,7 +471,8 @@ func (l *Lease) distrustLocked(from time.Time, px time.Duration) {
 
 // applyValidityLocked records that the server granted or renewed the key for
 // px, by a request sent at from. A result older than the one in force is
-// ignored, so a slow renewal cannot overwrite a newer Extend.
+// ignored. (Renewals and Extends of a lease are never in flight together,
+// see Extend, so their results come back in the order they were applied.)
 func (l *Lease) applyValidityLocked(from time.Time, px time.Duration) {
 	if from.Before(l.validFrom) {
 		return

@@ -72,8 +72,8 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 // the error matches both ErrNotObtained and ctx's error, and the waiter has
 // left the queue. Failures to reach Redis are retried while ctx allows (the
 // last one is part of the final error); other errors are returned at once:
-// ErrInvalidArgument, ErrKeyConflict, ErrClosed. The caller must Unlock the
-// returned Lease.
+// ErrInvalidArgument, ErrKeyConflict, ErrClosed, and a closed Redis client
+// (driver.ErrClientClosed). The caller must Unlock the returned Lease.
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	if m.err != nil {
 		return nil, m.err

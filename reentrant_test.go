@@ -421,9 +421,9 @@ func TestReentrantConcurrentLastReleasesWaitForTheRenewal(t *testing.T) {
 }
 
 // clientWithHeldRenewals returns a Client with a TTL of 300 ms whose
-// go-redis client carries a heldRenewals hook, the scripts loaded first so
+// go-redis client carries a heldRenewals hook (and opts), the scripts loaded first so
 // that the order the hook records has no EVAL fallbacks in it.
-func clientWithHeldRenewals(t *testing.T, ctx context.Context) (*dlock.Client, *heldRenewals) {
+func clientWithHeldRenewals(t *testing.T, ctx context.Context, opts ...dlock.Option) (*dlock.Client, *heldRenewals) {
 	t.Helper()
 	srv := redistest.Shared(t)
 	warm, err := newClient(t, srv).ReentrantMutex(t.Name() + "-warm").Lock(ctx)
@@ -443,7 +443,7 @@ func clientWithHeldRenewals(t *testing.T, ctx context.Context) (*dlock.Client, *
 		releaseStarted: make(chan struct{}, 1), releaseResume: make(chan struct{}),
 	}
 	rdb.AddHook(hook)
-	c, err := dlock.New(rdb, dlock.WithTTL(300*time.Millisecond))
+	c, err := dlock.New(rdb, append([]dlock.Option{dlock.WithTTL(300 * time.Millisecond)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

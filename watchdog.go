@@ -419,12 +419,28 @@ func (e *renewalPendingError) Unwrap() error { return e.err }
 func (w *watchdog) resume(l *Lease) {
 	w.mu.Lock()
 	l.state = leaseHeld
-	if l.err == nil && !w.closed && l.heapIndex < 0 {
-		l.eventAt = l.nextEventLocked()
-		heap.Push(&w.leases, l)
-	}
+	funcs := w.watchAgainLocked(l)
 	w.mu.Unlock()
+	runLossFuncs(funcs, l)
 	w.poke()
+}
+
+// watchAgainLocked puts a held lease that Unlock or Downgrade took from the
+// watchdog back under its watch; after close, which declared every lease it
+// watched lost, it declares this one lost too, since nothing will renew it
+// or close its Done at its deadline. It returns the loss callbacks to run
+// after w.mu is released. Nested holds of a reentrant lock are never
+// watched: their parent is.
+func (w *watchdog) watchAgainLocked(l *Lease) []func(error) {
+	switch {
+	case l.err != nil || l.parent != nil || l.heapIndex >= 0:
+		return nil
+	case w.closed:
+		return w.loseLocked(l, "the client was closed, so nothing renews it")
+	}
+	l.eventAt = l.nextEventLocked()
+	heap.Push(&w.leases, l)
+	return nil
 }
 
 // endUnlock records the outcome of the release. After a failed release the
@@ -444,11 +460,8 @@ func (w *watchdog) endUnlock(l *Lease, err error) {
 		l.state = leaseHeld
 		l.autoRenew = false
 		l.nextRenew = time.Time{}
-		if l.err == nil && !w.closed && l.parent == nil {
-			l.eventAt = l.nextEventLocked()
-			heap.Push(&w.leases, l)
-			defer w.poke() // its deadline may now come first
-		}
+		funcs = w.watchAgainLocked(l)
+		defer w.poke() // its deadline may now come first
 	}
 	w.mu.Unlock()
 	runLossFuncs(funcs, l)

@@ -11,8 +11,17 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"time"
 )
+
+// ErrClientClosed marks a failure because the client library's client was
+// closed: nothing sent through it can succeed again, so a waiting Lock
+// returns it at once instead of retrying until its context ends. A Driver
+// wraps the library's own error with it (fmt.Errorf("%w: %w",
+// ErrClientClosed, err)) when the library tells a closed client apart from
+// a connection that failed.
+var ErrClientClosed = errors.New("the Redis client is closed")
 
 // Script is a Lua script identified by the SHA1 of its source, which is how
 // Redis names it in EVALSHA. A Script is immutable and safe for concurrent use.

@@ -231,6 +231,9 @@ func normalize(res any, err error) (any, error) {
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
+	if errors.Is(err, redis.ErrClosed) {
+		return nil, fmt.Errorf("%w: %w", driver.ErrClientClosed, err)
+	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) && !isNetworkError(err) {
 		return nil, &driver.ReplyError{Msg: err.Error(), Err: err}

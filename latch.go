@@ -32,6 +32,13 @@ const maxLatchCount = 1<<53 - 1
 // 10,000 times a second holds about 80 MB.
 const latchCallMemory = time.Minute
 
+// minLatchRoundGrace is the least time a latch's round record
+// (latch_lib.lua) outlives its count. A waiter looks again when the count it
+// saw would expire, up to a tenth of that later (lookAgainIn) and a round
+// trip more; the record lasts a further TTL, and at least this long, so
+// that look still finds how the count ended.
+const minLatchRoundGrace = time.Minute
+
 // Latch is a distributed count-down latch: TrySetCount sets a count, each
 // CountDown decrements it, and Wait returns once it reaches zero, in every
 // process that uses the same name on the same Redis. Get one from
@@ -45,9 +52,13 @@ const latchCallMemory = time.Minute
 // remembers the calls of the last minute). An expired latch reads as zero,
 // and ends with ErrLatchExpired the waits that saw it counting, so choose a
 // TTL longer than the longest gap between count-downs. The last CountDown
-// deletes the key and wakes the waiters through the Client's shared
-// subscription; waiters also check the count every WithWaiterLease/3 and
-// when the key would expire, so a lost message costs latency, never a hang.
+// deletes the key, records that the count reached zero, and wakes the
+// waiters through the Client's shared subscription; waiters also check the
+// latch every WithWaiterLease/3 and when the key would expire, so a lost
+// message costs latency, never a hang. A waiter whose count reached zero
+// returns nil even when TrySetCount has set the next count by the time it
+// looks: another key numbers the counts that reached zero, and lives a TTL
+// (at least a minute) longer than the count.
 type Latch struct {
 	c    *Client
 	name string
@@ -111,8 +122,8 @@ func (l *Latch) TrySetCount(ctx context.Context, n int64) (bool, error) {
 	}
 	call := &driver.Call{
 		Script: scripts.LatchTrySet,
-		Keys:   []string{l.key, l.callsKey(), l.zeroKey()},
-		Args:   []any{n, l.ttl.Milliseconds(), id, latchCallMemory.Milliseconds()},
+		Keys:   []string{l.key, l.callsKey(), l.zeroKey(), l.roundKey()},
+		Args:   []any{n, l.ttl.Milliseconds(), id, latchCallMemory.Milliseconds(), l.roundKeep().Milliseconds()},
 	}
 	l.runOnce(ctx, call)
 	if call.Err != nil {
@@ -126,8 +137,9 @@ func (l *Latch) TrySetCount(ctx context.Context, n int64) (bool, error) {
 }
 
 // CountDown decrements the count and renews the latch's TTL. When the count
-// reaches zero the latch is deleted and every waiter, in every process, is
-// woken. Counting down a latch at zero does nothing and returns nil. It
+// reaches zero the latch is deleted, and every waiter, in every process, is
+// woken and returns nil, even if a TrySetCount sets a new count at once.
+// Counting down a latch at zero does nothing and returns nil. It
 // returns ErrInvalidArgument for an invalid latch, ErrKeyConflict,
 // ErrClosed, or the failure to reach Redis (the count may then have been
 // decremented or not).
@@ -141,8 +153,9 @@ func (l *Latch) CountDown(ctx context.Context) error {
 	}
 	call := &driver.Call{
 		Script: scripts.LatchCountDown,
-		Keys:   []string{l.key, l.callsKey(), l.zeroKey()},
-		Args:   []any{l.ttl.Milliseconds(), l.c.drv.PublishCommand(), l.key, id, latchCallMemory.Milliseconds()},
+		Keys:   []string{l.key, l.callsKey(), l.zeroKey(), l.roundKey()},
+		Args: []any{l.ttl.Milliseconds(), l.c.drv.PublishCommand(), l.key, id, latchCallMemory.Milliseconds(),
+			l.roundKeep().Milliseconds()},
 	}
 	l.runOnce(ctx, call)
 	if call.Err != nil {
@@ -161,6 +174,13 @@ func (l *Latch) callsKey() string { return l.key + ":calls" }
 // (latch_lib.lua).
 func (l *Latch) zeroKey() string { return l.key + ":zero" }
 
+// roundKey is the key of the latch's round record (latch_lib.lua).
+func (l *Latch) roundKey() string { return l.key + ":round" }
+
+// roundKeep is how long the round record lives after a change: the latch's
+// TTL plus that TTL again or minLatchRoundGrace, whichever is longer.
+func (l *Latch) roundKeep() time.Duration { return l.ttl + max(l.ttl, minLatchRoundGrace) }
+
 // runOnce runs a call that changes the latch, within latchCallMemory, so
 // that no copy of it the Redis client sends again can arrive after the
 // latch forgot it.
@@ -177,19 +197,22 @@ func (l *Latch) Count(ctx context.Context) (int64, error) {
 	if err := l.usable(); err != nil {
 		return 0, err
 	}
-	n, _, _, err := l.read(ctx)
+	s, err := l.read(ctx)
 	if err != nil {
 		return 0, redisError("Count", l.name, err)
 	}
-	return n, nil
+	return s.n, nil
 }
 
 // Wait returns nil once the count is zero (at once if it already is),
-// waiting as long as ctx allows. A latch that Wait saw counting and that
-// then expired, rather than being counted down to zero, ends the wait with
-// ErrLatchExpired: whatever it counted did not all happen. (A latch read
-// for the first time at zero, never set or expired, returns nil: the latch
-// cannot tell those apart.) When ctx ends first, the error matches both
+// waiting as long as ctx allows. Once the count Wait saw reached zero, it
+// returns nil even if a TrySetCount has set a new count since (when an
+// older dlock counted it down, only if this version's TrySetCount set the
+// new one). A latch that Wait saw counting and that then expired, rather
+// than being counted down to zero, ends the wait with ErrLatchExpired, even
+// if a new count was set since: whatever it counted did not all happen. (A
+// latch read for the first time at zero, never set or expired, returns nil:
+// the latch cannot tell those apart.) When ctx ends first, the error matches both
 // ErrNotObtained (what was waited for was not obtained, as for a lock) and
 // ctx's error. Failures to reach Redis are retried while ctx allows (the last
 // one is part of the final error); other errors are returned at once:
@@ -210,7 +233,8 @@ func (l *Latch) Wait(ctx context.Context) error {
 	}
 	var (
 		began    = time.Now()
-		lastSeen int64 // the last count above zero read, 0 before any
+		lastSeen int64      // the last count above zero read, 0 before any
+		seen     latchRound // the round of that count
 		expired  bool
 	)
 	_, _, err = l.c.waitFor(ctx, &l.cfg, waitSpec{
@@ -219,20 +243,32 @@ func (l *Latch) Wait(ctx context.Context) error {
 		channel: l.key,
 		owner:   owner,
 		attempt: func(ctx context.Context) (attemptResult, error) {
-			n, pttl, zeroed, err := l.read(ctx)
+			s, err := l.read(ctx)
 			if err != nil {
 				return attemptResult{}, err
 			}
-			if n > 0 {
-				lastSeen = n
+			if lastSeen > 0 {
+				// The count seen may have ended, and a new one begun,
+				// since the last look: the round record tells.
+				if end := seen.end(s.round); end != roundUnknown {
+					expired = end == roundExpired
+					return attemptResult{granted: true}, nil
+				}
+			}
+			if s.n > 0 {
+				if lastSeen == 0 || s.round.epoch != seen.epoch {
+					seen = s.round
+				}
+				lastSeen = s.n
+				// pttl makes the wait look again when the latch would
+				// expire.
+				return attemptResult{pttl: s.pttl}, nil
 			}
 			// Seen counting, now gone, and no CountDown took it to
 			// zero: it expired. (The mark of a count-down lasts the
 			// latch's TTL, as long as the count itself would have.)
-			expired = n == 0 && lastSeen > 0 && !zeroed
-			// pttl makes the wait look again when the latch would
-			// expire.
-			return attemptResult{granted: n == 0, pttl: pttl}, nil
+			expired = lastSeen > 0 && !s.zeroed
+			return attemptResult{granted: true}, nil
 		},
 	})
 	var e *notObtainedError
@@ -255,17 +291,65 @@ func (l *Latch) usable() error {
 	return l.c.checkOpen("Latch", l.name)
 }
 
-// read runs latch_count: the count, the key's remaining time, and at zero
-// whether a CountDown took it there.
-func (l *Latch) read(ctx context.Context) (n int64, pttl time.Duration, zeroed bool, err error) {
-	call := &driver.Call{Script: scripts.LatchCount, Keys: []string{l.key, l.zeroKey()}}
+// latchState is what latch_count read.
+type latchState struct {
+	n      int64         // the count
+	pttl   time.Duration // the count's remaining time, 0 at zero
+	zeroed bool          // at zero: the zero mark is there
+	round  latchRound
+}
+
+// latchRound is a latch's round record (latch_lib.lua), all zero when there
+// is none.
+type latchRound struct {
+	epoch, zeros         int64
+	prevEpoch, prevZeros int64
+}
+
+// roundEnd is how a count seen running ended, as far as a round record tells.
+type roundEnd int
+
+const (
+	roundUnknown roundEnd = iota // not ended, or the record cannot tell
+	roundZeroed                  // a CountDown took it to zero
+	roundExpired                 // it expired
+)
+
+// end tells how the count that was running when r was read has ended, from
+// now, a record read since. Within an epoch every count ended at zero, and
+// the one that begins the next epoch keeps the last one's zeros. A record
+// begun after the count was seen (an older dlock set it, or the record
+// lapsed), or two epochs on, cannot tell.
+func (r latchRound) end(now latchRound) roundEnd {
+	switch {
+	case r.epoch == 0:
+		return roundUnknown
+	case now.epoch == r.epoch && now.zeros > r.zeros:
+		return roundZeroed
+	case now.epoch == r.epoch:
+		return roundUnknown
+	case now.prevEpoch != r.epoch:
+		return roundUnknown
+	case now.prevZeros > r.zeros:
+		return roundZeroed
+	}
+	return roundExpired
+}
+
+// read runs latch_count: the count, the key's remaining time, at zero
+// whether a CountDown took it there, and the round record.
+func (l *Latch) read(ctx context.Context) (latchState, error) {
+	call := &driver.Call{Script: scripts.LatchCount, Keys: []string{l.key, l.zeroKey(), l.roundKey()}}
 	l.c.drv.Run(ctx, call)
 	if call.Err != nil {
-		return 0, 0, false, call.Err
+		return latchState{}, call.Err
 	}
-	v, err := replyInts(call.Reply, 3)
+	v, err := replyInts(call.Reply, 7)
 	if err != nil {
-		return 0, 0, false, err
+		return latchState{}, err
 	}
-	return v[0], ms(v[1]), v[2] == 1, nil
+	return latchState{
+		n: v[0], pttl: ms(v[1]), zeroed: v[2] == 1,
+		round: latchRound{epoch: v[3], zeros: v[4], prevEpoch: v[5], prevZeros: v[6]},
+	}, nil
 }

@@ -1,20 +1,29 @@
--- latch_count_down.lua: decrement a latch's count; at zero, delete it and
--- wake its waiters. Counting down a latch at zero does nothing, and so does
--- a call sent again that already counted (see latch_lib.lua).
--- KEYS: 1 latch, 2 its calls, 3 its zero mark (see latch_lib.lua)
--- ARGV: 1 ttl ms, 2 publish command, 3 channel, 4 call id, 5 call memory ms
+-- latch_count_down.lua: decrement a latch's count; at zero, delete it, count
+-- the round as ended at zero and wake its waiters. Counting down a latch at
+-- zero does nothing, and so does a call sent again that already counted
+-- (see latch_lib.lua).
+-- KEYS: 1 latch, 2 its calls, 3 its zero mark, 4 its round (see latch_lib.lua)
+-- ARGV: 1 ttl ms, 2 publish command, 3 channel, 4 call id, 5 call memory ms,
+--       6 round keep ms
 -- Returns: the count after this call.
 local n = latch_count(KEYS[1])
 if n == 0 or latch_applied(KEYS[2], ARGV[4]) then
   return n
 end
 latch_remember(KEYS[2], ARGV[4], ARGV[5])
+-- None when an older dlock set the count, or the record lapsed: begin one.
+local r = latch_round(KEYS[4]) or latch_new_round(nil)
 if n == 1 then
   redis.call('DEL', KEYS[1])
   redis.call('SET', KEYS[3], '1', 'PX', ARGV[1]) -- counted down, not expired
+  r.zeros = r.zeros + 1
+  r.open = false
+  latch_save_round(KEYS[4], r, ARGV[6])
   -- Not a grant: the notifier wakes every waiter on the channel.
   redis.call(ARGV[2], ARGV[3], 'zero')
   return 0
 end
+r.open = true
+latch_save_round(KEYS[4], r, ARGV[6]) -- so it outlives the count
 redis.call('SET', KEYS[1], string.format('%.0f', n - 1), 'PX', ARGV[1])
 return n - 1

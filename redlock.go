@@ -304,7 +304,8 @@ func (m *RedlockMutex) Name() string { return m.name }
 // returns when a quorum has granted it, or when every node has answered or
 // the node timeout has passed. When it returns without a Lease, the nodes
 // that granted their share have released it again (nodes that did not
-// answer are sent a release in the background). It returns:
+// answer are sent a release in the background, once their request has
+// returned). It returns:
 //   - an error matching ErrNotObtained when another owner holds the lock on
 //     enough nodes that no quorum is left for us;
 //   - ErrQuorum when fewer than a quorum of the nodes answered (down,
@@ -434,6 +435,14 @@ func (m *RedlockMutex) lock(ctx context.Context) (lease *Lease, err error) {
 			case res.permanent:
 				return nil, res.err
 			}
+			if res.spent {
+				// A give-back of that attempt may still be on its way to
+				// a node: as the same owner, the next attempt's share
+				// there could be deleted after its grant (see attempt).
+				if owner, err = newOwner(m.cfg.ownerInfo); err != nil {
+					return nil, err
+				}
+			}
 			holderTTL, last = res.holderTTL, res.err
 			var nerr *notObtainedError
 			if errors.As(res.err, &nerr) {
@@ -521,6 +530,9 @@ type acquireResult struct {
 	holderTTL time.Duration
 	permanent bool
 	held      int // the most nodes one other owner holds
+	// spent: a give-back of the attempt may still reach a node, at any
+	// time; the attempt's owner value must not be used again.
+	spent bool
 }
 
 // acquireVerdict is what one attempt's tally means.
@@ -641,24 +653,27 @@ func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireRes
 		// here: their errors are made only for an attempt that failed.
 		return acquireResult{hold: hold, start: start, px: px}
 	}
-	// Not granted: give back our share on every node that may hold it, after
-	// the requests still running there have ended, so the release cannot
-	// overtake them. A Lock that goes on must wait for that: it asks again
-	// as the same owner, and a share given back late would undo the next
-	// attempt's. A call whose ctx has ended never uses owner again, so it
-	// returns at its deadline and leaves the giving back to the background
-	// (Close waits for it); unreachable nodes would otherwise hold it up to a
-	// node timeout, more when their client retries dialling.
+	// Not granted: give back our share on every node that may hold it. A
+	// request the fan-out stopped waiting for may still reach its node long
+	// after: the driver's batching sends pipelines without a deadline (one
+	// waits for a node that is down until the node is back), and bytes may
+	// be stuck in the network. So the give-back to such a node follows its
+	// request's return (giveBack), lest the grant land after it and stay;
+	// and while a give-back may still be on its way, the owner value is
+	// spent: a Lock that goes on asks as another owner, since a late
+	// give-back would delete the next attempt's share after its grant (a
+	// lease that holds fewer nodes than it counts, and two holders). A call
+	// whose ctx has ended never uses owner again, so it returns now and
+	// leaves the giving back to the background (Close waits for it).
 	res := acquireResult{start: start}
-	giveBack := func() { hold.releaseShares(ctx, owner, release, grantedBy) }
 	if ctx.Err() != nil || !hold.awaitSettledUnless(ctx.Done()) {
 		r.workers.Go(func() {
 			hold.awaitSettled()
-			giveBack()
+			hold.giveBack(ctx, owner, release, replies, grantedBy)
 		})
 		return res
 	}
-	giveBack()
+	res.spent = !hold.giveBack(ctx, owner, release, replies, grantedBy)
 	if ctx.Err() != nil {
 		return res
 	}
@@ -731,7 +746,9 @@ func parseAcquire(reply any) (granted bool, holderTTL time.Duration, holder stri
 type redlockHold struct {
 	m *RedlockMutex
 	// settled closes when every request of the acquisition has returned;
-	// none runs past deadline (as far as the client honours deadlines).
+	// none runs past deadline unless the node's client ignores deadlines
+	// or the driver's batching sent it in a pipeline, which has none (see
+	// attempt).
 	settled  <-chan struct{}
 	deadline time.Time
 	handoffs int // local hand-offs in a row that led to it (redlock_handoff.go)
@@ -868,17 +885,56 @@ func (m *RedlockMutex) releaseVerdict(t releaseTally) error {
 	return fmt.Errorf("%w: released on %d of %d nodes; the others may still hold a quorum: %w", ErrQuorum, t.released, n, t.failed)
 }
 
-// releaseShares gives back a failed acquisition's shares on the nodes in
-// which, detached from ctx's cancellation. It waits until the nodes that
-// granted their share have answered; releases sent to nodes that failed the
-// acquisition go on in the background (they are unreachable, or too slow to
-// matter), bounded by the node timeout alone: a context ending when this
-// returns would cancel them. What it cannot reach expires by its TTL.
-func (h *redlockHold) releaseShares(ctx context.Context, owner string, which, granted []bool) {
+// giveBack gives back a failed acquisition's shares for owner on the nodes
+// in which, detached from ctx's cancellation. replies are the acquisition's
+// replies as its fan-out returned them. On a node whose request had
+// returned then, or on every node when all requests have returned since,
+// the release goes now: giveBack waits until the nodes that granted their
+// share (granted) have answered, and the others' releases go on in the
+// background (they are unreachable, or too slow to matter). On a node whose
+// request was still running, the release goes in the background once every
+// request of the acquisition has returned, however long its client takes
+// (or when the Redlock closes): sent before, it could reach the node ahead
+// of a grant still on its way there, which would then stay until its TTL.
+// Each release is bounded by the node timeout alone; what it cannot reach
+// expires by its TTL.
+//
+// It reports whether every release answered. Otherwise one may still reach
+// its node at any later time, and the caller must not use owner again.
+func (h *redlockHold) giveBack(ctx context.Context, owner string, which []bool, replies []nodeReply, granted []bool) (answered bool) {
 	m := h.m
 	some := countTrue(which)
 	if some == 0 {
-		return
+		return true
+	}
+	// Waiters wait only for an owner seen on a quorum of the nodes (see
+	// redlock_wait.go): tell them only when these shares may be as many.
+	tell := some >= quorum(len(m.r.nodes))
+	ctx = context.WithoutCancel(ctx)
+	now, later := which, []bool(nil)
+	select {
+	case <-h.settled:
+	default:
+		for i, set := range which {
+			if set && !replies[i].done {
+				if later == nil {
+					now, later = append([]bool(nil), which...), make([]bool, len(which))
+				}
+				now[i], later[i] = false, true
+			}
+		}
+	}
+	if later != nil {
+		m.r.workers.Go(func() {
+			select {
+			case <-h.settled:
+			case <-m.r.closed:
+			}
+			m.releaseOn(ctx, owner, later, tell, nil, nil)
+		})
+	}
+	if countTrue(now) == 0 {
+		return false // all later
 	}
 	enough := func(replies []nodeReply) bool {
 		for i, rep := range replies {
@@ -888,13 +944,12 @@ func (h *redlockHold) releaseShares(ctx context.Context, owner string, which, gr
 		}
 		return true
 	}
-	// Waiters wait only for an owner seen on a quorum of the nodes (see
-	// redlock_wait.go): tell them only when these shares may be as many.
-	tell := some >= quorum(len(m.r.nodes))
-	if t := m.releaseOn(context.WithoutCancel(ctx), owner, which, tell, enough, nil); len(t.failed) > 0 {
+	t := m.releaseOn(ctx, owner, now, tell, enough, nil)
+	if len(t.failed) > 0 {
 		m.cfg.logger.Warn("dlock: could not release a failed Redlock acquisition on every node; the lock's key there expires by its TTL",
 			slog.String("lock", m.name), slog.Any("error", t.failed))
 	}
+	return later == nil && t.released+t.gone+t.resentGone == countTrue(now)
 }
 
 // countTrue counts the nodes set in a per-node mask.

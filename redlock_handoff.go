@@ -149,6 +149,6 @@ func (m *RedlockMutex) transfer(ctx context.Context, from, to string, handoffs i
 		return acquireResult{hold: hold, start: start, px: px}, moved, mayHold
 	}
 	hold.awaitSettled()
-	hold.releaseShares(ctx, to, mayHold, moved)
+	hold.giveBack(ctx, to, mayHold, replies, moved)
 	return acquireResult{start: start}, moved, mayHold
 }

@@ -269,3 +269,75 @@ func TestRedlockRenewalBoundedByValidity(t *testing.T) {
 	}
 	_ = l.Unlock(ctx)
 }
+
+// TestRedlockGiveBackFollowsItsRequest checks the order of a failed
+// acquisition's give-backs: on a node whose request has not returned, the
+// release waits for every request of the acquisition to return (a grant
+// still on its way would otherwise land after it and stay), and giveBack
+// reports the owner value spent; on nodes that answered, it goes at once.
+func TestRedlockGiveBackFollowsItsRequest(t *testing.T) {
+	servers := redistest.StartNodes(t, 3)
+	addrs := make([]string, len(servers))
+	for i, s := range servers {
+		addrs[i] = s.Addr()
+	}
+	r := newInternalRedlock(t, addrs, WithTTL(30*time.Second))
+	m := r.Mutex(t.Name())
+	ctx := context.Background()
+	owner, err := newOwner("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range servers {
+		s.Do(t, "SET", m.key, owner, "PX", "30000")
+	}
+	held := func(i int) bool { return servers[i].Do(t, "EXISTS", m.key) == int64(1) }
+
+	// Node 0 granted, node 1 answered with a transport error, node 2 has
+	// not answered yet.
+	settled := make(chan struct{})
+	h := &redlockHold{m: m, settled: settled, deadline: time.Now()}
+	which := []bool{true, true, true}
+	replies := []nodeReply{{done: true, reply: int64(1)}, {done: true, err: errors.New("reset")}, {}}
+	granted := []bool{true, false, false}
+	if h.giveBack(ctx, owner, which, replies, granted) {
+		t.Error("giveBack reported every release answered while one waits for its request")
+	}
+	if held(0) {
+		t.Error("node 0, which granted, still holds the share after giveBack returned")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for held(1) {
+		if time.Now().After(deadline) {
+			t.Fatal("node 1, which answered, still holds the share")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // the release to node 2 must not go yet
+	if !held(2) {
+		t.Fatal("node 2's share was given back before its request returned")
+	}
+	close(settled)
+	for held(2) {
+		if time.Now().After(deadline) {
+			t.Fatal("node 2's share was not given back once the requests had returned")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	// Every node answered: all given back at once, and the value may be
+	// used again.
+	for _, s := range servers {
+		s.Do(t, "SET", m.key, owner, "PX", "30000")
+	}
+	replies = []nodeReply{{done: true, reply: int64(1)}, {done: true, reply: int64(1)}, {done: true, reply: int64(1)}}
+	h = &redlockHold{m: m, settled: settled, deadline: time.Now()}
+	if !h.giveBack(ctx, owner, which, replies, which) {
+		t.Error("giveBack reported a release unanswered when every node answered")
+	}
+	for i := range servers {
+		if held(i) {
+			t.Errorf("node %d still holds the share", i)
+		}
+	}
+}

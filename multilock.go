@@ -27,6 +27,10 @@ import (
 // in a canonical order (sorted by name), queueing for each like Mutex.Lock
 // and keeping those it has. Since every MultiLock waits in the same order,
 // two of them can never deadlock, whatever order their names were given in.
+// Should a lock it keeps be lost meanwhile (force-released, or past its
+// validity while Redis cannot be reached), Lock stops waiting at once, gives
+// back the locks it holds and starts over from the first, under a fresh
+// owner id, so it never returns a lease any of whose locks is already lost.
 //
 // The one Lease of a MultiLock is lost when any of its locks is lost, and
 // then gives its other locks back by itself (except at Client.Close, which
@@ -99,7 +103,9 @@ func (m *MultiLock) TryLock(ctx context.Context) (*Lease, error) { return m.lock
 // Lock takes every lock, waiting as long as ctx allows. Failures to reach
 // Redis are retried meanwhile, as Mutex.Lock does. When ctx ends first, the
 // error matches ErrNotObtained and ctx's error, and every lock taken
-// meanwhile is released. The caller must Unlock the returned Lease.
+// meanwhile is released. A lock lost while Lock waits for the others is
+// taken again before Lock returns (see MultiLock). The caller must Unlock
+// the returned Lease.
 func (m *MultiLock) Lock(ctx context.Context) (*Lease, error) { return m.lock(ctx, true) }
 
 func (m *MultiLock) lock(ctx context.Context, wait bool) (*Lease, error) {
@@ -128,9 +134,17 @@ func (m *MultiLock) lockUnobserved(ctx context.Context, wait bool) (*Lease, erro
 	}
 	began := time.Now()
 	parts, unreachable, err := m.takeAtOnce(ctx, owner)
+	fresh := unreachable
 	switch {
 	case err == nil:
-		return m.combine(parts)
+		l := m.combine(parts)
+		if !wait || l.lossErr() == nil {
+			return l, nil
+		}
+		// A lock was lost before the lease was made (this process stalled
+		// past its validity), and the loss gave the others back: wait for
+		// them all, as a fresh owner, rather than return a lost lease.
+		fresh = true
 	case !wait:
 		return nil, err
 	case !errors.Is(err, ErrNotObtained) && !unreachable && ctx.Err() == nil:
@@ -140,34 +154,84 @@ func (m *MultiLock) lockUnobserved(ctx context.Context, wait bool) (*Lease, erro
 	// ctx allows, and report ctx's end as every Lock does): wait for each
 	// lock in turn, in canonical order.
 	first := err
-	if unreachable {
-		// The failed call may have run: its clean-up, in the background,
-		// releases whatever owner holds, so the waits must not take the
-		// locks as that owner.
-		if owner, err = newOwner(m.cfg.ownerInfo); err != nil {
-			return nil, err
+	for {
+		if fresh {
+			// The failed call may have run (or a lock held before was
+			// lost): its clean-up, in the background, releases whatever
+			// owner holds, so the waits must not take the locks as that
+			// owner.
+			if err := m.c.checkOpen("MultiLock", m.label); err != nil {
+				return nil, err
+			}
+			if owner, err = newOwner(m.cfg.ownerInfo); err != nil {
+				return nil, err
+			}
 		}
+		fresh = true
+		parts, err = m.waitEach(ctx, owner)
+		if err == nil {
+			l := m.combine(parts)
+			if l.lossErr() == nil {
+				return l, nil
+			}
+			// Lost between the last wait and combine, which released the
+			// other locks: wait for them all again.
+			err = errPartLost
+		}
+		if errors.Is(err, errPartLost) {
+			m.cfg.logger.Debug("dlock: a lock the MultiLock had taken was lost while it waited for the others; waiting for them all again",
+				slog.String("lock", m.label))
+			continue
+		}
+		// The wait, as the caller sees it, began with the first attempt,
+		// and that attempt's failure to reach Redis is the last one known
+		// when no later attempt saw another.
+		var nerr *notObtainedError
+		if errors.As(err, &nerr) {
+			nerr.waited = time.Since(began)
+			if nerr.last == nil && unreachable {
+				nerr.last = first
+			}
+		}
+		return nil, err
 	}
-	parts = parts[:0]
+}
+
+// errPartLost ends a wait of waitEach whose locks taken so far are no longer
+// all held: one was lost (expired, or taken over) meanwhile.
+var errPartLost = errors.New("dlock: a lock the MultiLock had taken was lost while it waited for the others")
+
+// waitEach waits for each lock in turn, in canonical order, as owner,
+// keeping those it has. A lock it has taken may be lost meanwhile (force
+// released, or past its validity while Redis could not be reached): its
+// loss stops the wait at once, and waitEach releases the others and returns
+// errPartLost, so that Lock never returns a lease that does not hold every
+// lock; the caller waits again as a fresh owner, from the first lock, which
+// keeps the canonical order that makes MultiLocks deadlock-free. On any
+// error, nothing is held.
+func (m *MultiLock) waitEach(ctx context.Context, owner string) ([]*Lease, error) {
+	// Each call has its own wctx: a loss callback left on a lock of an
+	// earlier call (released, or lost) must not stop a later one's wait.
+	wctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	parts := make([]*Lease, 0, len(m.locks))
 	for _, mu := range m.locks {
-		l, err := m.c.acquireAs(ctx, mu, &mu.cfg, true, owner)
+		l, err := m.c.acquireAs(wctx, mu, &mu.cfg, true, owner)
+		if err == nil {
+			parts = append(parts, l)
+			l.onLoss(func(error) { stop(errPartLost) })
+		}
+		// A loss wins over whatever the wait returned: ctx's end, if it
+		// came too, is reported by the caller's next wait.
+		if errors.Is(context.Cause(wctx), errPartLost) {
+			err = errPartLost
+		}
 		if err != nil {
 			m.releaseAll(ctx, parts)
-			// The wait, as the caller sees it, began with the first
-			// attempt, and that attempt's failure to reach Redis is the
-			// last one known when no later attempt saw another.
-			var nerr *notObtainedError
-			if errors.As(err, &nerr) {
-				nerr.waited = time.Since(began)
-				if nerr.last == nil && unreachable {
-					nerr.last = first
-				}
-			}
 			return nil, err
 		}
-		parts = append(parts, l)
 	}
-	return m.combine(parts)
+	return parts, nil
 }
 
 // takeAtOnce takes every lock with one script per hash slot, in order,
@@ -294,8 +358,9 @@ func (m *MultiLock) releaseAll(ctx context.Context, parts []*Lease) error {
 	return joinErrors(errs...)
 }
 
-// combine makes the one Lease of the set from the leases of its locks.
-func (m *MultiLock) combine(parts []*Lease) (*Lease, error) {
+// combine makes the one Lease of the set from the leases of its locks. The
+// Lease is lost at once if one of them already was.
+func (m *MultiLock) combine(parts []*Lease) *Lease {
 	h := &multiHolder{m: m, parts: parts}
 	var token int64
 	for _, p := range parts {
@@ -321,7 +386,7 @@ func (m *MultiLock) combine(parts []*Lease) (*Lease, error) {
 			m.releaseRest(parts, p)
 		})
 	}
-	return l, nil
+	return l
 }
 
 // releaseRest releases, in the background, the locks of a MultiLock lease

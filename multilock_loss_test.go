@@ -1,0 +1,203 @@
+package dlock_test
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// multiLockResult is what a MultiLock.Lock run in a goroutine returned.
+type multiLockResult struct {
+	l   *dlock.Lease
+	err error
+}
+
+// lockInBackground runs ml.Lock(ctx) in a goroutine and delivers its result.
+func lockInBackground(ctx context.Context, ml *dlock.MultiLock) <-chan multiLockResult {
+	got := make(chan multiLockResult, 1)
+	go func() {
+		l, err := ml.Lock(ctx)
+		got <- multiLockResult{l, err}
+	}()
+	return got
+}
+
+// checkHoldsAll waits for Lock's result and checks that it is a lease that
+// holds every one of names, then unlocks it and checks that nothing is left.
+func checkHoldsAll(t *testing.T, srv *redistest.Server, got <-chan multiLockResult, names ...string) {
+	t.Helper()
+	ctx := testCtx(t)
+	var r multiLockResult
+	select {
+	case r = <-got:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Lock did not return once every lock was free")
+	}
+	if r.err != nil {
+		t.Fatalf("Lock: %v", r.err)
+	}
+	if err := r.l.Err(); err != nil {
+		t.Fatalf("Lock returned a nil error and a lease that was already over (Err = %v)", err)
+	}
+	rdb := srv.Client(t)
+	for _, name := range names {
+		if v := rdb.Get(ctx, lockKey(name)).Val(); v != dlock.LeaseOwner(r.l) {
+			t.Errorf("%s holds %q, not the returned lease's owner %q", name, v, dlock.LeaseOwner(r.l))
+		}
+	}
+	if err := r.l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	for _, name := range names {
+		waitFor(t, 10*time.Second, func() bool {
+			return rdb.Exists(ctx, lockKey(name), lockKey(name)+":q").Val() == 0
+		}, "nothing left of "+name+" after Unlock")
+	}
+}
+
+// A MultiLock.Lock holds "a" while it waits for "b"; an operator
+// force-releases "a" and Z takes it. Lock must notice the loss while it
+// waits, give back what it holds, leave b's queue and wait for "a" again (as
+// a fresh owner, from the first lock in canonical order), and return only a
+// lease that holds both locks: never, as it once did, a nil error with a
+// lease already lost while Z held "a".
+func TestMultiLockWaitRetakesALockLostMeanwhile(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx := testCtx(t)
+	// Unique names: the waits leave queue entries behind for a moment, and
+	// a rerun (-count) must not meet them.
+	p := t.Name() + ":" + dlock.NewOwnerID()[:8] + ":"
+	a, b := p+"a", p+"b"
+	c := newClient(t, srv, dlock.WithTTL(600*time.Millisecond))
+	x, z, op := newClient(t, srv), newClient(t, srv), newClient(t, srv)
+	rdb := srv.Client(t)
+
+	hb := mustLock(t, x, b)
+	got := lockInBackground(ctx, c.MultiLock(a, b))
+	var firstOwner string
+	waitFor(t, 10*time.Second, func() bool {
+		firstOwner = rdb.Get(ctx, lockKey(a)).Val()
+		return firstOwner != "" && rdb.ZCard(ctx, lockKey(b)+":q").Val() == 1
+	}, "the MultiLock to hold a and queue for b")
+
+	if n, err := op.ForceUnlock(ctx, a); err != nil || n != 1 {
+		t.Fatalf("ForceUnlock(a) = %d, %v", n, err)
+	}
+	za := mustLock(t, z, a)
+	// The renewal of "a" (every TTL/3) finds it gone; the wait for "b"
+	// ends there and then, and Lock queues for "a" behind Z as a fresh
+	// owner. (Not "b's queue is empty": a refresh of the old owner's place
+	// there, in flight when its wait ended, may land after the clean-up
+	// that removed it, and stays until its waiter lease ends.)
+	waitFor(t, 10*time.Second, func() bool {
+		q := rdb.ZRange(ctx, lockKey(a)+":q", 0, -1).Val()
+		return len(q) == 1 && q[0] != firstOwner && rdb.ZScore(ctx, lockKey(b)+":q", q[0]).Err() != nil
+	}, "the MultiLock to notice it lost a and queue for a again as a fresh owner")
+	select {
+	case r := <-got:
+		t.Fatalf("Lock returned (%v, Err %v) while Z held a", r.err, errOf(r.l))
+	default:
+	}
+
+	if err := hb.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := za.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := rdb.Get(ctx, lockKey(a)).Val(); v == firstOwner {
+		t.Errorf("the MultiLock took a back as the owner that lost it (%q): its clean-up could release it", v)
+	}
+	checkHoldsAll(t, srv, got, a, b)
+}
+
+// lossSignal is a slog.Handler that closes lost when the loss of the lock
+// called name is logged.
+type lossSignal struct {
+	name string
+	once sync.Once
+	lost chan struct{}
+}
+
+func (h *lossSignal) Enabled(context.Context, slog.Level) bool { return true }
+func (h *lossSignal) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *lossSignal) WithGroup(string) slog.Handler            { return h }
+
+func (h *lossSignal) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "dlock: lock lost" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "lock" && a.Value.String() == h.name {
+			h.once.Do(func() { close(h.lost) })
+			return false
+		}
+		return true
+	})
+	return nil
+}
+
+// The same without an operator: Redis stops answering while a MultiLock.Lock
+// holds "a" and waits for "b", for longer than the validity of "a", so the
+// watchdog declares "a" lost. Once Redis is back, Lock must take "a" again
+// before it returns, not hand back a lease whose "a" is already lost.
+func TestMultiLockWaitRetakesALockLostInAnOutage(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := testCtx(t)
+	p := t.Name() + ":"
+	a, b := p+"a", p+"b"
+	h := &lossSignal{name: a, lost: make(chan struct{})}
+	c := newClient(t, srv, dlock.WithTTL(600*time.Millisecond), dlock.WithLogger(slog.New(h)))
+	x := newClient(t, srv) // its lease of "b" (30 s) outlives the outage
+	rdb := srv.Client(t)
+
+	hb := mustLock(t, x, b)
+	got := lockInBackground(ctx, c.MultiLock(a, b))
+	var firstOwner string
+	waitFor(t, 10*time.Second, func() bool {
+		firstOwner = rdb.Get(ctx, lockKey(a)).Val()
+		return firstOwner != "" && rdb.ZCard(ctx, lockKey(b)+":q").Val() == 1
+	}, "the MultiLock to hold a and queue for b")
+
+	srv.Pause()
+	select {
+	case <-h.lost:
+	case <-time.After(10 * time.Second):
+		srv.Resume()
+		t.Fatal("the watchdog never declared a lost while Redis was paused")
+	}
+	srv.Resume()
+
+	// "a" expires on the server just after its local deadline; Lock takes
+	// it again, as a fresh owner, and queues for "b" once more. (The old
+	// owner may be queued there too, for up to its waiter lease: a refresh
+	// in flight when its wait ended can reach Redis after the clean-up
+	// that removed it, on another connection.)
+	waitFor(t, 20*time.Second, func() bool {
+		v := rdb.Get(ctx, lockKey(a)).Val()
+		return v != "" && v != firstOwner && rdb.ZScore(ctx, lockKey(b)+":q", v).Err() == nil
+	}, "the MultiLock to take a again after the outage and queue for b")
+	select {
+	case r := <-got:
+		t.Fatalf("Lock returned (%v, Err %v) while x held b", r.err, errOf(r.l))
+	default:
+	}
+	if err := hb.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkHoldsAll(t, srv, got, a, b)
+}
+
+// errOf is l.Err(), or nil without a lease.
+func errOf(l *dlock.Lease) error {
+	if l == nil {
+		return nil
+	}
+	return l.Err()
+}

@@ -136,8 +136,9 @@
 // joined then with the context's error), ErrNotHeld (the lease no longer
 // owns the key), ErrLockLost (lost while held, with the reason),
 // ErrInvalidArgument (rejected before anything was sent), ErrKeyConflict
-// (the key holds something dlock did not write; it is never modified),
-// ErrClosed. TryLock returns a failure to reach Redis wrapped, never
+// (a key of the lock holds something dlock did not write; it is never
+// modified, and an Unlock that reports it beside the lock key has still
+// released the lock), ErrClosed. TryLock returns a failure to reach Redis wrapped, never
 // matching ErrNotObtained, so contention and outages are told apart at once.
 // A wait (Lock, Client.Do, Latch.Wait, ...) retries such failures while ctx
 // allows, so when ctx ends it the error matches ErrNotObtained and ctx's

@@ -44,10 +44,14 @@ var (
 	// anything was sent to Redis.
 	ErrInvalidArgument = errors.New("dlock: invalid argument")
 
-	// ErrKeyConflict means a lock's key holds something dlock did not write:
-	// a value of another type (a list, a hash, ...) or a string without an
-	// expiry. dlock never modifies such a key; choose another name or key
-	// prefix, or delete the key if it is stale.
+	// ErrKeyConflict means a lock's key, or a key beside it (its queue,
+	// waiters or fencing key), holds something dlock did not write: a value
+	// of another type (a list, a hash, ...) or a string without an expiry.
+	// dlock never modifies such a key; choose another name or key prefix,
+	// or delete the key if it is stale. An acquire that returns it has taken
+	// and queued nothing. Unlock returns it after releasing the lock when
+	// the foreign key is one beside the lock key (the message says "the lock
+	// was released, but ..."): the lock is free, and the lease has ended.
 	ErrKeyConflict = errors.New("dlock: key conflict")
 
 	// ErrClosed means the Client was closed.
@@ -207,6 +211,15 @@ func (e prefixedError) Error() string {
 }
 
 func (e prefixedError) Unwrap() error { return e.err }
+
+// releasedDespiteConflict reports whether err is a release script's "the
+// lock was released, but ..." conflict (mutex_release.lua,
+// reentrant_release.lua): the lock is gone, deleted by that release, and a
+// key beside it holds something dlock did not write.
+func releasedDespiteConflict(err error) bool {
+	var rerr *driver.ReplyError
+	return errors.As(err, &rerr) && strings.Contains(rerr.Msg, "DLOCK_CONFLICT the lock was released, but ")
+}
 
 // isReplyError reports whether err is (or wraps) the server's error reply,
 // as opposed to a transport failure.

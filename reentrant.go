@@ -262,7 +262,8 @@ func (h *reentrantHold) sendRelease(ctx context.Context, member string) (ended b
 	}
 	m.c.drv.Run(ctx, call)
 	if call.Err != nil {
-		return false, call.Err
+		// A release that freed the lock despite a foreign key ended the hold.
+		return releasedDespiteConflict(call.Err), call.Err
 	}
 	items, ok := call.Reply.([]any)
 	if !ok || len(items) == 0 {

@@ -340,10 +340,12 @@ func newErrorDelay() *spinDelay { return newSpinDelay(SpinWait(5*time.Millisecon
 // meanwhile (or the failed attempt took it after all), releases it to the
 // next waiter. It runs in the background, detached from ctx (which may be
 // cancelled) and bounded by the release timeout, so the caller returns at
-// its deadline even when Redis is slow or down; Close waits for it. A
-// failure that proves the script never ran (an error reply) needs no
-// clean-up, nor does a grant too few replicas acknowledged (grantAcked
-// released it before returning).
+// its deadline even when Redis is slow or down; Close waits for it. An
+// error reply needs no clean-up: the acquire scripts raise their errors
+// (a foreign key's WRONGTYPE or DLOCK_CONFLICT among them) before they
+// queue or grant anything (internal/scripts/lock_lib.lua), and a release
+// would only meet the same foreign key. Nor does a grant too few replicas
+// acknowledged (grantAcked released it before returning).
 func (c *Client) abandon(ctx context.Context, q queuedLock, cfg *config, owner string, cause error) {
 	if cause != nil && (isReplyError(cause) || errors.Is(cause, ErrReplicaAck)) {
 		return

@@ -450,7 +450,9 @@ func (w *watchdog) endUnlock(l *Lease, err error) {
 	var funcs []func(error)
 	w.mu.Lock()
 	switch {
-	case err == nil:
+	case err == nil, releasedDespiteConflict(err):
+		// A release that freed the lock ends the lease, even when it
+		// reports a foreign key beside it (Unlock returns that error).
 		l.state = leaseReleased
 		l.closeDoneLocked()
 	case errors.Is(err, ErrNotHeld):

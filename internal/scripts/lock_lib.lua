@@ -11,6 +11,17 @@
 -- id): the helpers carry it through without reading it.
 -- Numbers that can exceed 14 digits are formatted with %.0f: Lua's default
 -- number formatting would print them in exponent notation.
+--
+-- A key of N that holds something no lock wrote (a string under queue, say)
+-- must be reported (WRONGTYPE, or DLOCK_CONFLICT) before a script queues or
+-- grants anything: a script's writes are not rolled back by a later error,
+-- and a caller that gets an error reply cleans nothing up (wait.go's
+-- abandon). So each helper below raises, if it does, before its own first
+-- write (dlock_live_head may have dropped expired waiters, which leaves
+-- nothing to clean up), and a script calls the ones that may raise before
+-- writes of its own.
+-- A holder's release is the one exception: it frees the lock first and then
+-- reports the conflict (mutex_release.lua).
 
 -- dlock_now_us returns the server's clock in microseconds.
 local function dlock_now_us()
@@ -62,10 +73,15 @@ local function dlock_last_fence(fence_key)
   return tonumber(redis.call('GET', fence_key) or '0') or 0
 end
 
--- dlock_dequeue removes owner from the wait queue, if it is there.
+-- dlock_dequeue removes owner from the wait queue, if it is there. It
+-- never raises (pcall, at no extra cost): a foreign queue or waiters key
+-- cannot hold owner's entry, so there is nothing to remove from it, and it
+-- is left as it is for a path that reads the queue to report. Scripts may
+-- so call it after writes of their own (reentrant_acquire.lua's hold_on,
+-- the releases that begin with it).
 local function dlock_dequeue(queue_key, waiters_key, owner)
-  if redis.call('ZREM', queue_key, owner) == 1 then
-    redis.call('HDEL', waiters_key, owner)
+  if redis.pcall('ZREM', queue_key, owner) == 1 then
+    redis.pcall('HDEL', waiters_key, owner)
   end
 end
 
@@ -114,6 +130,8 @@ end
 -- dlock_grant hands the lock to a waiter: the waiter leaves the queue, owns
 -- the key for px ms (its claim window, extended by the waiter once it hears
 -- of the grant) and is told on the lock's channel as "<fence> <px> <granted at µs> <owner>".
+-- owner comes from dlock_live_head, which has read both queue keys, so only
+-- the fencing key can still raise, and it does before anything is written.
 local function dlock_grant(lock_key, fence_key, queue_key, waiters_key, owner, px, now_us, retention_ms, publish, channel)
   local token = dlock_issue_fence(fence_key, now_us, retention_ms)
   redis.call('ZREM', queue_key, owner)
@@ -125,16 +143,21 @@ end
 
 -- dlock_enqueue adds owner to the wait queue, or renews its lease there,
 -- and returns its 1-based position. extra (may be nil) is stored with it.
+-- A foreign queue or waiters key raises WRONGTYPE before anything is
+-- written: ZSCORE reads the queue's type, and HSET, the first write, is the
+-- only one left that can fail (ZADD first would leave a queue without an
+-- expiry behind a failing HSET).
 local function dlock_enqueue(queue_key, waiters_key, owner, now_us, lease_ms, grant_px, extra)
-  if not redis.call('ZSCORE', queue_key, owner) then
-    redis.call('ZADD', queue_key, string.format('%.0f', now_us), owner)
-  end
+  local queued = redis.call('ZSCORE', queue_key, owner)
   local expiry = math.floor(now_us / 1000) + tonumber(lease_ms)
   local entry = string.format('%.0f', expiry) .. ' ' .. grant_px
   if extra then
     entry = entry .. ' ' .. extra
   end
   redis.call('HSET', waiters_key, owner, entry)
+  if not queued then
+    redis.call('ZADD', queue_key, string.format('%.0f', now_us), owner)
+  end
   -- The queue keys live as long as the longest lease in them may.
   if redis.call('PTTL', queue_key) < tonumber(lease_ms) then
     redis.call('PEXPIRE', queue_key, lease_ms)

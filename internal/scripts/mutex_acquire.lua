@@ -20,8 +20,13 @@
 --          remaining ms.
 --          {0, pttl, position}: another owner holds it for pttl ms more;
 --          position is owner's 1-based place in the queue, 0 if not queued.
---          Error DLOCK_CONFLICT (or WRONGTYPE) when the key holds something
---          that is not a lock; nothing is modified then.
+--          Error DLOCK_CONFLICT (or WRONGTYPE) when a key holds something
+--          no lock wrote: the lock key, or the queue, waiters or fencing
+--          key on a path that reads it. Nothing is granted or queued then
+--          and the foreign key is left as it is (lock_lib.lua). Outside
+--          strict order the free-lock path never reads the queue keys, so
+--          it grants the lock past a foreign value there: the holder's
+--          release reports it (mutex_release.lua).
 local owner = ARGV[1]
 
 -- The common case first, before lock_lib's helpers are even defined (that

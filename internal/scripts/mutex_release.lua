@@ -7,6 +7,10 @@
 --          1: released, nobody waiting;
 --          {2, fence, px, next}: handed over to the waiter `next`, with its
 --          fencing token and claim window.
+--          Error "DLOCK_CONFLICT the lock was released, but <key> ...": the
+--          owner's lock is deleted all the same (nobody is handed it), and
+--          the queue, waiters or fencing key, which holds something no lock
+--          wrote, is left as it is.
 local owner = ARGV[1]
 local cur = redis.call('GET', KEYS[1])
 
@@ -23,17 +27,46 @@ if cur ~= owner then
   dlock_dequeue(KEYS[3], KEYS[4], owner)
   return 0
 end
--- The holder is not in the queue (a grant takes it out, and so does the
--- acquire that finds the lock free); were it there, the lock would be
--- handed back to it.
-dlock_dequeue(KEYS[3], KEYS[4], owner)
-local now_us = dlock_now_us()
-local head, px = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000))
-if head then
+-- The hand-off runs under pcall: a queue, waiters or fencing key that holds
+-- something no lock wrote raises in it (in dlock_live_head or dlock_grant,
+-- before the hand-off writes anything), and must not keep the lock held
+-- until its TTL although its owner released it (outside strict order the
+-- acquire's fast path does not read the queue, so the holder may be the
+-- first to meet such a key). The lock is deleted then, and the conflict
+-- still reported.
+local ok, reply = pcall(function()
+  -- The holder is not in the queue (a grant takes it out, and so does the
+  -- acquire that finds the lock free); were it there, the lock would be
+  -- handed back to it.
+  dlock_dequeue(KEYS[3], KEYS[4], owner)
+  local now_us = dlock_now_us()
+  local head, px = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000))
+  if not head then
+    return 1
+  end
   local retention_ms = string.match(ARGV[3], '(%d+)$')
   local publish = string.sub(ARGV[2], 2) == 's' and 'SPUBLISH' or 'PUBLISH'
   local token = dlock_grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head, px, now_us, retention_ms, publish, KEYS[1])
   return {2, token, tonumber(px), head}
+end)
+if ok and reply ~= 1 then
+  return reply
 end
 redis.call('DEL', KEYS[1])
-return 1
+if ok then
+  return 1
+end
+-- Say which key: the fencing key's error names it, WRONGTYPE does not.
+local msg = type(reply) == 'table' and tostring(reply.err) or tostring(reply)
+local at = string.find(msg, 'DLOCK_CONFLICT ', 1, true)
+if at then
+  return redis.error_reply('DLOCK_CONFLICT the lock was released, but ' .. string.sub(msg, at + 15))
+end
+for _, k in ipairs({{KEYS[3], 'zset'}, {KEYS[4], 'hash'}}) do
+  local t = redis.call('TYPE', k[1])
+  t = type(t) == 'table' and t.ok or t
+  if t ~= k[2] and t ~= 'none' then
+    return redis.error_reply('DLOCK_CONFLICT the lock was released, but ' .. k[1] .. ' holds a ' .. t .. ' that no lock wrote')
+  end
+end
+return redis.error_reply('ERR the lock was released, but its hand-off failed: ' .. msg)

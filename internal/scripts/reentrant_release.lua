@@ -23,11 +23,30 @@ if holds > 0 then
   return {3, holds}
 end
 if redis.call('EXISTS', KEYS[3]) == 1 then
-  local now_us = dlock_now_us()
-  local head, px = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000))
-  if head then
-    local token = reentrant_grant(KEYS, head, px, now_us, ARGV[2], ARGV[3], ARGV[4])
-    return {2, token, tonumber(px), head}
+  -- As in mutex_release.lua: a foreign queue, waiters or fencing key raises
+  -- before the hand-off writes anything, and must not keep the lock held
+  -- until its TTL: it is deleted, and the conflict still reported.
+  local ok, reply = pcall(function()
+    local now_us = dlock_now_us()
+    local head, px = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000))
+    if head then
+      local token = reentrant_grant(KEYS, head, px, now_us, ARGV[2], ARGV[3], ARGV[4])
+      return {2, token, tonumber(px), head}
+    end
+  end)
+  if ok and reply then
+    return reply
+  end
+  if not ok then
+    redis.call('DEL', KEYS[1])
+    local msg = type(reply) == 'table' and tostring(reply.err) or tostring(reply)
+    local at = string.find(msg, 'DLOCK_CONFLICT ', 1, true)
+    if at then
+      msg = string.sub(msg, at + 15)
+    else
+      msg = KEYS[3] .. ' or ' .. KEYS[4] .. ' holds something no lock wrote'
+    end
+    return redis.error_reply('DLOCK_CONFLICT the lock was released, but ' .. msg)
   end
 end
 redis.call('DEL', KEYS[1])

@@ -284,7 +284,12 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 			errDelay = newErrorDelay()
 			delay = c.pollDelay(cfg, r.pttl, spin)
 			if !subscribed {
-				err := c.notify.subscribe(ctx, spec.channel)
+				// Bounded, so that a confirmation the network lost
+				// (the connection lived on) costs a poll, not the
+				// rest of the wait: the next poll subscribes again.
+				sctx, cancel := context.WithTimeout(ctx, max(delay, minSubscribeWait))
+				err := c.notify.subscribe(sctx, spec.channel)
+				cancel()
 				switch {
 				case err == nil:
 					subscribed = true
@@ -331,6 +336,11 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 		}
 	}
 }
+
+// minSubscribeWait is the least time a waiter gives the server to confirm
+// its subscription before it polls instead (waitFor): the poll delay, or
+// this when that is shorter.
+const minSubscribeWait = time.Second
 
 // newErrorDelay spaces retries after failures to reach Redis.
 func newErrorDelay() *spinDelay { return newSpinDelay(SpinWait(5*time.Millisecond, time.Second)) }

@@ -313,19 +313,36 @@ func TestMultiLockRefusalBehindWaitersSaysWhy(t *testing.T) {
 	c, holder, waiter := newClient(t, srv), newClient(t, srv), newClient(t, srv)
 	ctx := testCtx(t)
 	p := t.Name() + ":" + dlock.NewOwnerID()[:8] + ":" // its waiter stays queued a while after the test: a rerun must not meet it
-	if _, err := holder.Mutex(p+"b", dlock.WithTTL(300*time.Millisecond), dlock.WithAutoRenew(false)).TryLock(ctx); err != nil {
+	if _, err := holder.Mutex(p+"b", dlock.WithAutoRenew(false)).TryLock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// The waiter polls every 10 s (a third of its claim window); the
-	// holder's expiry publishes nothing, so it stays queued on a free lock.
+	// The waiter polls every 10 s (a third of its claim window), or when
+	// the holder's key would expire, in 30 s; and once more right after its
+	// subscription is confirmed, unless the channel already was: a first,
+	// short wait leaves it subscribed (for the subscription's linger).
+	rdb := srv.Client(t)
+	wm := waiter.Mutex(p+"b", dlock.WithWaiterLease(30*time.Second))
+	short, cancelShort := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err := wm.Lock(short)
+	cancelShort()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the first, short wait: %v, want its deadline", err)
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		return rdb.ZCard(ctx, lockKey(p+"b")+":q").Val() == 0 &&
+			rdb.PubSubNumSub(ctx, lockKey(p+"b")).Val()[lockKey(p+"b")] == 1
+	}, "the first wait to leave the queue, its subscription kept")
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() { _, _ = waiter.Mutex(p+"b", dlock.WithWaiterLease(30*time.Second)).Lock(wctx) }()
-	rdb := srv.Client(t)
+	go func() { _, _ = wm.Lock(wctx) }()
 	waitFor(t, 10*time.Second, func() bool {
-		return rdb.ZCard(ctx, lockKey(p+"b")+":q").Val() == 1 && rdb.Exists(ctx, lockKey(p+"b")).Val() == 0
-	}, "the waiter queued on a lock whose holder expired")
-	_, err := c.MultiLock(p+"a", p+"b").TryLock(ctx)
+		return rdb.ZCard(ctx, lockKey(p+"b")+":q").Val() == 1
+	}, "the waiter to queue")
+	// The holder dies: its key goes, and nothing is published, so the
+	// waiter stays queued on a free lock until its next poll. (A key left
+	// to expire would make the waiter look again just after the expiry.)
+	rdb.Del(ctx, lockKey(p+"b"))
+	_, err = c.MultiLock(p+"a", p+"b").TryLock(ctx)
 	if !errors.Is(err, dlock.ErrNotObtained) || !strings.Contains(err.Error(), "others waiting for it came first") {
 		t.Fatalf("TryLock of a free lock with a waiter: got %v, want ErrNotObtained saying others wait", err)
 	}

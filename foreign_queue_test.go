@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -365,6 +366,39 @@ func TestForeignQueueKeyReentrantUnlockFreesLock(t *testing.T) {
 	}
 	if n := rdb.Exists(ctx, lockK).Val(); n != 0 {
 		t.Errorf("the last Unlock left the lock held (PTTL %v) although it released it", rdb.PTTL(ctx, lockK).Val())
+	}
+	select {
+	case <-l.Done():
+	default:
+		t.Errorf("lease after an Unlock that released the lock: Done still open (Err %v)", l.Err())
+	}
+	checkForeignUntouched(t, ctx, rdb, queueK, dump)
+}
+
+// An RWMutex holder's Unlock frees its hold, and ends the lease, even when
+// the queue key holds something dlock did not write, and says so.
+func TestForeignQueueKeyRWMutexUnlockFreesLock(t *testing.T) {
+	srv := redistest.Shared(t)
+	rdb := srv.Client(t)
+	ctx := testCtx(t)
+	name := uniqueName(t)
+	holdersK := lockKey(name) + ":rw"
+	queueK := holdersK + ":q"
+	t.Cleanup(func() {
+		rdb.Del(context.Background(), holdersK, holdersK+":fence", queueK, holdersK+":w", holdersK+":tok")
+	})
+
+	l, err := newClient(t, srv).RWMutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dump := setForeign(t, ctx, rdb, queueK, foreignQueueValues[0])
+	err = l.Unlock(ctx)
+	if !errors.Is(err, dlock.ErrKeyConflict) || !strings.Contains(err.Error(), "the lock was released") {
+		t.Errorf("Unlock: got %v, want ErrKeyConflict saying the lock was released", err)
+	}
+	if n := rdb.ZCard(ctx, holdersK).Val(); n != 0 {
+		t.Errorf("the Unlock left %d holders although it released the lock", n)
 	}
 	select {
 	case <-l.Done():

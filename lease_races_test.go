@@ -190,23 +190,13 @@ func TestConcurrentExtendsReachRedisInOrder(t *testing.T) {
 	}
 }
 
-// lossCounter is an Observer that counts losses.
-type lossCounter struct{ lost atomic.Int64 }
-
-func (o *lossCounter) AcquireStart(ctx context.Context, _ dlock.Acquisition) (context.Context, func(dlock.AcquireOutcome)) {
-	return ctx, func(dlock.AcquireOutcome) {}
-}
-func (o *lossCounter) Renewed(dlock.LeaseInfo, error)                   {}
-func (o *lossCounter) Lost(dlock.LeaseInfo, error)                      { o.lost.Add(1) }
-func (o *lossCounter) Released(context.Context, dlock.LeaseInfo, error) {}
-
 // A TTL that finds the key gone because an Unlock of the same lease
 // released it is no loss: Unlock succeeds, and the lease ends as released.
 func TestTTLRacingUnlockIsNoLoss(t *testing.T) {
 	ctx := testCtx(t)
 	read := newScriptHold(scripts.OwnedPTTL, false)      // TTL's read, before the wire
 	release := newScriptHold(scripts.MutexRelease, true) // Unlock's release, once it ran
-	obs := &lossCounter{}
+	obs := &recorder{}
 	rdb := redis.NewClient(&redis.Options{Addr: redistest.Shared(t).Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	rdb.AddHook(read)
@@ -253,7 +243,7 @@ func TestTTLRacingUnlockIsNoLoss(t *testing.T) {
 	if err := l.Err(); !errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrLockLost) {
 		t.Errorf("Err after Unlock = %v; want ErrNotHeld (released), not ErrLockLost", err)
 	}
-	if n := obs.lost.Load(); n != 0 {
+	if n := len(obs.snapshot().lost); n != 0 {
 		t.Errorf("Observer.Lost called %d times for a lease that Unlock released", n)
 	}
 }

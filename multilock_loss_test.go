@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
@@ -77,13 +79,7 @@ func TestMultiLockWaitRetakesALockLostMeanwhile(t *testing.T) {
 	x, z, op := newClient(t, srv), newClient(t, srv), newClient(t, srv)
 	rdb := srv.Client(t)
 
-	hb := mustLock(t, x, b)
-	got := lockInBackground(ctx, c.MultiLock(a, b))
-	var firstOwner string
-	waitFor(t, 10*time.Second, func() bool {
-		firstOwner = rdb.Get(ctx, lockKey(a)).Val()
-		return firstOwner != "" && rdb.ZCard(ctx, lockKey(b)+":q").Val() == 1
-	}, "the MultiLock to hold a and queue for b")
+	hb, got, firstOwner := holdFirstQueueForSecond(t, ctx, rdb, x, c, a, b)
 
 	if n, err := op.ForceUnlock(ctx, a); err != nil || n != 1 {
 		t.Fatalf("ForceUnlock(a) = %d, %v", n, err)
@@ -98,11 +94,7 @@ func TestMultiLockWaitRetakesALockLostMeanwhile(t *testing.T) {
 		q := rdb.ZRange(ctx, lockKey(a)+":q", 0, -1).Val()
 		return len(q) == 1 && q[0] != firstOwner && rdb.ZScore(ctx, lockKey(b)+":q", q[0]).Err() != nil
 	}, "the MultiLock to notice it lost a and queue for a again as a fresh owner")
-	select {
-	case r := <-got:
-		t.Fatalf("Lock returned (%v, Err %v) while Z held a", r.err, errOf(r.l))
-	default:
-	}
+	checkStillWaiting(t, got, "Z held a")
 
 	if err := hb.Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -157,13 +149,7 @@ func TestMultiLockWaitRetakesALockLostInAnOutage(t *testing.T) {
 	x := newClient(t, srv) // its lease of "b" (30 s) outlives the outage
 	rdb := srv.Client(t)
 
-	hb := mustLock(t, x, b)
-	got := lockInBackground(ctx, c.MultiLock(a, b))
-	var firstOwner string
-	waitFor(t, 10*time.Second, func() bool {
-		firstOwner = rdb.Get(ctx, lockKey(a)).Val()
-		return firstOwner != "" && rdb.ZCard(ctx, lockKey(b)+":q").Val() == 1
-	}, "the MultiLock to hold a and queue for b")
+	hb, got, firstOwner := holdFirstQueueForSecond(t, ctx, rdb, x, c, a, b)
 
 	srv.Pause()
 	select {
@@ -183,15 +169,37 @@ func TestMultiLockWaitRetakesALockLostInAnOutage(t *testing.T) {
 		v := rdb.Get(ctx, lockKey(a)).Val()
 		return v != "" && v != firstOwner && rdb.ZScore(ctx, lockKey(b)+":q", v).Err() == nil
 	}, "the MultiLock to take a again after the outage and queue for b")
-	select {
-	case r := <-got:
-		t.Fatalf("Lock returned (%v, Err %v) while x held b", r.err, errOf(r.l))
-	default:
-	}
+	checkStillWaiting(t, got, "x held b")
 	if err := hb.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	checkHoldsAll(t, srv, got, a, b)
+}
+
+// holdFirstQueueForSecond takes b with x, starts c's MultiLock(a, b).Lock,
+// and waits until that Lock holds a and is queued for b. It returns x's
+// lease of b, where Lock's result arrives, and the owner value holding a.
+func holdFirstQueueForSecond(t *testing.T, ctx context.Context, rdb *redis.Client, x, c *dlock.Client, a, b string) (*dlock.Lease, <-chan multiLockResult, string) {
+	t.Helper()
+	hb := mustLock(t, x, b)
+	got := lockInBackground(ctx, c.MultiLock(a, b))
+	var firstOwner string
+	waitFor(t, 10*time.Second, func() bool {
+		firstOwner = rdb.Get(ctx, lockKey(a)).Val()
+		return firstOwner != "" && rdb.ZCard(ctx, lockKey(b)+":q").Val() == 1
+	}, "the MultiLock to hold a and queue for b")
+	return hb, got, firstOwner
+}
+
+// checkStillWaiting fails the test if Lock has returned already, while
+// (why) it could not hold every lock.
+func checkStillWaiting(t *testing.T, got <-chan multiLockResult, why string) {
+	t.Helper()
+	select {
+	case r := <-got:
+		t.Fatalf("Lock returned (%v, Err %v) while %s", r.err, errOf(r.l), why)
+	default:
+	}
 }
 
 // errOf is l.Err(), or nil without a lease.

@@ -102,6 +102,23 @@ func checkForeignUntouched(t *testing.T, ctx context.Context, rdb *redis.Client,
 	}
 }
 
+// checkLockConflictsAtOnce checks that a waiting Lock of kind on name
+// through c (what, in messages) reports ErrKeyConflict at once, without
+// waiting for the lock.
+func checkLockConflictsAtOnce(t *testing.T, ctx context.Context, kind queuedKind, c *dlock.Client, name, what string) {
+	t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := kind.lock(wctx, c, name)
+	if !errors.Is(err, dlock.ErrKeyConflict) {
+		t.Errorf("%s: got %v, want ErrKeyConflict", what, err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("%s took %v to report the conflict", what, took)
+	}
+}
+
 // checkExpiries fails the test if a key of name's, other than foreign,
 // exists without an expiry: dlock writes none that way.
 func checkExpiries(t *testing.T, ctx context.Context, rdb *redis.Client, name, foreign string) {
@@ -193,16 +210,7 @@ func TestForeignQueueKeyUnlockFreesLock(t *testing.T) {
 					if err != nil {
 						t.Fatalf("TryLock after the release: %v", err)
 					}
-					wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-					start := time.Now()
-					_, err = kind.lock(wctx, c, name)
-					cancel()
-					if !errors.Is(err, dlock.ErrKeyConflict) {
-						t.Errorf("Lock while held: got %v, want ErrKeyConflict", err)
-					}
-					if took := time.Since(start); took > 2*time.Second {
-						t.Errorf("Lock took %v to report the conflict", took)
-					}
+					checkLockConflictsAtOnce(t, ctx, kind, c, name, "Lock while held")
 					if err := l2.Unlock(ctx); !errors.Is(err, dlock.ErrKeyConflict) {
 						t.Errorf("second Unlock: got %v, want ErrKeyConflict", err)
 					}
@@ -210,12 +218,7 @@ func TestForeignQueueKeyUnlockFreesLock(t *testing.T) {
 					if !errors.Is(err, dlock.ErrKeyConflict) {
 						t.Errorf("TryLock: got %v, want ErrKeyConflict", err)
 					}
-					wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-					_, err = kind.lock(wctx, other, name)
-					cancel()
-					if !errors.Is(err, dlock.ErrKeyConflict) {
-						t.Errorf("Lock: got %v, want ErrKeyConflict", err)
-					}
+					checkLockConflictsAtOnce(t, ctx, kind, other, name, "Lock")
 				}
 				if n := rdb.Exists(ctx, lockK, waitersK).Val(); n != 0 {
 					t.Errorf("%d of %s, %s left behind", n, lockK, waitersK)
@@ -249,17 +252,7 @@ func TestForeignWaitersKeyLeavesNoQueue(t *testing.T) {
 			if err != nil {
 				t.Fatalf("A TryLock: %v", err)
 			}
-			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			start := time.Now()
-			_, err = kind.lock(wctx, b, name)
-			cancel()
-			t.Logf("B Lock: %v", err)
-			if !errors.Is(err, dlock.ErrKeyConflict) {
-				t.Errorf("B Lock: got %v, want ErrKeyConflict", err)
-			}
-			if took := time.Since(start); took > 2*time.Second {
-				t.Errorf("B Lock took %v to report the conflict", took)
-			}
+			checkLockConflictsAtOnce(t, ctx, kind, b, name, "B Lock")
 			if n := rdb.Exists(ctx, queueK).Val(); n != 0 {
 				t.Errorf("B's failed Lock wrote %s (%s, PTTL %v)", queueK, rdb.Type(ctx, queueK).Val(), rdb.PTTL(ctx, queueK).Val())
 			}

@@ -145,7 +145,7 @@ func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
 	switch {
 	case first.err == nil:
 	case ctx.Err() != nil:
-		c.abandon(ctx, m, &m.cfg, owner, nil)
+		c.abandon(ctx, m, &m.cfg, owner, first.err)
 		var last error
 		if !errors.Is(first.err, context.Canceled) && !errors.Is(first.err, context.DeadlineExceeded) {
 			last = first.err
@@ -202,7 +202,7 @@ func (c *Client) awaitTurn(ctx context.Context, q *localQueue, w *localWaiter, b
 		t := <-w.wake
 		c.local.mu.Unlock()
 		if t.err == nil {
-			c.leave(ctx, q, w, t.owner)
+			c.leave(ctx, q, w, t.owner, nil)
 		}
 		return nil, waitEnded(ctx, w.m.name, began, 0, nil)
 	}
@@ -280,6 +280,7 @@ func (c *Client) contend(ctx context.Context, q *localQueue, w *localWaiter, own
 				return nil, err
 			}
 		}
+		var lastAttempt error // what ended the wait, if an attempt did (waitSpec.abandon)
 		r, from, err := c.waitFor(ctx, &m.cfg, waitSpec{
 			name:    m.name,
 			channel: m.channel(),
@@ -291,7 +292,9 @@ func (c *Client) contend(ctx context.Context, q *localQueue, w *localWaiter, own
 				c.local.mu.Unlock()
 			},
 			attempt: func(ctx context.Context) (attemptResult, error) { return m.attempt(ctx, owner, true) },
-			// No abandon: a head that gives up passes its place on (leave).
+			// No clean-up here: a head that gives up passes its place on
+			// (leave), which cleans up only when nobody takes it.
+			abandon: func(cause error) { lastAttempt = cause },
 		})
 		first = nil
 		switch {
@@ -310,7 +313,7 @@ func (c *Client) contend(ctx context.Context, q *localQueue, w *localWaiter, own
 			c.promote(q, w)
 			return l, err
 		case ctx.Err() != nil:
-			c.leave(ctx, q, w, owner)
+			c.leave(ctx, q, w, owner, lastAttempt)
 			return nil, err
 		default:
 			// Close, or a failure that retrying cannot fix: every wait ends.
@@ -335,8 +338,9 @@ func (c *Client) promote(q *localQueue, head *localWaiter) {
 }
 
 // leave is a head giving up: the next local waiter takes over its place
-// (owner), or, with none, the place is given up in Redis.
-func (c *Client) leave(ctx context.Context, q *localQueue, head *localWaiter, owner string) {
+// (owner), or, with none, the place is given up in Redis; cause is as
+// abandon's.
+func (c *Client) leave(ctx context.Context, q *localQueue, head *localWaiter, owner string, cause error) {
 	c.local.mu.Lock()
 	q.remove(head)
 	if len(q.waiters) > 0 {
@@ -346,7 +350,7 @@ func (c *Client) leave(ctx context.Context, q *localQueue, head *localWaiter, ow
 	}
 	c.deleteQueueLocked(q)
 	c.local.mu.Unlock()
-	c.abandon(ctx, head.m, &head.m.cfg, owner, nil)
+	c.abandon(ctx, head.m, &head.m.cfg, owner, cause)
 }
 
 // endQueue gives err to every waiter left behind the head and drops q.

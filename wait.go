@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"math/rand"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // queuedLock is a lock whose waiters queue in Redis and are handed the lock
@@ -177,7 +179,9 @@ type waitSpec struct {
 	// also joins or refreshes its place in the queue here.
 	attempt func(ctx context.Context) (attemptResult, error)
 	// abandon cleans up after a wait that ends without success; cause is
-	// the error that ended it, nil for the context or Close. May be nil.
+	// the error that ended it: the last attempt's when the context ended
+	// during it (a driver.InFlightError if it is still on its way), else
+	// nil for the context or Close. May be nil.
 	abandon func(cause error)
 	// first, when set, is an attempt already made (not granted) before the
 	// wait: waitFor starts from its outcome instead of attempting again.
@@ -257,7 +261,7 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 				if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 					lastErr = err
 				}
-				abandon(nil)
+				abandon(err) // which may tell that the attempt is still on its way
 				return attemptResult{}, time.Time{}, ended()
 			}
 			if !isTransient(err) {
@@ -356,12 +360,32 @@ func newErrorDelay() *spinDelay { return newSpinDelay(SpinWait(5*time.Millisecon
 // queue or grant anything (internal/scripts/lock_lib.lua), and a release
 // would only meet the same foreign key. Nor does a grant too few replicas
 // acknowledged (grantAcked released it before returning).
+//
+// When cause says the attempt was still on its way as the caller stopped
+// waiting for it (a driver.InFlightError, as the go-redis driver reports at
+// a deadline), the clean-up waits until the client library is done with
+// that attempt: sent at once, it could reach Redis first, find nothing, and
+// leave the late attempt to take the lock (or a place in its queue) for an
+// owner nobody knows. Close does not wait for that: the clean-up then goes
+// at once.
 func (c *Client) abandon(ctx context.Context, q queuedLock, cfg *config, owner string, cause error) {
 	if cause != nil && (isReplyError(cause) || errors.Is(cause, ErrReplicaAck)) {
 		return
 	}
-	rctx, cancel := detach(ctx, cfg.releaseTimeout)
+	var pending <-chan struct{}
+	if inFlight := (*driver.InFlightError)(nil); errors.As(cause, &inFlight) {
+		pending = inFlight.Done
+	}
 	c.cleanups.Go(func() {
+		if pending != nil {
+			select {
+			case <-pending:
+			case <-c.closed:
+			}
+		}
+		// The release timeout counts from here: the wait above is the
+		// attempt's, bounded by the client library's timeouts.
+		rctx, cancel := detach(ctx, cfg.releaseTimeout)
 		defer cancel()
 		if err := q.release(rctx, owner); err != nil && !errors.Is(err, ErrNotHeld) {
 			cfg.logger.Warn("dlock: clean-up after an abandoned acquire failed; the lock expires by its TTL",

@@ -70,7 +70,8 @@ type Call struct {
 	// Acked is WAIT's reply when Replicas was positive.
 	Acked int
 	// Err is the transport error or the error reply, if any. A server error
-	// reply is a *ReplyError.
+	// reply is a *ReplyError; a call Run stopped waiting for while it was
+	// on its way may have an *InFlightError.
 	Err error
 	// Resent reports that the client library wrote the script more than
 	// once for this call (it lost a reply and tried again, as go-redis does
@@ -95,6 +96,31 @@ func (e *ReplyError) Error() string { return e.Msg }
 
 // Unwrap returns the client library's original error.
 func (e *ReplyError) Unwrap() error { return e.Err }
+
+// InFlightError is a call's Err when Run returned at its context's end while
+// the call was still on its way: written, or about to be, with its reply
+// not yet read. The script may still run on the server after Run returned.
+// A Driver sets it when a command sent afterwards could reach the server
+// first (go-redis takes each command to a pooled connection of its own),
+// so that dlock can hold back the clean-up of an abandoned acquire until
+// the acquire is done with: sent before, the clean-up could find nothing
+// to release, and the late acquire would then take the lock for an owner
+// nobody knows, until its TTL. A Driver whose commands to one server keep
+// their order (one pipelined connection) need not set it.
+type InFlightError struct {
+	// Err is the context's error.
+	Err error
+	// Done is closed once the client library has finished with the call:
+	// its reply came back, or it failed, and the outcome was dropped.
+	Done <-chan struct{}
+}
+
+// Error returns Err's message.
+func (e *InFlightError) Error() string { return e.Err.Error() }
+
+// Unwrap returns Err, so that errors.Is(err, context.DeadlineExceeded)
+// holds for a call abandoned at its deadline.
+func (e *InFlightError) Unwrap() error { return e.Err }
 
 // Driver runs dlock's commands on one Redis deployment (a standalone server,
 // a Sentinel-managed master or a Cluster). Implementations must be safe for

@@ -44,6 +44,9 @@ type batch struct {
 	calls []*driver.Call
 	done  chan struct{} // capacity 1: a wake-up never blocks
 	state batchState    // guarded by batcher.mu
+	// left, made when the caller stops waiting while a sender holds the
+	// batch, is closed when that sender is done with it (InFlightError).
+	left chan struct{} // guarded by batcher.mu
 }
 
 type batchState int
@@ -59,7 +62,7 @@ var batchPool = sync.Pool{New: func() any { return &batch{done: make(chan struct
 
 // recycle puts a batch that no sender holds back in the pool.
 func (bt *batch) recycle() {
-	bt.calls = nil
+	bt.calls, bt.left = nil, nil
 	batchPool.Put(bt)
 }
 
@@ -127,9 +130,22 @@ func (b *batcher) submit(ctx context.Context, calls []*driver.Call, leave bool) 
 			return
 		case <-ctx.Done():
 			b.mu.Lock()
-			b.leaveLocked(bt)
+			if bt.state == batchDone {
+				// Done as well: keep the outcome, and take the wake-up
+				// sent with it so that the batch can be reused.
+				b.mu.Unlock()
+				<-bt.done
+				restoreCalls(calls, mine)
+				bt.recycle()
+				return
+			}
+			left := b.leaveLocked(bt)
 			b.mu.Unlock()
-			failAll(calls, ctx.Err())
+			var err error = ctx.Err()
+			if left != nil {
+				err = &driver.InFlightError{Err: err, Done: left}
+			}
+			failAll(calls, err)
 			return
 		}
 	}
@@ -178,9 +194,13 @@ func (b *batcher) helpLocked(bt *batch) {
 // out of the queue if no sender took it yet; a slot it was given and did
 // not use goes to the next queued caller (or is freed). A sender that took
 // bt still holds it and will write into the copies; the caller drops bt
-// then.
-func (b *batcher) leaveLocked(bt *batch) {
+// then, and leaveLocked returns a channel that the sender closes when it
+// is done with bt (nil when no sender holds it).
+func (b *batcher) leaveLocked(bt *batch) (left <-chan struct{}) {
 	switch bt.state {
+	case batchSending:
+		bt.left = make(chan struct{})
+		return bt.left
 	case batchQueued:
 		for i, q := range b.queue {
 			if q == bt {
@@ -191,6 +211,7 @@ func (b *batcher) leaveLocked(bt *batch) {
 	case batchLead:
 		b.handOnLocked()
 	}
+	return nil
 }
 
 // send sends one pipeline on the slot taken or given for first: first's
@@ -225,6 +246,10 @@ func (b *batcher) send(first *batch, firstIsCaller bool) {
 	b.mu.Lock()
 	for _, q := range taken {
 		q.state = batchDone
+		if q.left != nil {
+			close(q.left) // its caller left: nobody takes the wake-up
+			continue
+		}
 		if q != first || !firstIsCaller {
 			q.done <- struct{}{}
 		}

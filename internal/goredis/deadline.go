@@ -87,7 +87,8 @@ func (d *Driver) enforcesDeadline(ctx context.Context) bool {
 }
 
 // runBounded runs calls on one of the driver's workers and returns when
-// they are done or ctx ends; then every call not done has ctx's error. The
+// they are done or ctx ends; then every call not done has ctx's error, as
+// a driver.InFlightError that tells when the worker is done with them. The
 // abandoned command finishes on the worker, and Close waits for it. After
 // Close the worker is the caller itself (workers.Pool.Go), so the calls are
 // done before the select, and keep their outcome even if ctx has ended.
@@ -104,7 +105,7 @@ func (d *Driver) runBounded(ctx context.Context, calls []*driver.Call) {
 		select {
 		case <-done: // done as well: keep the outcome
 		default:
-			failAll(calls, ctx.Err())
+			failAll(calls, &driver.InFlightError{Err: ctx.Err(), Done: done})
 			return
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -34,8 +35,9 @@ import (
 //
 // The one Lease of a MultiLock is lost when any of its locks is lost, and
 // then gives its other locks back by itself (except at Client.Close, which
-// releases nothing); Unlock releases them all. Its Token is the highest of its locks' fencing
-// tokens; use TokenOf for the token of each lock.
+// releases nothing); Unlock releases them all, and after a loss returns
+// once the others are given back. Its Token is the highest of its locks'
+// fencing tokens; use TokenOf for the token of each lock.
 type MultiLock struct {
 	c     *Client
 	names []string // sorted
@@ -383,7 +385,7 @@ func (m *MultiLock) combine(parts []*Lease) *Lease {
 		p := p
 		p.onLoss(func(err error) {
 			m.c.wd.lose(l, fmt.Sprintf("lock %q was lost: %v", p.Name(), err))
-			m.releaseRest(parts, p)
+			h.releaseRest(p)
 		})
 	}
 	return l
@@ -394,19 +396,41 @@ func (m *MultiLock) combine(parts []*Lease) *Lease {
 // other locks, still renewed by the watchdog, would otherwise stay held for
 // as long as the Client lives, should the holder never call Unlock. Not when
 // the loss is the Client's Close, which releases nothing (the holder may
-// still be working; its keys expire by their TTL).
-func (m *MultiLock) releaseRest(parts []*Lease, lost *Lease) {
+// still be working; its keys expire by their TTL). Only the first loss
+// releases: the others find their locks released already. The lease's
+// Unlock waits for it (release).
+func (h *multiHolder) releaseRest(lost *Lease) {
+	m := h.m
 	select {
 	case <-m.c.closed:
 		return
 	default:
 	}
-	for _, q := range parts {
+	h.mu.Lock()
+	if h.releasing != nil {
+		h.mu.Unlock()
+		return
+	}
+	done := make(chan struct{})
+	h.releasing = done
+	h.mu.Unlock()
+	left := new(atomic.Int32)
+	left.Store(int32(len(h.parts) - 1))
+	if left.Load() == 0 {
+		close(done)
+		return
+	}
+	for _, q := range h.parts {
 		if q == lost {
 			continue
 		}
 		q := q
 		m.c.cleanups.Go(func() {
+			defer func() {
+				if left.Add(-1) == 0 {
+					close(done)
+				}
+			}()
 			select {
 			case <-m.c.closed:
 				// Close came meanwhile (and this runs in the caller once
@@ -430,6 +454,11 @@ func (m *MultiLock) releaseRest(parts []*Lease, lost *Lease) {
 type multiHolder struct {
 	m     *MultiLock
 	parts []*Lease
+
+	mu sync.Mutex
+	// releasing, once a lock was lost, is closed when releaseRest has
+	// released the others.
+	releasing chan struct{}
 }
 
 func (h *multiHolder) lockName() string { return h.m.label }
@@ -455,8 +484,19 @@ func (h *multiHolder) renew(ctx context.Context, _ string, px time.Duration) err
 }
 
 // release unlocks every lock; ErrNotHeld if any was no longer held (the
-// others are released all the same).
+// others are released all the same). After a loss it first waits, within
+// ctx, for the background release of the other locks (releaseRest), so
+// that they are free when Unlock returns.
 func (h *multiHolder) release(ctx context.Context, _ string) error {
+	h.mu.Lock()
+	releasing := h.releasing
+	h.mu.Unlock()
+	if releasing != nil {
+		select {
+		case <-releasing:
+		case <-ctx.Done():
+		}
+	}
 	err := h.m.releaseAll(ctx, h.parts)
 	if errors.Is(err, ErrNotHeld) {
 		return ErrNotHeld

@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 // multiLockResult is what a MultiLock.Lock run in a goroutine returned.
@@ -208,4 +210,60 @@ func errOf(l *dlock.Lease) error {
 		return nil
 	}
 	return l.Err()
+}
+
+// A MultiLock lease that lost one lock releases the others in the
+// background. Its Unlock must wait for that release: it returned at once,
+// with the other locks still held for a moment, so the caller's next step
+// could find its own released locks taken.
+func TestUnlockOfALostMultiLockWaitsForItsOtherLocks(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx := testCtx(t)
+	p := t.Name() + ":" + dlock.NewOwnerID()[:8] + ":"
+	a, b := p+"a", p+"b"
+	hold := newScriptHold(scripts.MutexRelease, false) // the background release, before the wire
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	rdb.AddHook(hold)
+	c, err := dlock.New(rdb, dlock.WithTTL(900*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	op := newClient(t, srv)
+	ml := c.MultiLock(a, b)
+	// Load the scripts first: a held EVALSHA answered NOSCRIPT would be
+	// held before the script ran.
+	warm, err := ml.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, err := ml.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold.armed.Store(true)
+	if _, err := op.ForceUnlock(ctx, a); err != nil {
+		t.Fatalf("ForceUnlock(a): %v", err)
+	}
+	waitDone(t, l, 10*time.Second) // the next renewal finds a gone
+	<-hold.started                 // the release of b, held
+
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- l.Unlock(ctx) }()
+	select {
+	case err := <-unlocked:
+		t.Fatalf("Unlock returned (%v) while the release of b was still on its way", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(hold.resume)
+	if err := <-unlocked; !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Unlock of the lost lease = %v; want ErrNotHeld", err)
+	}
+	if n := srv.Client(t).Exists(ctx, lockKey(b)).Val(); n != 0 {
+		t.Errorf("b is still held when Unlock returned")
+	}
 }

@@ -99,7 +99,9 @@ func (m *MultiLock) Names() []string { return append([]string(nil), m.names...) 
 
 // TryLock makes one attempt to take every lock, at once. It returns an error
 // matching ErrNotObtained if any is held by another owner or has waiters
-// queued; nothing is held then.
+// queued, or if one it took was lost before the lease could be returned
+// (this process stalled past the locks' validity; the error also matches
+// ErrLockLost then); nothing is held then.
 func (m *MultiLock) TryLock(ctx context.Context) (*Lease, error) { return m.lock(ctx, false) }
 
 // Lock takes every lock, waiting as long as ctx allows. Failures to reach
@@ -139,13 +141,19 @@ func (m *MultiLock) lockUnobserved(ctx context.Context, wait bool) (*Lease, erro
 	fresh := unreachable
 	switch {
 	case err == nil:
-		l := m.combine(parts)
-		if !wait || l.lossErr() == nil {
+		l, lost := m.combineValid(ctx, parts)
+		if lost == nil {
 			return l, nil
 		}
 		// A lock was lost before the lease was made (this process stalled
-		// past its validity), and the loss gave the others back: wait for
-		// them all, as a fresh owner, rather than return a lost lease.
+		// past its validity, or it was force-released), and the others
+		// were given back. TryLock reports it; Lock waits for them all,
+		// as a fresh owner, rather than return a lost lease.
+		if !wait {
+			return nil, errorf("dlock: TryLock %q: %w: a lock it took was lost before the lease could be returned "+
+				"(this process stalled past the lock's validity, or the lock was force-released); the others were given back: %w",
+				m.label, ErrNotObtained, lost)
+		}
 		fresh = true
 	case !wait:
 		return nil, err
@@ -172,12 +180,12 @@ func (m *MultiLock) lockUnobserved(ctx context.Context, wait bool) (*Lease, erro
 		fresh = true
 		parts, err = m.waitEach(ctx, owner)
 		if err == nil {
-			l := m.combine(parts)
-			if l.lossErr() == nil {
+			l, lost := m.combineValid(ctx, parts)
+			if lost == nil {
 				return l, nil
 			}
-			// Lost between the last wait and combine, which released the
-			// other locks: wait for them all again.
+			// Lost between the last wait and the lease, and the other
+			// locks given back: wait for them all again.
 			err = errPartLost
 		}
 		if errors.Is(err, errPartLost) {
@@ -360,6 +368,31 @@ func (m *MultiLock) releaseAll(ctx context.Context, parts []*Lease) error {
 	return joinErrors(errs...)
 }
 
+// combineValid is combine for leases just granted: unless one of them is
+// already lost or past its validity (this process stalled after the
+// grants, or a lock was force-released meanwhile). Then it gives the others
+// back, waiting for that within ctx, and returns why instead of a lease.
+func (m *MultiLock) combineValid(ctx context.Context, parts []*Lease) (*Lease, error) {
+	now := time.Now()
+	for _, p := range parts {
+		if !p.validAt(now) {
+			// The watchdog may not have declared it lost yet.
+			lost := p.lossErr()
+			if lost == nil {
+				lost = fmt.Errorf("%w: lock %q was past its validity before the lease was made", ErrLockLost, p.Name())
+			}
+			_ = m.releaseAll(ctx, parts) // ErrNotHeld for the lost one
+			return nil, lost
+		}
+	}
+	l := m.combine(parts)
+	if lost := l.lossErr(); lost != nil {
+		l.h.(*multiHolder).awaitReleaseRest(ctx)
+		return nil, lost
+	}
+	return l, nil
+}
+
 // combine makes the one Lease of the set from the leases of its locks. The
 // Lease is lost at once if one of them already was.
 func (m *MultiLock) combine(parts []*Lease) *Lease {
@@ -488,6 +521,17 @@ func (h *multiHolder) renew(ctx context.Context, _ string, px time.Duration) err
 // ctx, for the background release of the other locks (releaseRest), so
 // that they are free when Unlock returns.
 func (h *multiHolder) release(ctx context.Context, _ string) error {
+	h.awaitReleaseRest(ctx)
+	err := h.m.releaseAll(ctx, h.parts)
+	if errors.Is(err, ErrNotHeld) {
+		return ErrNotHeld
+	}
+	return err
+}
+
+// awaitReleaseRest waits, within ctx, for the release of the other locks
+// after a loss (releaseRest), if one began.
+func (h *multiHolder) awaitReleaseRest(ctx context.Context) {
 	h.mu.Lock()
 	releasing := h.releasing
 	h.mu.Unlock()
@@ -497,11 +541,6 @@ func (h *multiHolder) release(ctx context.Context, _ string) error {
 		case <-ctx.Done():
 		}
 	}
-	err := h.m.releaseAll(ctx, h.parts)
-	if errors.Is(err, ErrNotHeld) {
-		return ErrNotHeld
-	}
-	return err
 }
 
 // remaining is the shortest remaining time among the locks.

@@ -267,3 +267,55 @@ func TestUnlockOfALostMultiLockWaitsForItsOtherLocks(t *testing.T) {
 		t.Errorf("b is still held when Unlock returned")
 	}
 }
+
+// A TryLock that stalls between its take and its lease, past the locks'
+// validity, must not return a lease: it returned one with a nil error
+// while its locks had expired on the server (anyone could hold them), and
+// the lease reported the loss only a moment later.
+func TestMultiLockTryLockStalledPastValidityReturnsNoLease(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx := testCtx(t)
+	p := t.Name() + ":" + dlock.NewOwnerID()[:8] + ":"
+	a, b := p+"a", p+"b"
+	hold := newScriptHold(scripts.MultiAcquire, true) // the take's reply, once it came back
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	rdb.AddHook(hold)
+	c, err := dlock.New(rdb, dlock.WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ml := c.MultiLock(a, b)
+	warm, err := ml.TryLock(ctx) // loads the script: a held NOSCRIPT reply would be no take
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	hold.armed.Store(true)
+	got := make(chan multiLockResult, 1)
+	go func() {
+		l, err := ml.TryLock(ctx)
+		got <- multiLockResult{l, err}
+	}()
+	<-hold.started
+	time.Sleep(600 * time.Millisecond) // the stall: twice the TTL, so the locks expire on the server
+	close(hold.resume)
+	r := <-got
+	if r.l != nil || !errors.Is(r.err, dlock.ErrNotObtained) {
+		var lerr error
+		if r.l != nil {
+			lerr = r.l.Err()
+		}
+		t.Fatalf("TryLock stalled past its locks' validity = lease %v (Err %v), error %v; want no lease and ErrNotObtained", r.l != nil, lerr, r.err)
+	}
+	if !errors.Is(r.err, dlock.ErrLockLost) {
+		t.Errorf("TryLock's error %q does not say a lock was lost", r.err)
+	}
+	if n := srv.Client(t).Exists(ctx, lockKey(a), lockKey(b)).Val(); n != 0 {
+		t.Errorf("%d of the two locks still held after TryLock returned", n)
+	}
+}

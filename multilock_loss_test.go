@@ -111,11 +111,13 @@ func TestMultiLockWaitRetakesALockLostMeanwhile(t *testing.T) {
 }
 
 // lossSignal is a slog.Handler that closes lost when the loss of the lock
-// called name is logged.
+// called name is logged, or, with message set, when that message is logged
+// about it.
 type lossSignal struct {
-	name string
-	once sync.Once
-	lost chan struct{}
+	name    string
+	message string // "dlock: lock lost" when empty
+	once    sync.Once
+	lost    chan struct{}
 }
 
 func (h *lossSignal) Enabled(context.Context, slog.Level) bool { return true }
@@ -123,7 +125,7 @@ func (h *lossSignal) WithAttrs([]slog.Attr) slog.Handler       { return h }
 func (h *lossSignal) WithGroup(string) slog.Handler            { return h }
 
 func (h *lossSignal) Handle(_ context.Context, r slog.Record) error {
-	if r.Message != "dlock: lock lost" {
+	if want := h.message; r.Message != want && (want != "" || r.Message != "dlock: lock lost") {
 		return nil
 	}
 	r.Attrs(func(a slog.Attr) bool {

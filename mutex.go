@@ -202,7 +202,7 @@ func (m *Mutex) acquire(ctx context.Context, owner string, join any) (attemptRes
 	if code == 1 {
 		return grantAcked(ctx, m, &m.cfg, owner, call, attemptResult{granted: true, fence: x, pttl: ms(y)})
 	}
-	return attemptResult{pttl: ms(x)}, nil
+	return attemptResult{pttl: ms(x), lastFence: lastFenceAt(call.Reply, 3)}, nil
 }
 
 // unlock is Unlock's release: straight to a goroutine of this Client

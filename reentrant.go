@@ -224,7 +224,7 @@ func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) 
 	if v[0] == 1 {
 		return grantAcked(ctx, h, &m.cfg, member, call, attemptResult{granted: true, fence: v[1], pttl: ms(v[2])})
 	}
-	return attemptResult{pttl: ms(v[1])}, nil
+	return attemptResult{pttl: ms(v[1]), lastFence: lastFenceAt(call.Reply, 3)}, nil
 }
 
 // release gives up this hold (or its place in the queue). When it was the

@@ -390,7 +390,7 @@ func (h *rwHalf) attempt(ctx context.Context, owner string, queue bool) (attempt
 	if v[0] == 1 {
 		return grantAcked(ctx, h, &rw.cfg, owner, call, attemptResult{granted: true, fence: v[1], pttl: ms(v[2])})
 	}
-	r := attemptResult{pttl: ms(v[1])}
+	r := attemptResult{pttl: ms(v[1]), lastFence: lastFenceAt(call.Reply, 4)}
 	if items, _ := call.Reply.([]any); len(items) > 3 {
 		if free, _ := items[3].(int64); free == 1 {
 			r.queuedAhead = "it is free for a writer, but " + othersFirst

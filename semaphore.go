@@ -312,7 +312,7 @@ func (a *semAcquisition) attemptResult(call *driver.Call) (attemptResult, error)
 	if v[0] == 1 {
 		return attemptResult{granted: true, fence: v[1], pttl: ms(v[2])}, nil
 	}
-	r := attemptResult{pttl: ms(v[1])}
+	r := attemptResult{pttl: ms(v[1]), lastFence: lastFenceAt(call.Reply, 4)}
 	if items, _ := call.Reply.([]any); len(items) > 3 {
 		free, _ := items[3].(int64)
 		if free >= int64(a.n) {

@@ -36,6 +36,20 @@ type attemptResult struct {
 	// others waiting first come first (a Semaphore's arrival order, an
 	// RWMutex's waiting writer). "" otherwise.
 	queuedAhead string
+	// lastFence is, when not granted, the last fencing token the lock had
+	// issued when the server ran the attempt: a grant heard afterwards with
+	// a token no higher was made before the attempt (see waitFor).
+	lastFence int64
+}
+
+// lastFenceAt reads the last token issued from item i of a not-granted
+// reply; 0 (every grant is newer) when the reply has none.
+func lastFenceAt(reply any, i int) int64 {
+	if items, _ := reply.([]any); len(items) > i {
+		fence, _ := items[i].(int64)
+		return fence
+	}
+	return 0
 }
 
 // acquire is TryLock (wait false) and Lock (wait true) for every queued
@@ -205,8 +219,11 @@ type firstAttempt struct {
 // a slow pace so a lost message costs latency, never a hang. It returns the
 // successful result and a time no later than the grant: the start of the
 // attempt that succeeded, or, for a grant heard by pub/sub, the start of the
-// last attempt that had not been granted (the grant came after the server
-// processed it, so validity computed from there never overestimates).
+// last attempt that had not been granted. The grant came after the server
+// processed that attempt, so validity computed from there never
+// overestimates: a grant whose token is no higher than the last one that
+// attempt saw issued came before it, was heard late, and is ignored (the
+// attempt, finding the lock taken, shows that grant was over).
 func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attemptResult, time.Time, error) {
 	began := time.Now()
 	if spec.first != nil {
@@ -229,6 +246,7 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 	}
 	var (
 		since      = began // no grant can predate this
+		lastFence  int64   // the highest token a not-granted attempt saw issued
 		holderTTL  time.Duration
 		lastErr    error
 		subscribed = !notify
@@ -285,6 +303,7 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 				spec.noteErr(nil)
 			}
 			since, holderTTL, lastErr = start, r.pttl, nil
+			lastFence = max(lastFence, r.lastFence)
 			errDelay = newErrorDelay()
 			delay = c.pollDelay(cfg, r.pttl, spin)
 			if !subscribed {
@@ -322,7 +341,16 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 		select {
 		case <-signal:
 			if g, ok := w.takeGrant(); ok {
-				return attemptResult{granted: true, fence: g.fence, pttl: g.px, grantedAtUs: g.atUs}, since, nil
+				if g.fence > lastFence {
+					return attemptResult{granted: true, fence: g.fence, pttl: g.px, grantedAtUs: g.atUs}, since, nil
+				}
+				// Made before an attempt that then found the lock taken,
+				// and heard only now (the subscription lagged): the grant
+				// was over by that attempt, or it would have been granted.
+				// Taken for new, it would count its validity from after the
+				// attempt, and could overlap the holder that attempt saw.
+				cfg.logger.Debug("dlock: ignoring a grant heard after a later attempt found the lock taken",
+					slog.String("lock", spec.name), slog.Int64("token", g.fence), slog.Int64("last token seen", lastFence))
 			}
 		case <-timer.C:
 		case <-ctx.Done():

@@ -18,8 +18,11 @@
 --          {1, fence, pttl}: owner holds the lock now (taken by this call,
 --          or handed over earlier while it waited); pttl is the key's
 --          remaining ms.
---          {0, pttl, position}: another owner holds it for pttl ms more;
---          position is owner's 1-based place in the queue, 0 if not queued.
+--          {0, pttl, position, fence}: another owner holds it for pttl ms
+--          more; position is owner's 1-based place in the queue, 0 if not
+--          queued; fence is the last token issued, so that the waiter can
+--          tell a grant made after this call (a higher token) from one made
+--          before it and heard late.
 --          Error DLOCK_CONFLICT (or WRONGTYPE) when a key holds something
 --          no lock wrote: the lock key, or the queue, waiters or fencing
 --          key on a path that reads it. Nothing is granted or queued then
@@ -99,4 +102,4 @@ local position = 0
 if ARGV[3] ~= '0' then
   position = dlock_enqueue(KEYS[3], KEYS[4], owner, now_us or dlock_now_us(), lease_ms, grant_px)
 end
-return {0, pttl, position}
+return {0, pttl, position, dlock_last_fence(KEYS[2])}

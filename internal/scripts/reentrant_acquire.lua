@@ -9,7 +9,8 @@
 -- Returns: {1, fence, pttl, holds}: the owner holds the lock and this hold
 --          is counted (taken now, nested, or handed over while waiting);
 --          holds is the owner's hold count.
---          {0, holder pttl, position}: another owner holds it.
+--          {0, holder pttl, position, fence}: another owner holds it;
+--          fence is the last token issued (see mutex_acquire.lua).
 -- Holds are ids in a set, not a counter: an acquire retried after a lost
 -- reply adds nothing, so it never counts twice (Redisson issue #7367).
 local member = ARGV[1]
@@ -66,4 +67,4 @@ local position = 0
 if ARGV[3] == '1' then
   position = dlock_enqueue(KEYS[3], KEYS[4], member, now_us or dlock_now_us(), ARGV[4], ARGV[5])
 end
-return {0, pttl, position}
+return {0, pttl, position, dlock_last_fence(KEYS[2])}

@@ -6,11 +6,12 @@
 --       this member), 6 fence retention ms, 7 publish command, 8 channel
 -- Returns: {1, fence, pttl}: member holds the lock now (taken by this call,
 --          or handed over earlier while it waited); pttl is its remaining ms.
---          {0, pttl, position, free}: not granted; pttl is the longest
---          remaining time of the current holders, position member's 1-based
---          place in the queue (0 if not queued), free 1 when the holders
---          would let member in but others queued first (a reader behind a
---          waiting writer), else 0.
+--          {0, pttl, position, free, fence}: not granted; pttl is the
+--          longest remaining time of the current holders, position member's
+--          1-based place in the queue (0 if not queued), free 1 when the
+--          holders would let member in but others queued first (a reader
+--          behind a waiting writer), else 0, fence the last token issued
+--          (see mutex_acquire.lua).
 --          Error DLOCK_CONFLICT (or WRONGTYPE) when the holders key is not a
 --          lock's; nothing is modified then.
 -- Rules: a writer is granted when nobody holds the lock and nobody live is
@@ -53,4 +54,4 @@ local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 if #last > 0 then
   pttl = tonumber(last[2]) - now_ms
 end
-return {0, pttl, position, rw_free_for(KEYS, mode) and 1 or 0}
+return {0, pttl, position, rw_free_for(KEYS, mode) and 1 or 0, dlock_last_fence(KEYS[2])}

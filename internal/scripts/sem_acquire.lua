@@ -10,11 +10,13 @@
 -- Returns: {1, fence, pttl}: owner holds its permits now (taken by this
 --          call, or granted earlier while it waited); pttl is their
 --          remaining ms.
---          {0, pttl, position, free}: not enough permits are free, or
---          others queued first; pttl is the ms until the first holder's
+--          {0, pttl, position, free, fence}: not enough permits are free,
+--          or others queued first; pttl is the ms until the first holder's
 --          permits expire (0: no holder), position owner's 1-based place
 --          in the queue (0: not queued), free the permits not held (enough
---          for owner when others queued first).
+--          for owner when others queued first), fence the last token
+--          issued (a grant heard later with a token no higher was made
+--          before this call: see mutex_acquire.lua).
 --          Error DLOCK_LIMIT <limit> when n exceeds the limit in force:
 --          the request can never be served, and owner is no longer queued.
 --          Error DLOCK_CONFLICT (or WRONGTYPE) when a key holds something no
@@ -59,4 +61,4 @@ local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if #first == 2 then
   pttl = tonumber(first[2]) - now_ms
 end
-return {0, pttl, position, limit - used}
+return {0, pttl, position, limit - used, dlock_last_fence(KEYS[4])}

@@ -1,0 +1,190 @@
+package dlock_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// splitClient sends commands through one go-redis client and subscribes
+// through another, so that a test can fault the two paths apart.
+type splitClient struct {
+	*redis.Client
+	sub *redis.Client
+}
+
+func (s splitClient) Subscribe(ctx context.Context, channels ...string) *redis.PubSub {
+	return s.sub.Subscribe(ctx, channels...)
+}
+
+// A waiter's grant can be heard long after it was made: its subscription
+// lags (bytes delayed on a live connection) while its commands fail for
+// longer than the claim window, so the grant expires unclaimed and another
+// client takes the lock. The waiter's commands then work again: its next
+// attempt finds that holder and queues the same owner again. When the old
+// grant's message finally arrives, the waiter must not take it for a new
+// one: it did, counted its validity from after that attempt, and returned
+// a live lease while the other client held the lock (found by a storm
+// audit, for every primitive that waits in a queue).
+func TestGrantHeardAfterALaterAttemptIsIgnored(t *testing.T) {
+	type acquired struct {
+		done    <-chan struct{}
+		release func()
+	}
+	type kind struct {
+		name      string
+		queue     func(name string) string // the queue key
+		lock, try func(ctx context.Context, c *dlock.Client, name string) (acquired, error)
+	}
+	fromLease := func(l *dlock.Lease, err error) (acquired, error) {
+		if err != nil {
+			return acquired{}, err
+		}
+		return acquired{l.Done(), func() { _ = l.Unlock(context.Background()) }}, nil
+	}
+	fromPermits := func(p *dlock.Permits, err error) (acquired, error) {
+		if err != nil {
+			return acquired{}, err
+		}
+		return acquired{p.Done(), func() { _ = p.Release(context.Background()) }}, nil
+	}
+	kinds := []kind{
+		{"Mutex", func(n string) string { return lockKey(n) + ":q" },
+			func(ctx context.Context, c *dlock.Client, n string) (acquired, error) {
+				return fromLease(c.Mutex(n).Lock(ctx))
+			},
+			func(ctx context.Context, c *dlock.Client, n string) (acquired, error) {
+				return fromLease(c.Mutex(n).TryLock(ctx))
+			}},
+		{"FairMutex", func(n string) string { return lockKey(n) + ":q" },
+			func(ctx context.Context, c *dlock.Client, n string) (acquired, error) {
+				return fromLease(c.FairMutex(n).Lock(ctx))
+			},
+			func(ctx context.Context, c *dlock.Client, n string) (acquired, error) {
+				return fromLease(c.FairMutex(n).TryLock(ctx))
+			}},
+		{"ReentrantMutex", func(n string) string { return "dlock:{" + n + "}:re:q" },
+			func(ctx context.Context, c *dlock.Client, n string) (acquired, error) {
+				return fromLease(c.ReentrantMutex(n).Lock(dlock.WithOwner(ctx, fmt.Sprintf("%p", c))))
+			},
+			func(ctx context.Context, c *dlock.Client, n string) (acquired, error) {
+				return fromLease(c.ReentrantMutex(n).TryLock(dlock.WithOwner(ctx, fmt.Sprintf("%p", c))))
+			}},
+		{"RWMutex", func(n string) string { return "dlock:{" + n + "}:rw:q" },
+			func(ctx context.Context, c *dlock.Client, n string) (acquired, error) {
+				return fromLease(c.RWMutex(n).Lock(ctx))
+			},
+			func(ctx context.Context, c *dlock.Client, n string) (acquired, error) {
+				return fromLease(c.RWMutex(n).TryLock(ctx))
+			}},
+		{"Semaphore", func(n string) string { return "dlock:{" + n + "}:sem:q" },
+			func(ctx context.Context, c *dlock.Client, n string) (acquired, error) {
+				return fromPermits(c.Semaphore(n, 1).Acquire(ctx, 1))
+			},
+			func(ctx context.Context, c *dlock.Client, n string) (acquired, error) {
+				return fromPermits(c.Semaphore(n, 1).TryAcquire(ctx, 1))
+			}},
+	}
+	srv := redistest.Shared(t)
+	// A claim window of 1 s: the waiter lease (the TTL is longer).
+	opts := []dlock.Option{dlock.WithTTL(10 * time.Second), dlock.WithWaiterLease(time.Second)}
+	for _, k := range kinds {
+		k := k
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t)
+			name := uniqueName(t)
+			rdb := srv.Client(t)
+			a, x := newClient(t, srv, opts...), newClient(t, srv, opts...)
+
+			// W: commands through pc, which fail fast when cut; pub/sub
+			// through ps.
+			pc, ps := redistest.StartProxy(t, srv.Addr()), redistest.StartProxy(t, srv.Addr())
+			cmd := redis.NewClient(&redis.Options{Addr: pc.Addr(), ReadTimeout: 100 * time.Millisecond,
+				WriteTimeout: 100 * time.Millisecond, DialTimeout: 100 * time.Millisecond})
+			sub := redis.NewClient(&redis.Options{Addr: ps.Addr()})
+			t.Cleanup(func() { _ = cmd.Close(); _ = sub.Close() })
+			ignored := &lossSignal{name: name, message: "dlock: ignoring a grant heard after a later attempt found the lock taken", lost: make(chan struct{})}
+			w, err := dlock.New(splitClient{Client: cmd, sub: sub}, append(opts, dlock.WithLogger(slog.New(ignored)))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = w.Close() })
+
+			held, err := k.lock(ctx, a, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			type result struct {
+				got acquired
+				err error
+			}
+			waited := make(chan result, 1)
+			go func() {
+				got, err := k.lock(ctx, w, name)
+				waited <- result{got, err}
+			}()
+			waitUntil(t, 10*time.Second, "waiter queued and subscribed", func() bool {
+				subs := rdb.PubSubNumSub(ctx, k.queue(name)[:len(k.queue(name))-2]).Val()
+				return rdb.ZCard(ctx, k.queue(name)).Val() == 1 && subs[k.queue(name)[:len(k.queue(name))-2]] > 0
+			})
+
+			ps.HoldReplies(true) // the grant will be heard late
+			pc.Blackhole(true)   // and the waiter cannot ask meanwhile
+			held.release()       // grants the waiter, for its 1 s claim window
+			var other acquired
+			waitUntil(t, 10*time.Second, "the lock for another client once the unclaimed grant expired", func() bool {
+				got, err := k.try(ctx, x, name)
+				other = got
+				return err == nil
+			})
+			pc.Blackhole(false)
+			waitUntil(t, 10*time.Second, "the waiter queued again behind the new holder", func() bool {
+				return rdb.ZCard(ctx, k.queue(name)).Val() == 1
+			})
+			ps.HoldReplies(false) // the old grant arrives now
+
+			select {
+			case r := <-waited:
+				select {
+				case <-other.done:
+				default:
+					if r.err == nil {
+						t.Fatalf("TWO HOLDERS: the waiter took the late grant while another client holds the lock")
+					}
+				}
+				t.Fatalf("the waiter's %s returned (%v) before the holder released", k.name, r.err)
+			case <-ignored.lost:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the late grant was neither taken nor ignored within 10 s")
+			}
+			select {
+			case r := <-waited:
+				t.Fatalf("the waiter's %s returned (%v) while another client holds the lock", k.name, r.err)
+			default:
+			}
+			other.release()
+			select {
+			case r := <-waited:
+				if r.err != nil {
+					t.Fatalf("the waiter's %s after the holder released: %v", k.name, r.err)
+				}
+				select {
+				case <-r.got.done:
+					t.Error("the waiter's lease is already over")
+				default:
+				}
+				r.got.release()
+			case <-time.After(10 * time.Second):
+				t.Fatal("the waiter was not granted the lock within 10 s of its release")
+			}
+		})
+	}
+}

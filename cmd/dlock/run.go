@@ -82,8 +82,9 @@ The command's environment also has:
 
 If the lock is lost while the command runs (Redis unreachable for a whole TTL,
 the key deleted, "dlock unlock --force"), run does what --on-lost says:
-terminate (SIGTERM, then SIGKILL after --grace), kill (SIGKILL at once) or
-report (let the command finish); then it exits with 70.
+terminate (SIGTERM, then SIGKILL after --grace, to the processes the command
+started too, even when it exits first), kill (SIGKILL at once) or report
+(let the command finish); then it exits with 70.
 
 Signals: SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock
 are passed on to the command; dlock waits for it to end, releases the lock,
@@ -97,8 +98,9 @@ SIGQUIT) to the command itself, so dlock passes on only the other signals,
 and a lost lock signals the command but not its children. Each signal
 passed on is followed by SIGCONT, as GNU timeout does, so that a stopped
 command (one that read the terminal from its own group gets SIGTTIN) still
-ends. On Linux the command is killed if dlock itself dies without cleaning
-up (SIGKILL, out of memory), since nothing renews the lock then.
+ends. On Linux the command's own process is killed if dlock itself dies
+without cleaning up (SIGKILL, out of memory), since nothing renews the lock
+then; processes it started are not (exec the job from a wrapper script).
 
 Job control: dlock is not suspended while its command runs. A stopped dlock
 would not renew the lock, which would expire while the command (in its own
@@ -530,6 +532,9 @@ func (a *app) supervise(cmd *exec.Cmd, h *held, o *runOptions, sigs <-chan os.Si
 			if cmd.ProcessState == nil {
 				return 0, lost, err // Wait failed without a status: should not happen
 			}
+			if graceC != nil && group {
+				a.endGroup(cmd, graceC, sigs)
+			}
 			return exitCodeOf(cmd.ProcessState), lost, nil
 		case sig := <-sigs:
 			if !group && fromTerminal(sig) {
@@ -565,6 +570,34 @@ func (a *app) supervise(cmd *exec.Cmd, h *held, o *runOptions, sigs <-chan os.Si
 			graceC = nil
 			fmt.Fprintf(a.stderr, "dlock: the command is still running %v after SIGTERM; sending SIGKILL\n", o.grace)
 			signalCommand(cmd.Process, sigKILL, group)
+		}
+	}
+}
+
+// endGroup is the rest of the grace after a lost lock when the command
+// exited within it: processes it started that are still in its group run
+// without the lock, so they get what is left of the grace after their
+// SIGTERM, then SIGKILL, as the command itself would have. Signals to dlock
+// meanwhile go to them.
+func (a *app) endGroup(cmd *exec.Cmd, graceC <-chan time.Time, sigs <-chan os.Signal) {
+	pid := cmd.Process.Pid
+	if !groupAlive(pid) {
+		return
+	}
+	fmt.Fprintln(a.stderr, "dlock: the command exited, but processes it started are still running without the lock; SIGKILL to them when the grace ends")
+	tick := time.NewTicker(50 * time.Millisecond) // a group's end signals nothing: look
+	defer tick.Stop()
+	for {
+		select {
+		case <-graceC:
+			signalCommand(cmd.Process, sigKILL, true)
+			return
+		case sig := <-sigs:
+			signalCommand(cmd.Process, sig, true)
+		case <-tick.C:
+			if !groupAlive(pid) {
+				return
+			}
 		}
 	}
 }

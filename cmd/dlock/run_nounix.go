@@ -24,6 +24,9 @@ func signalCommand(p *os.Process, sig os.Signal, _ bool) {
 	_ = p.Signal(sig)
 }
 
+// groupAlive reports false: there are no process groups here.
+func groupAlive(int) bool { return false }
+
 // keepRunning does nothing: there is no job control to stop dlock.
 func keepRunning() (tstp <-chan os.Signal, restore func()) { return nil, func() {} }
 

@@ -243,28 +243,6 @@ func TestRunKilledDlockKillsItsCommand(t *testing.T) {
 	waitUntil(t, fmt.Sprintf("the command (pid %d) to die", pid), func() bool { return !running(pid) })
 }
 
-// running reports whether pid is a live process (not gone, not a zombie).
-func running(pid int) bool {
-	st := procState(pid)
-	return st != 0 && st != 'Z' && st != 'X'
-}
-
-// procState returns the state letter of pid in /proc ('R', 'S', 'T' for
-// stopped, 'Z'...), or 0 when it is gone.
-func procState(pid int) byte {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The state follows the parenthesised command name.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return '?'
-	}
-	return s[i+2]
-}
-
 // TestRunWaitEndedByRedisFailure stops the server while a run waits with
 // --wait: the wait ends with Redis failing, not with the lock held, so the
 // run exits with 1 (not 75) and says why, within --wait.

@@ -51,6 +51,13 @@ func signalCommand(p *os.Process, sig os.Signal, ownGroup bool) {
 	}
 }
 
+// groupAlive reports whether any process is left in the process group that
+// the command led (pid is the command's, which named the group).
+func groupAlive(pid int) bool {
+	err := syscall.Kill(-pid, 0)
+	return err == nil || err == syscall.EPERM
+}
+
 // keepRunning keeps dlock from being stopped while its command runs: a
 // stopped dlock renews nothing, so the lock would expire while the command
 // (in a group of its own, not stopped with dlock) goes on, and another

@@ -44,6 +44,7 @@ func TestScripts(t *testing.T) {
 			"redis":     cmdRedis,
 			"waitfile":  cmdWaitFile,
 			"waitqueue": cmdWaitQueue,
+			"waitgone":  cmdWaitGone,
 		},
 		RequireExplicitExec: true,
 	})
@@ -109,6 +110,46 @@ func cmdWaitFile(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
+// cmdWaitGone waits until the process whose pid a hold command wrote to
+// DIR/pid has ended (a zombie nobody reaps counts as ended: it runs
+// nothing).
+func cmdWaitGone(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: waitgone PIDFILE")
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(ts.ReadFile(args[0])))
+	ts.Check(err)
+	deadline := time.Now().Add(scriptWait)
+	for running(pid) {
+		if time.Now().After(deadline) {
+			ts.Fatalf("waitgone: process %d still running after %v", pid, scriptWait)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// running reports whether pid is a live process (not gone, not a zombie).
+func running(pid int) bool {
+	st := procState(pid)
+	return st != 0 && st != 'Z' && st != 'X'
+}
+
+// procState returns the state letter of pid in /proc ('R', 'S', 'T' for
+// stopped, 'Z'...), or 0 when it is gone.
+func procState(pid int) byte {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The state follows the parenthesised command name.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return '?'
+	}
+	return s[i+2]
+}
+
 // cmdWaitQueue waits until N waiters are queued for the lock NAME (a mutex,
 // or a semaphore), as "dlock status" would show them.
 func cmdWaitQueue(ts *testscript.TestScript, neg bool, args []string) {
@@ -144,7 +185,7 @@ func cmdWaitQueue(ts *testscript.TestScript, neg bool, args []string) {
 
 // holdMain is the "hold [--ignore-term] DIR" command of the scripts and
 // tests: the command that a lock protects. It writes DIR/started, holding
-// its $DLOCK_TOKEN, and waits until DIR/stop exists, then exits 0. On
+// its $DLOCK_TOKEN (and DIR/pid, its pid, just before), and waits until DIR/stop exists, then exits 0. On
 // SIGTERM, SIGINT or SIGHUP it writes the signal to DIR/signal and exits
 // with 128 + its number; with --ignore-term it records SIGTERM as ignored
 // and goes on waiting, so only SIGKILL ends it early.
@@ -172,6 +213,7 @@ func holdMain() int {
 			_ = os.Rename(tmp, filepath.Join(dir, name))
 		}
 	}
+	write("pid", strconv.Itoa(os.Getpid())+"\n")
 	write("started", "token="+os.Getenv("DLOCK_TOKEN")+"\n")
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()

@@ -132,6 +132,12 @@ func (e *notObtainedError) Unwrap() []error {
 	return errs
 }
 
+// errNoAnswer is a wait's last failure when its context ended before Redis
+// answered any of its attempts: the lock was never seen held, so the wait
+// did not end in contention (a server too slow, or unreachable, for the
+// deadline).
+var errNoAnswer = errors.New("no reply from Redis before the wait ended: the lock was never seen held")
+
 // waitEnded builds the error for a wait that ctx (or Close) ended.
 func waitEnded(ctx context.Context, name string, began time.Time, holderTTL time.Duration, last error) error {
 	e := &notObtainedError{name: name, waited: time.Since(began), holderTTL: holderTTL, last: last, ctxErr: ctx.Err()}

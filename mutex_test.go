@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -678,5 +679,30 @@ func TestForeignFenceKeyConflictsWithoutTakingTheLock(t *testing.T) {
 	}
 	if v := rdb.Get(ctx, lockKey(name)+":fence").Val(); v != "not-a-number" {
 		t.Errorf("the foreign fence key was changed to %q", v)
+	}
+}
+
+// A Lock whose deadline comes before Redis answers any of its attempts
+// never saw the lock held: its error says so, next to ErrNotObtained and
+// the deadline, instead of reading like contention ("dlock run" printed
+// "is held" and exited 75 for a free lock on a slow server).
+func TestLockUnansweredSaysRedisDidNotAnswer(t *testing.T) {
+	c, proxy := clientThroughProxy(t)
+	ctx := testCtx(t)
+	name := uniqueName(t)
+	warm := mustLock(t, c, name+"warm") // dials, loads the scripts
+	if err := warm.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	proxy.HoldReplies(true)
+	defer proxy.HoldReplies(false)
+	for _, lock := range []func(context.Context) (*dlock.Lease, error){c.Mutex(name).Lock, c.FairMutex(name).Lock} {
+		lctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		_, err := lock(lctx)
+		cancel()
+		if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) ||
+			!strings.Contains(fmt.Sprint(err), "no reply from Redis before the wait ended") {
+			t.Errorf("Lock with every reply held back: %v; want ErrNotObtained, the deadline, and that Redis did not answer", err)
+		}
 	}
 }

@@ -247,6 +247,7 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 	var (
 		since      = began // no grant can predate this
 		lastFence  int64   // the highest token a not-granted attempt saw issued
+		answered   bool    // an attempt found the lock taken
 		holderTTL  time.Duration
 		lastErr    error
 		subscribed = !notify
@@ -278,6 +279,8 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 			if ctx.Err() != nil {
 				if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 					lastErr = err
+				} else if !answered && lastErr == nil {
+					lastErr = errNoAnswer
 				}
 				abandon(err) // which may tell that the attempt is still on its way
 				return attemptResult{}, time.Time{}, ended()
@@ -299,6 +302,7 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 		case r.granted:
 			return r, start, nil
 		default:
+			answered = true
 			if lastErr != nil && spec.noteErr != nil {
 				spec.noteErr(nil)
 			}

@@ -244,8 +244,9 @@ func (a *app) run(ctx context.Context, o *runOptions, name string, argv []string
 	case sig != nil:
 		return &exitStatus{code: 128 + signalNumber(sig), err: fmt.Errorf("got %v while waiting for %q; the command did not run", sig, name)}
 	case errors.Is(err, dlock.ErrNotObtained) && ctx.Err() == nil && waitFailure(err) != nil:
-		// Not contention: Redis failed until --wait ran out.
-		return &exitStatus{code: exitFailure, err: fmt.Errorf("gave up on %q after --wait %v: Redis failed while waiting (%s); "+
+		// Not contention: Redis failed, or did not answer, until --wait
+		// ran out.
+		return &exitStatus{code: exitFailure, err: fmt.Errorf("gave up on %q after --wait %v: Redis failed or did not answer while waiting (%s); "+
 			"check that the server runs and that the URL is right, then try again", name, o.wait, message(err))}
 	case errors.Is(err, dlock.ErrNotObtained) && ctx.Err() == nil:
 		return &exitStatus{code: o.conflictCode, err: a.notObtained(s.c, o, name)}

@@ -280,7 +280,7 @@ func TestRunWaitEndedByRedisFailure(t *testing.T) {
 	if code != exitFailure {
 		t.Errorf("dlock exited with %d, want %d; output:\n%s", code, exitFailure, out)
 	}
-	for _, want := range []string{"after --wait 5s: Redis failed while waiting", "last error: ", "check that the server runs"} {
+	for _, want := range []string{"after --wait 5s: Redis failed or did not answer while waiting", "last error: ", "check that the server runs"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the output does not say %q:\n%s", want, out)
 		}
@@ -290,6 +290,29 @@ func TestRunWaitEndedByRedisFailure(t *testing.T) {
 	}
 	if d := time.Since(start); d > wait+5*time.Second {
 		t.Errorf("dlock took %v with --wait %v", d, wait)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "started")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the command ran: %v", err)
+	}
+}
+
+// TestRunWaitUnanswered: a server that answers no lock command within
+// --wait (writes paused, as a failover does; PING still answers) never
+// showed the lock held, so dlock must not say "is held" and exit 75 (a
+// cron wrapper would skip the job, thinking another host ran it): it is a
+// failure, exit 1, that says Redis did not answer.
+func TestRunWaitUnanswered(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	if err := rdb.Do(context.Background(), "client", "pause", 4000, "write").Err(); err != nil {
+		t.Fatal(err)
+	}
+	name, dir := uniqueLockName(t), t.TempDir()
+	p := startDlock(t, srv, "run", name, "--wait", "1s", "--", "hold", dir)
+	code := p.wait(t)
+	out := p.stderr.String()
+	if code != exitFailure || strings.Contains(out, "is held") || !strings.Contains(out, "no reply from Redis") {
+		t.Errorf("dlock run --wait 1s on a server whose writes are paused: exit %d; want %d and a message that Redis did not answer:\n%s", code, exitFailure, out)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "started")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the command ran: %v", err)

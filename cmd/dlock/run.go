@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -261,6 +262,10 @@ func (a *app) run(ctx context.Context, o *runOptions, name string, argv []string
 	cmd.Env = append(os.Environ(), "DLOCK_NAME="+name, "DLOCK_TOKEN="+strconv.FormatInt(h.token, 10))
 	if o.permits > 0 {
 		cmd.Env = append(cmd.Env, "DLOCK_PERMITS="+strconv.Itoa(o.permits))
+	} else {
+		// Not an outer run's: a run nested in one with --permits holds a
+		// lock, not a permit.
+		cmd.Env = slices.DeleteFunc(cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, "DLOCK_PERMITS=") })
 	}
 	cmd.SysProcAttr = commandAttr(!o.foreground)
 	cmd.WaitDelay = time.Second // output copied through pipes (tests) may outlive the command

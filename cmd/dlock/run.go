@@ -517,7 +517,7 @@ func holderList(holders []dlock.Holder) string {
 // acting on a lost lock. It returns the command's exit status and the loss,
 // or why the command could not be started.
 func (a *app) supervise(cmd *exec.Cmd, h *held, o *runOptions, sigs <-chan os.Signal) (code int, lost error, err error) {
-	exited, err := startCommand(cmd)
+	cmd, exited, err := startCommand(cmd)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -611,13 +611,21 @@ func (a *app) endGroup(cmd *exec.Cmd, graceC <-chan time.Time, sigs <-chan os.Si
 // startCommand starts cmd from a goroutine locked to an OS thread of its
 // own, which then waits for it: the parent-death signal (Linux) is sent
 // when the thread that started the command exits, so that thread must live
-// as long as the command. The returned channel yields cmd.Wait's result.
-func startCommand(cmd *exec.Cmd) (<-chan error, error) {
+// as long as the command. The returned channel yields Wait's result for
+// the command started: cmd, or, for a file the kernel will not execute (a
+// script without a #! line), /bin/sh running it, as execvp(3), flock(1)
+// and shells do.
+func startCommand(cmd *exec.Cmd) (*exec.Cmd, <-chan error, error) {
 	started := make(chan error, 1)
 	exited := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
+		err := cmd.Start()
+		if sh := shellFallback(cmd, err); sh != nil {
+			cmd = sh
+			err = cmd.Start()
+		}
+		if err != nil {
 			runtime.UnlockOSThread()
 			started <- err
 			return
@@ -628,9 +636,9 @@ func startCommand(cmd *exec.Cmd) (<-chan error, error) {
 		exited <- cmd.Wait()
 	}()
 	if err := <-started; err != nil {
-		return nil, err
+		return cmd, nil, err
 	}
-	return exited, nil
+	return cmd, exited, nil
 }
 
 // release gives the lock up after the command. It returns the loss when

@@ -4,6 +4,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"syscall"
 )
 
@@ -23,6 +24,9 @@ func signalCommand(p *os.Process, sig os.Signal, _ bool) {
 	}
 	_ = p.Signal(sig)
 }
+
+// shellFallback returns nil: there is no /bin/sh to fall back on.
+func shellFallback(*exec.Cmd, error) *exec.Cmd { return nil }
 
 // groupAlive reports false: there are no process groups here.
 func groupAlive(int) bool { return false }

@@ -3,7 +3,9 @@
 package main
 
 import (
+	"errors"
 	"os"
+	"os/exec"
 	"os/signal"
 	"syscall"
 )
@@ -49,6 +51,19 @@ func signalCommand(p *os.Process, sig os.Signal, ownGroup bool) {
 	default:
 		send(syscall.SIGCONT)
 	}
+}
+
+// shellFallback returns a command that runs cmd's file with /bin/sh when
+// starting it failed with ENOEXEC (a script without a #! line), as
+// execvp(3) does; nil otherwise.
+func shellFallback(cmd *exec.Cmd, err error) *exec.Cmd {
+	if !errors.Is(err, syscall.ENOEXEC) {
+		return nil
+	}
+	sh := exec.Command("/bin/sh", append([]string{cmd.Path}, cmd.Args[1:]...)...)
+	sh.Stdin, sh.Stdout, sh.Stderr = cmd.Stdin, cmd.Stdout, cmd.Stderr
+	sh.Env, sh.Dir, sh.SysProcAttr, sh.WaitDelay = cmd.Env, cmd.Dir, cmd.SysProcAttr, cmd.WaitDelay
+	return sh
 }
 
 // groupAlive reports whether any process is left in the process group that

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -146,7 +147,7 @@ Exit status:
 	f.IntVar(&o.lostCode, "lost-exit-code", o.lostCode, "exit `code` when the lock is lost while the command runs")
 	f.BoolVar(&o.foreground, "foreground", false, "run the command in dlock's process group, for commands that use the terminal")
 	f.StringVar(&o.ownerInfo, "owner-info", "", "what \"dlock status\" shows about this holder (default \"host=<hostname> pid=<pid> cmd=<command>\")")
-	f.BoolVarP(&o.verbose, "verbose", "v", false, "report on stderr when the lock is obtained and released")
+	f.BoolVarP(&o.verbose, "verbose", "v", false, "report on stderr when the lock is obtained and released, and what the library logs (such as failures a wait retries)")
 	return cmd
 }
 
@@ -233,6 +234,12 @@ func (a *app) run(ctx context.Context, o *runOptions, name string, argv []string
 	opts := []dlock.Option{dlock.WithOwnerInfo(info)}
 	if o.ttl != 0 {
 		opts = append(opts, dlock.WithTTL(o.ttl))
+	}
+	if o.verbose {
+		// The library's own account too: above all, the failures a wait
+		// retries (a wait without --wait retries them for ever, silently
+		// otherwise: a replica's READONLY, a server that is down).
+		opts = append(opts, dlock.WithLogger(slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	}
 	s, err := a.openSession(ctx, false, opts...)
 	if err != nil {

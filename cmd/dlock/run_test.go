@@ -319,6 +319,24 @@ func TestRunWaitUnanswered(t *testing.T) {
 	}
 }
 
+// TestRunVerboseShowsRetriedFailures: a wait retries Redis's failures until
+// it gets the lock (for ever without --wait); with -v they are shown, so a
+// run pointed at a replica does not wait in silence.
+func TestRunVerboseShowsRetriedFailures(t *testing.T) {
+	srv := redistest.Start(t)
+	// A replica of a master that does not exist: every write is refused.
+	if err := srv.Client(t).Do(context.Background(), "replicaof", "127.0.0.1", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	name, dir := uniqueLockName(t), t.TempDir()
+	p := startDlock(t, srv, "run", name, "--wait", "1s", "-v", "--", "hold", dir)
+	code := p.wait(t)
+	out := p.stderr.String()
+	if code != exitFailure || !strings.Contains(out, "attempt failed; retrying") || !strings.Contains(out, "READONLY") {
+		t.Errorf("dlock run -v against a replica: exit %d; want %d and the retried READONLY failures:\n%s", code, exitFailure, out)
+	}
+}
+
 // TestNotObtainedHoldersUnknown asks who holds a lock of a server that does
 // not answer: the answer says it is unknown, and comes within a bound well
 // under the 2 s that used to follow every --wait.

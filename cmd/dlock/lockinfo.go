@@ -142,9 +142,9 @@ func holdersSummary(info dlock.LockInfo) string {
 		for _, h := range hs {
 			n += h.Permits
 		}
-		s := fmt.Sprintf("%d permits", n)
+		s := plural(int64(n), "permit", "permits")
 		if info.Permits > 0 {
-			s = fmt.Sprintf("%d of %d permits", n, info.Permits)
+			s = fmt.Sprintf("%d of %s", n, plural(int64(info.Permits), "permit", "permits"))
 		}
 		if len(hs) == 1 {
 			return s + " by " + ownerLabel(hs[0].Owner, hs[0].Info)

@@ -43,13 +43,18 @@ type interrupted struct{ sig os.Signal }
 
 func (e interrupted) Error() string { return "interrupted by " + signalName(e.sig) }
 
-// signalName names the signals that interrupt dlock as kill(1) does.
+// signalName names the signals that interrupt dlock (or a wait of "dlock
+// run") as kill(1) does.
 func signalName(sig os.Signal) string {
 	switch sig {
 	case os.Interrupt:
 		return "SIGINT"
 	case syscall.SIGTERM:
 		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	case syscall.SIGQUIT:
+		return "SIGQUIT"
 	}
 	return sig.String()
 }

@@ -160,6 +160,8 @@ func runArgs(cmd *cobra.Command, args []string) error {
 		return usageErrorf("put -- between the lock name and the command: dlock run NAME -- %s", strings.Join(args[1:], " "))
 	case dash == -1 || len(args) == dash:
 		return usageErrorf("no command to run: dlock run NAME -- COMMAND [ARGS...]")
+	case dash == 0:
+		return usageErrorf("no lock name: dlock run NAME -- COMMAND [ARGS...]")
 	case dash != 1:
 		return usageErrorf("give exactly one lock name before --, got %q", args[:dash])
 	}
@@ -250,7 +252,7 @@ func (a *app) run(ctx context.Context, o *runOptions, name string, argv []string
 	h, sig, err := a.acquireForRun(ctx, s.c, o, name, sigs)
 	switch {
 	case sig != nil:
-		return &exitStatus{code: 128 + signalNumber(sig), err: fmt.Errorf("got %v while waiting for %q; the command did not run", sig, name)}
+		return &exitStatus{code: 128 + signalNumber(sig), err: fmt.Errorf("got %s while waiting for %q; the command did not run", signalName(sig), name)}
 	case errors.Is(err, dlock.ErrNotObtained) && ctx.Err() == nil && waitFailure(err) != nil:
 		// Not contention: Redis failed, or did not answer, until --wait
 		// ran out.

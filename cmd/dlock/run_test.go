@@ -214,7 +214,7 @@ func TestRunInterruptedWhileWaiting(t *testing.T) {
 	if code := p.wait(t); code != 130 {
 		t.Errorf("dlock exited with %d, want 130; output:\n%s", code, p.stderr.String())
 	}
-	if !strings.Contains(p.stderr.String(), "got interrupt while waiting for") {
+	if !strings.Contains(p.stderr.String(), "got SIGINT while waiting for") {
 		t.Errorf("dlock did not say it was interrupted while waiting:\n%s", p.stderr.String())
 	}
 	if _, err := os.Stat(filepath.Join(dir, "started")); !errors.Is(err, os.ErrNotExist) {

@@ -152,8 +152,12 @@ func waitEnded(ctx context.Context, name string, began time.Time, holderTTL time
 func redisError(op, name string, err error) error {
 	var rerr *driver.ReplyError
 	if errors.As(err, &rerr) && isConflictReply(rerr.Msg) {
-		return errorf("dlock: %s %q: %w: %s (dlock did not write this key and leaves it untouched: use another name or key prefix, or delete the key if it is stale)",
-			op, name, ErrKeyConflict, conflictDetail(rerr.Msg))
+		detail, whose := conflictDetail(rerr.Msg), "dlock did not write this key and leaves it untouched"
+		if strings.Contains(detail, "dlock did not write") || strings.Contains(detail, "no lock wrote") {
+			whose = "dlock leaves it untouched" // the detail said whose it is not
+		}
+		return errorf("dlock: %s %q: %w: %s (%s: use another name or key prefix, or delete the key if it is stale)",
+			op, name, ErrKeyConflict, detail, whose)
 	}
 	return errorf("dlock: %s %q: %w", op, name, err)
 }

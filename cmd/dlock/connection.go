@@ -351,8 +351,14 @@ func (t *target) ping(ctx context.Context) error {
 	defer rdb.Close()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		hint := "check that the server runs and that the URL is right"
-		if isAuthError(err) {
+		switch {
+		case isAuthError(err):
 			hint = "check the password (in the URL, or $" + redisPasswordEnv + ")"
+		case t.failover != nil && strings.HasSuffix(err.Error(), redis.Nil.Error()):
+			// go-redis reports the Sentinels' "no such master" (a nil
+			// reply) as their being unreachable, in its message only.
+			err = fmt.Errorf("the Sentinels answered, but none monitors a master called %q", t.failover.MasterName)
+			hint = "check the master name in the URL"
 		}
 		return fmt.Errorf("cannot reach %s: %w (%s)", t.desc, err, hint)
 	}

@@ -116,4 +116,12 @@ func TestSentinelURL(t *testing.T) {
 	if v := g.Master.Do(t, "EXISTS", "dlock:{sentinel-job}:fence"); v != int64(1) {
 		t.Errorf("the lock was not taken on the master: EXISTS = %v", v)
 	}
+
+	// A master name no Sentinel monitors: go-redis calls the Sentinels
+	// unreachable ("redis: nil"); dlock says what is wrong.
+	env[redisURLEnv] = "redis+sentinel://" + strings.Join(g.SentinelAddrs(), ",") + "/no-such-master"
+	r = runCLI(t, env, "status", "sentinel-job")
+	if r.code != exitFailure || !strings.Contains(r.stderr, `none monitors a master called "no-such-master"`) {
+		t.Errorf("status through the Sentinels with a wrong master name: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 }

@@ -43,8 +43,9 @@ environment variable:
                                                  a Redis Cluster, from any of its
                                                  nodes (rediss+cluster:// for TLS)
 
-Further addresses may also be given as ?addr=host:port parameters, and
-go-redis client options as parameters too (?dial_timeout=3s&pool_size=20).
+A Sentinel or Cluster URL may give further addresses as ?addr=host:port
+parameters, and every URL go-redis client options as parameters
+(?dial_timeout=3s&pool_size=20).
 Passwords need not appear on the command line: a password not in the URL is
 read from REDIS_PASSWORD; Sentinels that require a password of their own read
 it from REDIS_SENTINEL_PASSWORD.`

@@ -177,3 +177,63 @@ func (c *heldWriteConn) Write(b []byte) (int, error) {
 	}()
 	return len(b), nil
 }
+
+// The same when the acquire left on its way was a Mutex head's, whose place
+// passed to the next goroutine of its Client: that goroutine's clean-up,
+// when its own wait ends, must wait for the head's attempt too (found by a
+// review: it went at once).
+func TestHandedOverPlaceIsCleanedUpAfterTheHeadsAttemptLands(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx := testCtx(t)
+	hold := &writeHold{hash: scripts.MutexAcquire.Hash(), started: make(chan struct{}, 1), resume: make(chan struct{}), replied: make(chan struct{})}
+	release := newScriptHold(scripts.MutexRelease, true) // answered; never held
+	close(release.resume)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Dialer: hold.dial})
+	t.Cleanup(func() { _ = rdb.Close() })
+	rdb.AddHook(release)
+	// A short waiter lease: the head polls every 50 ms.
+	c, err := dlock.New(rdb, dlock.WithTTL(time.Minute), dlock.WithWaiterLease(150*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	other := newClient(t, srv)
+	name := uniqueName(t)
+	if !mutexFree(ctx, c, name+"warm") {
+		t.Fatal("warm-up acquire refused")
+	}
+	held := mustLock(t, other, name)
+
+	hctx, hcancel := context.WithCancel(ctx)
+	defer hcancel()
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	headErr, nextErr := make(chan error, 1), make(chan error, 1)
+	go func() { _, err := c.Mutex(name).Lock(hctx); headErr <- err }()
+	waitUntil(t, 10*time.Second, "the head queued", func() bool { return srv.Client(t).ZCard(ctx, lockKey(name)+":q").Val() == 1 })
+	go func() { _, err := c.Mutex(name).Lock(wctx); nextErr <- err }()
+	waitUntil(t, 10*time.Second, "a goroutine behind the head", func() bool { return dlock.LocalWaiters(c, name) == 2 })
+	hold.armed.Store(true)
+	<-hold.started // the head's next poll, on its way
+	hcancel()
+	if err := <-headErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the head's Lock: %v", err)
+	}
+	waitUntil(t, 10*time.Second, "the next goroutine waiting as the head", func() bool { return dlock.LocalWaiters(c, name) == 1 })
+	release.armed.Store(true)
+	wcancel() // its clean-up must wait for the head's attempt
+	if err := <-nextErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the next goroutine's Lock: %v", err)
+	}
+	select {
+	case <-release.started:
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(hold.resume) // the head's attempt lands on the free lock and takes it
+	<-hold.replied
+	waitUntil(t, 10*time.Second, "the lock free after the head's late attempt landed (kept for the 1 min TTL when the clean-up went first)",
+		func() bool { return mutexFree(ctx, other, name) })
+}

@@ -77,6 +77,7 @@ type localWaiter struct {
 // permanent failure).
 type localTurn struct {
 	owner   string
+	state   *ownerWait // what the waits for owner learnt, passed on with it
 	grant   *localGrant
 	restart bool
 	err     error
@@ -145,14 +146,14 @@ func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
 	switch {
 	case first.err == nil:
 	case ctx.Err() != nil:
-		c.abandon(ctx, m, &m.cfg, owner, first.err)
+		c.abandon(ctx, m, &m.cfg, owner, first.err, nil)
 		last := errNoAnswer
 		if !errors.Is(first.err, context.Canceled) && !errors.Is(first.err, context.DeadlineExceeded) {
 			last = first.err
 		}
 		return nil, waitEnded(ctx, m.name, began, 0, last)
 	case !isTransient(first.err):
-		c.abandon(ctx, m, &m.cfg, owner, first.err)
+		c.abandon(ctx, m, &m.cfg, owner, first.err, nil)
 		return nil, redisError("Lock", m.name, first.err)
 	}
 
@@ -164,13 +165,13 @@ func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
 		q.waiters = append(q.waiters, w)
 		c.local.mu.Unlock()
 		c.notify.forget(channel, owner)
-		c.abandon(ctx, m, &m.cfg, owner, nil)
+		c.abandon(ctx, m, &m.cfg, owner, nil, nil)
 		return c.awaitTurn(ctx, q, w, began)
 	}
 	if c.local.closing {
 		c.local.mu.Unlock()
 		c.notify.forget(channel, owner)
-		c.abandon(ctx, m, &m.cfg, owner, nil)
+		c.abandon(ctx, m, &m.cfg, owner, nil, nil)
 		return nil, errors.Join(ErrClosed, waitEnded(ctx, m.name, began, 0, nil))
 	}
 	if c.local.queues == nil {
@@ -180,7 +181,7 @@ func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
 	c.local.queues[key] = q
 	c.local.mu.Unlock()
 	waiting := first // copied, so the uncontended path keeps first on the stack
-	return c.contend(ctx, q, w, owner, &waiting, began)
+	return c.contend(ctx, q, w, owner, nil, &waiting, began)
 }
 
 // localKey is the local queue m's waiters share.
@@ -202,7 +203,7 @@ func (c *Client) awaitTurn(ctx context.Context, q *localQueue, w *localWaiter, b
 		t := <-w.wake
 		c.local.mu.Unlock()
 		if t.err == nil {
-			c.leave(ctx, q, w, t.owner, nil)
+			c.leave(ctx, q, w, t.owner, t.state)
 		}
 		return nil, waitEnded(ctx, w.m.name, began, 0, nil)
 	}
@@ -244,7 +245,7 @@ func (c *Client) takeTurn(ctx context.Context, q *localQueue, w *localWaiter, t 
 		}
 		return l, err
 	}
-	return c.contend(ctx, q, w, t.owner, nil, began)
+	return c.contend(ctx, q, w, t.owner, t.state, nil, began)
 }
 
 // takeSuccessor takes out of its local queue the waiter an Unlock of the
@@ -268,9 +269,10 @@ func (lq *localQueues) takeSuccessor(key localQueueKey) *localWaiter {
 }
 
 // contend is the head's wait in Redis under owner (a fresh one when empty;
-// first is the attempt that queued it, if just made). The head takes the
-// lease it is granted and promotes the next waiter.
-func (c *Client) contend(ctx context.Context, q *localQueue, w *localWaiter, owner string, first *firstAttempt, began time.Time) (*Lease, error) {
+// st is what the waits for owner learnt before, when a head passed its
+// place on; first is the attempt that queued it, if just made). The head
+// takes the lease it is granted and promotes the next waiter.
+func (c *Client) contend(ctx context.Context, q *localQueue, w *localWaiter, owner string, st *ownerWait, first *firstAttempt, began time.Time) (*Lease, error) {
 	m := w.m
 	for {
 		if owner == "" {
@@ -279,12 +281,16 @@ func (c *Client) contend(ctx context.Context, q *localQueue, w *localWaiter, own
 				c.endQueue(q, err)
 				return nil, err
 			}
+			st = nil
 		}
-		var lastAttempt error // what ended the wait, if an attempt did (waitSpec.abandon)
+		if st == nil {
+			st = &ownerWait{}
+		}
 		r, from, err := c.waitFor(ctx, &m.cfg, waitSpec{
 			name:    m.name,
 			channel: m.channel(),
 			owner:   owner,
+			state:   st,
 			first:   first,
 			noteErr: func(err error) {
 				c.local.mu.Lock()
@@ -292,9 +298,8 @@ func (c *Client) contend(ctx context.Context, q *localQueue, w *localWaiter, own
 				c.local.mu.Unlock()
 			},
 			attempt: func(ctx context.Context) (attemptResult, error) { return m.attempt(ctx, owner, true) },
-			// No clean-up here: a head that gives up passes its place on
-			// (leave), which cleans up only when nobody takes it.
-			abandon: func(cause error) { lastAttempt = cause },
+			// No abandon: a head that gives up passes its place on, with
+			// st (leave), and it is cleaned up only when nobody takes it.
 		})
 		first = nil
 		switch {
@@ -307,17 +312,21 @@ func (c *Client) contend(ctx context.Context, q *localQueue, w *localWaiter, own
 					c.promote(q, w)
 					return nil, waitEnded(ctx, m.name, began, 0, nil)
 				}
+				if len(st.pending) > 0 {
+					// An attempt for it may still land and queue it.
+					c.abandon(ctx, m, &m.cfg, owner, nil, st)
+				}
 				owner = "" // too slow to claim it: queue again under a fresh owner
 				continue
 			}
 			c.promote(q, w)
 			return l, err
 		case ctx.Err() != nil:
-			c.leave(ctx, q, w, owner, lastAttempt)
+			c.leave(ctx, q, w, owner, st)
 			return nil, err
 		default:
 			// Close, or a failure that retrying cannot fix: every wait ends.
-			c.abandon(ctx, m, &m.cfg, owner, err)
+			c.abandon(ctx, m, &m.cfg, owner, err, st)
 			c.endQueue(q, err)
 			return nil, err
 		}
@@ -338,19 +347,19 @@ func (c *Client) promote(q *localQueue, head *localWaiter) {
 }
 
 // leave is a head giving up: the next local waiter takes over its place
-// (owner), or, with none, the place is given up in Redis; cause is as
-// abandon's.
-func (c *Client) leave(ctx context.Context, q *localQueue, head *localWaiter, owner string, cause error) {
+// (owner, with st, what the waits for it learnt), or, with none, the place
+// is given up in Redis.
+func (c *Client) leave(ctx context.Context, q *localQueue, head *localWaiter, owner string, st *ownerWait) {
 	c.local.mu.Lock()
 	q.remove(head)
 	if len(q.waiters) > 0 {
-		q.waiters[0].wake <- localTurn{owner: owner}
+		q.waiters[0].wake <- localTurn{owner: owner, state: st}
 		c.local.mu.Unlock()
 		return
 	}
 	c.deleteQueueLocked(q)
 	c.local.mu.Unlock()
-	c.abandon(ctx, head.m, &head.m.cfg, owner, cause)
+	c.abandon(ctx, head.m, &head.m.cfg, owner, nil, st)
 }
 
 // endQueue gives err to every waiter left behind the head and drops q.

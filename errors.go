@@ -136,7 +136,7 @@ func (e *notObtainedError) Unwrap() []error {
 // answered any of its attempts: the lock was never seen held, so the wait
 // did not end in contention (a server too slow, or unreachable, for the
 // deadline).
-var errNoAnswer = errors.New("no reply from Redis before the wait ended: the lock was never seen held")
+var errNoAnswer = errors.New("no reply from Redis before the wait ended")
 
 // waitEnded builds the error for a wait that ctx (or Close) ended.
 func waitEnded(ctx context.Context, name string, began time.Time, holderTTL time.Duration, last error) error {

@@ -17,3 +17,18 @@ func LocalWaiters(c *Client, name string) int {
 
 // MaxLocalHandoffs is how many local hand-offs an Unlock makes in a row.
 const MaxLocalHandoffs = maxLocalHandoffs
+
+// GrantWaiters returns how many waits of c are registered for grants on
+// channel (a lock's key, for a Mutex), so tests can tell that a wait is
+// listening before they let a grant through.
+func GrantWaiters(c *Client, channel string) int {
+	c.notify.mu.Lock()
+	defer c.notify.mu.Unlock()
+	n := 0
+	if cs := c.notify.channels[channel]; cs != nil {
+		for _, ws := range cs.waiters {
+			n += len(ws)
+		}
+	}
+	return n
+}

@@ -273,7 +273,7 @@ func (m *MultiLock) takeAtOnce(ctx context.Context, owner string) (parts []*Leas
 			if call.Err != nil {
 				// The script may have run: release its locks too.
 				for _, mu := range group {
-					m.c.abandon(ctx, mu, &m.cfg, owner, call.Err)
+					m.c.abandon(ctx, mu, &m.cfg, owner, call.Err, nil)
 				}
 			}
 			m.releaseAll(ctx, parts)
@@ -417,8 +417,10 @@ func (m *MultiLock) combine(parts []*Lease) *Lease {
 	for _, p := range parts {
 		p := p
 		p.onLoss(func(err error) {
-			m.c.wd.lose(l, fmt.Sprintf("lock %q was lost: %v", p.Name(), err))
+			// The release first: a holder woken by the loss may Unlock at
+			// once, and must find the release begun, to wait for it.
 			h.releaseRest(p)
+			m.c.wd.lose(l, fmt.Sprintf("lock %q was lost: %v", p.Name(), err))
 		})
 	}
 	return l

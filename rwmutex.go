@@ -293,7 +293,7 @@ func (rw *RWMutex) Downgrade(ctx context.Context, write *Lease) (*Lease, error) 
 		return nil, errorf("dlock: Downgrade %q: %w: it expired or was taken over", rw.name, ErrNotHeld)
 	}
 	wd.resume(write)
-	rw.c.abandon(ctx, rw.reader, cfg, owner, err)
+	rw.c.abandon(ctx, rw.reader, cfg, owner, err, nil)
 	return nil, redisError("Downgrade", rw.name, err)
 }
 

@@ -109,13 +109,15 @@ func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait 
 				return l, err
 			}
 		}
+		st := &ownerWait{}
 		spec := waitSpec{
 			name:    name,
 			verb:    waitVerb,
 			channel: channel,
 			owner:   owner,
+			state:   st,
 			attempt: func(ctx context.Context) (attemptResult, error) { return q.attempt(ctx, owner, true) },
-			abandon: func(cause error) { c.abandon(ctx, q, cfg, owner, cause) },
+			abandon: func(cause error) { c.abandon(ctx, q, cfg, owner, cause, st) },
 		}
 		spec.first = &firstAttempt{result: r, err: err, start: start, confirmed: confirmed}
 		for {
@@ -129,7 +131,8 @@ func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait 
 				if ctx.Err() != nil {
 					return nil, waitEnded(ctx, name, start, 0, nil)
 				}
-				continue // this process stalled past its claim window: wait again
+				st.grantExpired(r.fence) // nor may a copy of it, heard later
+				continue                 // this process stalled past its claim window: wait again
 			}
 			return l, err
 		}
@@ -138,7 +141,7 @@ func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait 
 	countAttempt(ctx, cfg)
 	r, err := q.attempt(ctx, owner, false)
 	if err != nil {
-		c.abandon(ctx, q, cfg, owner, err)
+		c.abandon(ctx, q, cfg, owner, err, nil)
 		return nil, redisError(tryVerb, name, err)
 	}
 	if !r.granted {
@@ -181,6 +184,43 @@ func verbsOf(q queuedLock) (try, wait string) {
 	return "TryLock", "Lock"
 }
 
+// ownerWait is what the waits for one owner value know about it, kept
+// across the waitFor calls made for that owner: a Lock that waits again
+// after a grant it could not claim, a local waiter that takes over its
+// head's place (contend.go). A new waitFor call must not forget it: a grant
+// to the owner heard late, or heard twice (a release delivers it both from
+// its reply and by pub/sub), would pass for new.
+type ownerWait struct {
+	// since is no later than any grant to the owner not yet ruled out: the
+	// start of the last attempt that found the lock taken, or of the wait.
+	since time.Time
+	// lastFence is the highest token that such an attempt saw issued, or
+	// that a grant the owner could not claim carried: a grant with a token
+	// no higher is over (see waitFor).
+	lastFence int64
+	// answered: Redis answered an attempt (errNoAnswer otherwise).
+	answered bool
+	// pending are attempts for the owner that were still on their way
+	// when their caller stopped waiting (driver.InFlightError): its
+	// clean-up waits for them (abandon).
+	pending []<-chan struct{}
+}
+
+// grantExpired rules out a grant to the owner that expired before it was
+// claimed, and any copy of it heard later.
+func (o *ownerWait) grantExpired(fence int64) {
+	o.lastFence = max(o.lastFence, fence)
+	o.answered = true
+}
+
+// noteInFlight keeps the Done of an attempt err says is still on its way.
+func (o *ownerWait) noteInFlight(err error) {
+	var inFlight *driver.InFlightError
+	if o != nil && errors.As(err, &inFlight) {
+		o.pending = append(o.pending, inFlight.Done)
+	}
+}
+
 // waitSpec describes one wait for waitFor.
 type waitSpec struct {
 	name    string // for errors and logs
@@ -189,13 +229,15 @@ type waitSpec struct {
 	// owner is who grants are addressed to on channel; a wait for a
 	// condition (no grant) still needs a unique one.
 	owner string
+	// state is what earlier waits for owner learnt; nil for a wait of its
+	// own. waitFor keeps it up to date.
+	state *ownerWait
 	// attempt asks the server; granted ends the wait. A queued primitive
 	// also joins or refreshes its place in the queue here.
 	attempt func(ctx context.Context) (attemptResult, error)
 	// abandon cleans up after a wait that ends without success; cause is
-	// the error that ended it: the last attempt's when the context ended
-	// during it (a driver.InFlightError if it is still on its way), else
-	// nil for the context or Close. May be nil.
+	// the error that ended it, nil for the context or Close. Attempts
+	// still on their way are in state.pending. May be nil.
 	abandon func(cause error)
 	// first, when set, is an attempt already made (not granted) before the
 	// wait: waitFor starts from its outcome instead of attempting again.
@@ -244,10 +286,14 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 			spec.abandon(cause)
 		}
 	}
+	st := spec.state
+	if st == nil {
+		st = &ownerWait{}
+	}
+	if st.since.IsZero() {
+		st.since = began // no grant can predate this
+	}
 	var (
-		since      = began // no grant can predate this
-		lastFence  int64   // the highest token a not-granted attempt saw issued
-		answered   bool    // an attempt found the lock taken
 		holderTTL  time.Duration
 		lastErr    error
 		subscribed = !notify
@@ -279,10 +325,11 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 			if ctx.Err() != nil {
 				if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 					lastErr = err
-				} else if !answered && lastErr == nil {
+				} else if !st.answered && lastErr == nil {
 					lastErr = errNoAnswer
 				}
-				abandon(err) // which may tell that the attempt is still on its way
+				st.noteInFlight(err)
+				abandon(nil)
 				return attemptResult{}, time.Time{}, ended()
 			}
 			if !isTransient(err) {
@@ -302,12 +349,12 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 		case r.granted:
 			return r, start, nil
 		default:
-			answered = true
+			st.answered = true
 			if lastErr != nil && spec.noteErr != nil {
 				spec.noteErr(nil)
 			}
-			since, holderTTL, lastErr = start, r.pttl, nil
-			lastFence = max(lastFence, r.lastFence)
+			st.since, holderTTL, lastErr = start, r.pttl, nil
+			st.lastFence = max(st.lastFence, r.lastFence)
 			errDelay = newErrorDelay()
 			delay = c.pollDelay(cfg, r.pttl, spin)
 			if !subscribed {
@@ -345,8 +392,8 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 		select {
 		case <-signal:
 			if g, ok := w.takeGrant(); ok {
-				if g.fence > lastFence {
-					return attemptResult{granted: true, fence: g.fence, pttl: g.px, grantedAtUs: g.atUs}, since, nil
+				if g.fence > st.lastFence {
+					return attemptResult{granted: true, fence: g.fence, pttl: g.px, grantedAtUs: g.atUs}, st.since, nil
 				}
 				// Made before an attempt that then found the lock taken,
 				// and heard only now (the subscription lagged): the grant
@@ -354,7 +401,7 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 				// Taken for new, it would count its validity from after the
 				// attempt, and could overlap the holder that attempt saw.
 				cfg.logger.Debug("dlock: ignoring a grant heard after a later attempt found the lock taken",
-					slog.String("lock", spec.name), slog.Int64("token", g.fence), slog.Int64("last token seen", lastFence))
+					slog.String("lock", spec.name), slog.Int64("token", g.fence), slog.Int64("last token seen", st.lastFence))
 			}
 		case <-timer.C:
 		case <-ctx.Done():
@@ -393,25 +440,29 @@ func newErrorDelay() *spinDelay { return newSpinDelay(SpinWait(5*time.Millisecon
 // would only meet the same foreign key. Nor does a grant too few replicas
 // acknowledged (grantAcked released it before returning).
 //
-// When cause says the attempt was still on its way as the caller stopped
+// When an attempt for owner was still on its way as its caller stopped
 // waiting for it (a driver.InFlightError, as the go-redis driver reports at
-// a deadline), the clean-up waits until the client library is done with
-// that attempt: sent at once, it could reach Redis first, find nothing, and
-// leave the late attempt to take the lock (or a place in its queue) for an
-// owner nobody knows. Close does not wait for that: the clean-up then goes
-// at once.
-func (c *Client) abandon(ctx context.Context, q queuedLock, cfg *config, owner string, cause error) {
+// a deadline: cause, or one kept in st, the owner's wait state, which may
+// be nil), the clean-up waits until the client library is done with it:
+// sent at once, it could reach Redis first, find nothing, and leave the
+// late attempt to take the lock (or a place in its queue) for an owner
+// nobody knows. Close does not wait for that: the clean-up then goes at
+// once.
+func (c *Client) abandon(ctx context.Context, q queuedLock, cfg *config, owner string, cause error, st *ownerWait) {
 	if cause != nil && (isReplyError(cause) || errors.Is(cause, ErrReplicaAck)) {
 		return
 	}
-	var pending <-chan struct{}
+	var pending []<-chan struct{}
+	if st != nil {
+		pending = append(pending, st.pending...)
+	}
 	if inFlight := (*driver.InFlightError)(nil); errors.As(cause, &inFlight) {
-		pending = inFlight.Done
+		pending = append(pending, inFlight.Done)
 	}
 	c.cleanups.Go(func() {
-		if pending != nil {
+		for _, p := range pending {
 			select {
-			case <-pending:
+			case <-p:
 			case <-c.closed:
 			}
 		}

@@ -143,6 +143,8 @@ type dupHook struct {
 	claimGone   chan struct{}
 }
 
+// isScriptCall reports whether cmd runs script s (by its hash or, after
+// NOSCRIPT, its source).
 func isScriptCall(cmd redis.Cmder, s *driver.Script) bool {
 	args := cmd.Args()
 	if len(args) < 2 || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {

@@ -3,7 +3,6 @@ package dlock_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -33,14 +32,7 @@ func newScriptHold(script *driver.Script, after bool) *scriptHold {
 	return &scriptHold{script: script, after: after, started: make(chan struct{}, 1), resume: make(chan struct{})}
 }
 
-func (h *scriptHold) matches(cmd redis.Cmder) bool {
-	args := cmd.Args()
-	if len(args) < 2 || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
-		return false
-	}
-	s := fmt.Sprint(args[1]) // the script's hash or source (see heldRenewals.before)
-	return s == h.script.Hash() || s == h.script.Source()
-}
+func (h *scriptHold) matches(cmd redis.Cmder) bool { return isScriptCall(cmd, h.script) }
 
 func (h *scriptHold) hold(cmds ...redis.Cmder) {
 	if !h.armed.Load() {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,12 +45,13 @@ func lateGrantClient(t *testing.T, srv *redistest.Server, cmdAddr, name string, 
 }
 
 // checkIgnoredThenGranted waits for w's log to say it ignored the late
-// grant, fails if waited delivers a lease meanwhile (a second holder beside
-// other's), then releases other and expects waited's lease. With
-// claimMayFail, the waiter may also take the grant for one it must claim
-// (its validity, counted from the owner's last attempt, is spent) and fail
-// to reach Redis for the claim: no lease, which is all safety asks.
-func checkIgnoredThenGranted(t *testing.T, ignored *lossSignal, waited <-chan multiLockResult, other *dlock.Lease, claimMayFail bool, restore func()) {
+// grant, or for claimFailed (nil: never), fails if waited delivers a lease
+// meanwhile (a second holder beside other's) or returns at all, then
+// releases other and expects waited's lease. A waiter may take a late grant
+// for one it must claim (its validity, counted from the owner's last
+// attempt, is spent): with its commands cut off the claim fails, and it
+// must wait on.
+func checkIgnoredThenGranted(t *testing.T, ignored *lossSignal, claimFailed <-chan struct{}, waited <-chan multiLockResult, other *dlock.Lease, restore func()) {
 	t.Helper()
 	ctx := testCtx(t)
 	select {
@@ -57,12 +59,8 @@ func checkIgnoredThenGranted(t *testing.T, ignored *lossSignal, waited <-chan mu
 		if r.err == nil {
 			t.Fatalf("TWO HOLDERS: the waiter took the late grant (token %d) while another client holds the lock (token %d)", r.l.Token(), other.Token())
 		}
-		if !claimMayFail {
-			t.Fatalf("the waiter returned (%v) before the holder released", r.err)
-		}
-		t.Logf("the waiter's claim of the late grant failed, as its commands are cut off: %v", r.err)
-		restore()
-		return
+		t.Fatalf("the waiter returned (%v) before the holder released", r.err)
+	case <-claimFailed:
 	case <-ignored.lost:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the late grant was neither taken nor ignored within 10 s")
@@ -94,7 +92,9 @@ func TestLateGrantToAHeadThatGaveUpIsIgnored(t *testing.T) {
 	rdb := srv.Client(t)
 	a, x := newClient(t, srv, opts...), newClient(t, srv, opts...)
 	pc := redistest.StartProxy(t, srv.Addr())
-	w, _, ps, ignored := lateGrantClient(t, srv, pc.Addr(), name, opts...)
+	w, cmd, ps, ignored := lateGrantClient(t, srv, pc.Addr(), name, opts...)
+	claims := &claimWatch{failed: make(chan struct{})}
+	cmd.AddHook(claims)
 
 	held := mustLock(t, a, name)
 	hctx, hcancel := context.WithCancel(ctx)
@@ -128,7 +128,38 @@ func TestLateGrantToAHeadThatGaveUpIsIgnored(t *testing.T) {
 	}
 	waitUntil(t, 10*time.Second, "the second goroutine waiting as the head", func() bool { return dlock.GrantWaiters(w, key) == 1 })
 	ps.HoldReplies(false) // the old grant arrives now
-	checkIgnoredThenGranted(t, ignored, second, other, true, func() { pc.Blackhole(false) })
+	checkIgnoredThenGranted(t, ignored, claims.failed, second, other, func() { pc.Blackhole(false) })
+}
+
+// claimWatch is a go-redis hook that closes failed when a claim
+// (owned_extend) fails to reach Redis.
+type claimWatch struct {
+	once   sync.Once
+	failed chan struct{}
+}
+
+func (h *claimWatch) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *claimWatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err != nil && isScriptCall(cmd, scripts.OwnedExtend) {
+			h.once.Do(func() { close(h.failed) })
+		}
+		return err
+	}
+}
+
+func (h *claimWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if cmd.Err() != nil && isScriptCall(cmd, scripts.OwnedExtend) {
+				h.once.Do(func() { close(h.failed) })
+			}
+		}
+		return err
+	}
 }
 
 // dupHook fails Mutex acquire attempts while failAcquire is set, holds the
@@ -258,5 +289,5 @@ func TestSecondCopyOfAnExpiredGrantIsIgnored(t *testing.T) {
 	if err := <-unlocked; err != nil {
 		t.Logf("the holder's Unlock: %v", err)
 	}
-	checkIgnoredThenGranted(t, ignored, waited, other, false, func() { hook.failAcquire.Store(false) })
+	checkIgnoredThenGranted(t, ignored, nil, waited, other, func() { hook.failAcquire.Store(false) })
 }

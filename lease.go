@@ -550,6 +550,15 @@ func newLease(ctx context.Context, wd *watchdog, h holder, cfg *config, owner st
 		if errors.Is(err, ErrNotHeld) {
 			return nil, errGrantExpired
 		}
+		if err != nil && isTransient(err) && ctx.Err() == nil {
+			// Redis did not answer the claim: give the grant back (or let
+			// it expire) and wait on, as a wait does through an outage; it
+			// failed the whole Lock before.
+			rctx, cancel := detach(ctx, cfg.releaseTimeout)
+			defer cancel()
+			_ = h.release(rctx, owner)
+			return nil, errGrantExpired
+		}
 	}
 	if err == nil {
 		err = wd.track(l)
@@ -567,8 +576,9 @@ func newLease(ctx context.Context, wd *watchdog, h holder, cfg *config, owner st
 }
 
 // errGrantExpired means a lock handed to this owner expired before it could
-// be claimed; a waiting Lock goes back to waiting.
-var errGrantExpired = errors.New("dlock: the grant expired before it was claimed")
+// be claimed, or the claim did not reach Redis; a waiting Lock goes back to
+// waiting. It matches ErrNotObtained for a caller that does not wait.
+var errGrantExpired = fmt.Errorf("%w: the lock was handed over, but expired (or Redis did not answer) before this process could claim it", ErrNotObtained)
 
 // kindOf names the kind of lock a holder holds, for Observer events.
 func kindOf(h holder) Kind {

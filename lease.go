@@ -550,15 +550,6 @@ func newLease(ctx context.Context, wd *watchdog, h holder, cfg *config, owner st
 		if errors.Is(err, ErrNotHeld) {
 			return nil, errGrantExpired
 		}
-		if err != nil && isTransient(err) && ctx.Err() == nil {
-			// Redis did not answer the claim: give the grant back (or let
-			// it expire) and wait on, as a wait does through an outage; it
-			// failed the whole Lock before.
-			rctx, cancel := detach(ctx, cfg.releaseTimeout)
-			defer cancel()
-			_ = h.release(rctx, owner)
-			return nil, errGrantExpired
-		}
 	}
 	if err == nil {
 		err = wd.track(l)
@@ -567,8 +558,13 @@ func newLease(ctx context.Context, wd *watchdog, h holder, cfg *config, owner st
 		rctx, cancel := detach(ctx, cfg.releaseTimeout)
 		defer cancel()
 		_ = h.release(rctx, owner)
-		if errors.Is(err, ErrClosed) {
+		switch {
+		case errors.Is(err, ErrClosed):
 			return nil, err
+		case isTransient(err) && ctx.Err() == nil:
+			// Redis did not answer the claim: the grant is given back (or
+			// expires), and a wait goes on, as it does through an outage.
+			return nil, errGrantExpired
 		}
 		return nil, redisError("claim", h.lockName(), err)
 	}

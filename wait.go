@@ -216,7 +216,7 @@ func (o *ownerWait) grantExpired(fence int64) {
 // noteInFlight keeps the Done of an attempt err says is still on its way.
 func (o *ownerWait) noteInFlight(err error) {
 	var inFlight *driver.InFlightError
-	if o != nil && errors.As(err, &inFlight) {
+	if errors.As(err, &inFlight) {
 		o.pending = append(o.pending, inFlight.Done)
 	}
 }

@@ -603,7 +603,7 @@ func testClusterSplitKeys(t *testing.T, cl *redistest.Cluster) {
 	ctx := testCtx(t)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
-	refused := &tryAgainHook{seen: make(chan struct{})}
+	refused := newFailureSignal(func(_ redis.Cmder, err error) bool { return strings.HasPrefix(err.Error(), "TRYAGAIN") })
 	rdb.AddHook(refused)
 	c, err := dlock.New(rdb)
 	if err != nil {
@@ -644,26 +644,4 @@ func testClusterSplitKeys(t *testing.T, cl *redistest.Cluster) {
 	if err := r.l.Unlock(ctx); err != nil {
 		t.Errorf("Unlock after the migration: %v", err)
 	}
-}
-
-// tryAgainHook closes seen at the first TRYAGAIN a command gets.
-type tryAgainHook struct {
-	once sync.Once
-	seen chan struct{}
-}
-
-func (h *tryAgainHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *tryAgainHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if err != nil && strings.HasPrefix(err.Error(), "TRYAGAIN") {
-			h.once.Do(func() { close(h.seen) })
-		}
-		return err
-	}
-}
-
-func (h *tryAgainHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }

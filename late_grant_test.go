@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -93,8 +92,8 @@ func TestLateGrantToAHeadThatGaveUpIsIgnored(t *testing.T) {
 	a, x := newClient(t, srv, opts...), newClient(t, srv, opts...)
 	pc := redistest.StartProxy(t, srv.Addr())
 	w, cmd, ps, ignored := lateGrantClient(t, srv, pc.Addr(), name, opts...)
-	claims := &claimWatch{failed: make(chan struct{})}
-	cmd.AddHook(claims)
+	claimFailed := newFailureSignal(func(cmd redis.Cmder, err error) bool { return isScriptCall(cmd, scripts.OwnedExtend) })
+	cmd.AddHook(claimFailed)
 
 	held := mustLock(t, a, name)
 	hctx, hcancel := context.WithCancel(ctx)
@@ -128,38 +127,7 @@ func TestLateGrantToAHeadThatGaveUpIsIgnored(t *testing.T) {
 	}
 	waitUntil(t, 10*time.Second, "the second goroutine waiting as the head", func() bool { return dlock.GrantWaiters(w, key) == 1 })
 	ps.HoldReplies(false) // the old grant arrives now
-	checkIgnoredThenGranted(t, ignored, claims.failed, second, other, func() { pc.Blackhole(false) })
-}
-
-// claimWatch is a go-redis hook that closes failed when a claim
-// (owned_extend) fails to reach Redis.
-type claimWatch struct {
-	once   sync.Once
-	failed chan struct{}
-}
-
-func (h *claimWatch) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *claimWatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if err != nil && isScriptCall(cmd, scripts.OwnedExtend) {
-			h.once.Do(func() { close(h.failed) })
-		}
-		return err
-	}
-}
-
-func (h *claimWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		for _, cmd := range cmds {
-			if cmd.Err() != nil && isScriptCall(cmd, scripts.OwnedExtend) {
-				h.once.Do(func() { close(h.failed) })
-			}
-		}
-		return err
-	}
+	checkIgnoredThenGranted(t, ignored, claimFailed.seen, second, other, func() { pc.Blackhole(false) })
 }
 
 // dupHook fails Mutex acquire attempts while failAcquire is set, holds the

@@ -385,17 +385,17 @@ func (m *MultiLock) combineValid(ctx context.Context, parts []*Lease) (*Lease, e
 			return nil, lost
 		}
 	}
-	l := m.combine(parts)
+	l, h := m.combine(parts)
 	if lost := l.lossErr(); lost != nil {
-		l.h.(*multiHolder).awaitReleaseRest(ctx)
+		h.awaitReleaseRest(ctx)
 		return nil, lost
 	}
 	return l, nil
 }
 
-// combine makes the one Lease of the set from the leases of its locks. The
-// Lease is lost at once if one of them already was.
-func (m *MultiLock) combine(parts []*Lease) *Lease {
+// combine makes the one Lease of the set, and its holder, from the leases
+// of its locks. The Lease is lost at once if one of them already was.
+func (m *MultiLock) combine(parts []*Lease) (*Lease, *multiHolder) {
 	h := &multiHolder{m: m, parts: parts}
 	var token int64
 	for _, p := range parts {
@@ -423,7 +423,7 @@ func (m *MultiLock) combine(parts []*Lease) *Lease {
 			m.c.wd.lose(l, fmt.Sprintf("lock %q was lost: %v", p.Name(), err))
 		})
 	}
-	return l
+	return l, h
 }
 
 // releaseRest releases, in the background, the locks of a MultiLock lease

@@ -215,10 +215,19 @@ func (o *ownerWait) grantExpired(fence int64) {
 
 // noteInFlight keeps the Done of an attempt err says is still on its way.
 func (o *ownerWait) noteInFlight(err error) {
+	if done := inFlightDone(err); done != nil {
+		o.pending = append(o.pending, done)
+	}
+}
+
+// inFlightDone returns the Done of the call err says is still on its way
+// (a driver.InFlightError), or nil.
+func inFlightDone(err error) <-chan struct{} {
 	var inFlight *driver.InFlightError
 	if errors.As(err, &inFlight) {
-		o.pending = append(o.pending, inFlight.Done)
+		return inFlight.Done
 	}
+	return nil
 }
 
 // waitSpec describes one wait for waitFor.
@@ -456,8 +465,8 @@ func (c *Client) abandon(ctx context.Context, q queuedLock, cfg *config, owner s
 	if st != nil {
 		pending = append(pending, st.pending...)
 	}
-	if inFlight := (*driver.InFlightError)(nil); errors.As(cause, &inFlight) {
-		pending = append(pending, inFlight.Done)
+	if done := inFlightDone(cause); done != nil {
+		pending = append(pending, done)
 	}
 	c.cleanups.Go(func() {
 		for _, p := range pending {

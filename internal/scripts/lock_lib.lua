@@ -141,6 +141,13 @@ local function dlock_grant(lock_key, fence_key, queue_key, waiters_key, owner, p
   return token
 end
 
+-- dlock_keep makes key live at least px ms more; it never shortens its life.
+local function dlock_keep(key, px)
+  if redis.call('PTTL', key) < tonumber(px) then
+    redis.call('PEXPIRE', key, px)
+  end
+end
+
 -- dlock_enqueue adds owner to the wait queue, or renews its lease there,
 -- and returns its 1-based position. extra (may be nil) is stored with it.
 -- A foreign queue or waiters key raises WRONGTYPE before anything is
@@ -158,10 +165,10 @@ local function dlock_enqueue(queue_key, waiters_key, owner, now_us, lease_ms, gr
   if not queued then
     redis.call('ZADD', queue_key, string.format('%.0f', now_us), owner)
   end
-  -- The queue keys live as long as the longest lease in them may.
-  if redis.call('PTTL', queue_key) < tonumber(lease_ms) then
-    redis.call('PEXPIRE', queue_key, lease_ms)
-    redis.call('PEXPIRE', waiters_key, lease_ms)
-  end
+  -- The queue keys live as long as the longest lease in them may. Each is
+  -- checked on its own: one deleted by hand comes back from HSET or ZADD
+  -- without an expiry, while the other still has its own.
+  dlock_keep(queue_key, lease_ms)
+  dlock_keep(waiters_key, lease_ms)
   return redis.call('ZRANK', queue_key, owner) + 1
 end

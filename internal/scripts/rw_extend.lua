@@ -12,6 +12,6 @@ if tonumber(score) <= now_ms then
   return 0
 end
 redis.call('ZADD', KEYS[1], string.format('%.0f', now_ms + tonumber(ARGV[2])), ARGV[1])
-rw_keep(KEYS[1], ARGV[2])
-rw_keep(KEYS[2], ARGV[2])
+dlock_keep(KEYS[1], ARGV[2])
+dlock_keep(KEYS[2], ARGV[2])
 return 1

@@ -53,21 +53,14 @@ local function rw_prune(keys, now_ms)
   end
 end
 
--- rw_keep makes key live at least px ms more; it never shortens it.
-local function rw_keep(key, px)
-  if redis.call('PTTL', key) < tonumber(px) then
-    redis.call('PEXPIRE', key, px)
-  end
-end
-
 -- rw_hold makes member a holder until now + px and returns its new fencing
 -- token.
 local function rw_hold(keys, member, px, now_us, now_ms, retention_ms)
   redis.call('ZADD', keys[1], string.format('%.0f', now_ms + tonumber(px)), member)
   local token = dlock_issue_fence(keys[2], now_us, retention_ms)
   redis.call('HSET', keys[5], member, string.format('%.0f', token))
-  rw_keep(keys[1], px)
-  rw_keep(keys[5], px)
+  dlock_keep(keys[1], px)
+  dlock_keep(keys[5], px)
   return token
 end
 

@@ -10,8 +10,8 @@ if not expiry or tonumber(expiry) <= now_ms or redis.call('HEXISTS', KEYS[2], ow
   return 0
 end
 redis.call('ZADD', KEYS[1], string.format('%.0f', now_ms + px), owner)
-sem_expire_at_least(KEYS[1], px)
-sem_expire_at_least(KEYS[2], px)
+dlock_keep(KEYS[1], px)
+dlock_keep(KEYS[2], px)
 -- A semaphore in use keeps its limit, however long its permits are held.
 if redis.call('EXISTS', KEYS[3]) == 1 then
   redis.call('PEXPIRE', KEYS[3], ARGV[3])

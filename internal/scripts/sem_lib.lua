@@ -54,13 +54,6 @@ local function sem_limit(permits, retention_ms)
   return tonumber(v)
 end
 
--- sem_expire_at_least makes key live at least px ms more.
-local function sem_expire_at_least(key, px)
-  if redis.call('PTTL', key) < tonumber(px) then
-    redis.call('PEXPIRE', key, px)
-  end
-end
-
 -- sem_held reads a counts entry: the permits held and their fencing token.
 local function sem_held(entry)
   if not entry then
@@ -109,8 +102,8 @@ end
 local function sem_add_holder(owner, n, token, now_ms, px)
   redis.call('ZADD', KEYS[1], string.format('%.0f', now_ms + px), owner)
   redis.call('HSET', KEYS[2], owner, string.format('%.0f %.0f', n, token))
-  sem_expire_at_least(KEYS[1], px)
-  sem_expire_at_least(KEYS[2], px)
+  dlock_keep(KEYS[1], px)
+  dlock_keep(KEYS[2], px)
 end
 
 -- sem_drop_oversized removes every waiter asking for more than limit: it

@@ -280,7 +280,7 @@ func (a *app) run(ctx context.Context, o *runOptions, name string, argv []string
 	cmd.WaitDelay = time.Second // output copied through pipes (tests) may outlive the command
 	code, lost, err := a.supervise(cmd, h, o, sigs)
 	if err != nil {
-		a.release(name, h, o)
+		a.release(name, h, o, false)
 		if ierr := checkInterpreter(cmd.Path); ierr != nil {
 			err = ierr // the script changed since the check: say which file is missing
 		}
@@ -288,7 +288,7 @@ func (a *app) run(ctx context.Context, o *runOptions, name string, argv []string
 	}
 	// Released even when lost: a lease lost because Redis could not be
 	// reached may still be ours in Redis, and others need not wait a TTL.
-	if relLost := a.release(name, h, o); lost == nil {
+	if relLost := a.release(name, h, o, lost != nil); lost == nil {
 		lost = relLost
 	}
 	if lost != nil {
@@ -652,9 +652,10 @@ func startCommand(cmd *exec.Cmd) (*exec.Cmd, <-chan error, error) {
 
 // release gives the lock up after the command. It returns the loss when
 // the lock turned out to have been lost (ErrNotHeld): the command then ran
-// unprotected for a while. A release that fails otherwise is only
-// reported: the lock expires within its TTL.
-func (a *app) release(name string, h *held, o *runOptions) error {
+// unprotected for a while. lostKnown says the loss was told already, while
+// the command ran, so it is not told again. A release that fails otherwise
+// is only reported: the lock expires within its TTL.
+func (a *app) release(name string, h *held, o *runOptions, lostKnown bool) error {
 	err := h.release(context.Background()) // bounded by the release timeout
 	switch {
 	case err == nil:
@@ -666,7 +667,9 @@ func (a *app) release(name string, h *held, o *runOptions) error {
 		// Expired or taken away after the last renewal: the command may
 		// have run unprotected at its end.
 		lost := fmt.Errorf("%q was lost before the command ended: %s", name, message(err))
-		fmt.Fprintf(a.stderr, "dlock: %v\n", lost)
+		if !lostKnown {
+			fmt.Fprintf(a.stderr, "dlock: %v\n", lost)
+		}
 		return lost
 	}
 	fmt.Fprintf(a.stderr, "dlock: warning: could not release %q: %s (it expires within its TTL)\n", name, message(err))

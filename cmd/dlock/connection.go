@@ -355,6 +355,10 @@ func (t *target) ping(ctx context.Context) error {
 		switch {
 		case isAuthError(err):
 			hint = "check the password (in the URL, or $" + redisPasswordEnv + ")"
+		case t.usesTLS() && isTimeout(err):
+			// A plain-text server reads the TLS handshake as the start of
+			// a command and waits for the rest: nothing comes back.
+			hint = "the URL asks for TLS (rediss://): if the server speaks plain text, use redis://"
 		case t.failover != nil && strings.HasSuffix(err.Error(), redis.Nil.Error()):
 			// go-redis reports the Sentinels' "no such master" (a nil
 			// reply) as their being unreachable, in its message only.
@@ -364,6 +368,26 @@ func (t *target) ping(ctx context.Context) error {
 		return fmt.Errorf("cannot reach %s: %w (%s)", t.desc, err, hint)
 	}
 	return nil
+}
+
+// usesTLS reports whether the URL asked for TLS.
+func (t *target) usesTLS() bool {
+	switch {
+	case t.cluster != nil:
+		return t.cluster.TLSConfig != nil
+	case t.failover != nil:
+		return t.failover.TLSConfig != nil
+	case t.standalone != nil:
+		return t.standalone.TLSConfig != nil
+	}
+	return false
+}
+
+// isTimeout reports an error of a deadline: the context's, or a network
+// timeout.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // isAuthError reports a missing or wrong password, or one the server does

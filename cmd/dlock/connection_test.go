@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"regexp"
 	"slices"
 	"strings"
@@ -123,5 +124,37 @@ func TestSentinelURL(t *testing.T) {
 	r = runCLI(t, env, "status", "sentinel-job")
 	if r.code != exitFailure || !strings.Contains(r.stderr, `none monitors a master called "no-such-master"`) {
 		t.Errorf("status through the Sentinels with a wrong master name: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// rediss:// against a server that speaks plain text: the handshake gets no
+// answer, so the probe ends at its deadline, and the message says what to
+// change rather than only that the deadline passed.
+func TestPingTLSToPlainTextServerSaysWhy(t *testing.T) {
+	srv := redistest.Shared(t)
+	getenv := func(string) string { return srv.Password() }
+	for _, u := range []string{"rediss://" + srv.Addr(), "rediss+cluster://" + srv.Addr()} {
+		o := connOptions{url: u, getenv: getenv}
+		tg, err := o.resolve()
+		if err != nil {
+			t.Fatalf("%s: %v", u, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		err = tg.ping(ctx)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), "if the server speaks plain text, use redis://") {
+			t.Errorf("%s against a plain-text server: got %v, want the TLS hint", u, err)
+		}
+	}
+	// The hint is for TLS only: a plain URL that times out gets the usual one.
+	o := connOptions{url: "redis://" + srv.Addr(), getenv: getenv}
+	tg, err := o.resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := tg.ping(ctx); err == nil || strings.Contains(err.Error(), "TLS") {
+		t.Errorf("redis:// with its context done: got %v, want an error without the TLS hint", err)
 	}
 }

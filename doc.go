@@ -138,8 +138,9 @@
 // ErrInvalidArgument (rejected before anything was sent), ErrKeyConflict
 // (a key of the lock holds something dlock did not write; it is never
 // modified, and an Unlock that reports it beside the lock key has still
-// released the lock), ErrClosed. TryLock returns a failure to reach Redis wrapped, never
-// matching ErrNotObtained, so contention and outages are told apart at once.
+// released the lock), ErrClosed. TryLock returns a failure to reach Redis,
+// and a ctx done before its reply, wrapped, never matching ErrNotObtained, so
+// contention, outages and cancellation are told apart at once.
 // A wait (Lock, Client.Do, Latch.Wait, ...) retries such failures while ctx
 // allows, so when ctx ends it the error matches ErrNotObtained and ctx's
 // error even during an outage; it also wraps the last attempt's failure when

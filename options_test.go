@@ -115,6 +115,36 @@ func TestErrorsTellContentionFromOutage(t *testing.T) {
 	}
 }
 
+// A one-attempt call whose context is already done reports the context's
+// error, as when it ends during the attempt, and not ErrNotObtained, which
+// for these calls says that somebody holds the lock.
+func TestTryWithDoneContextIsNotContention(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	c := newClient(t, srv)
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	name := t.Name()
+	leaseErr := func(_ *dlock.Lease, err error) error { return err }
+	calls := map[string]func() error{
+		"Mutex.TryLock":          func() error { return leaseErr(c.Mutex(name).TryLock(done)) },
+		"FairMutex.TryLock":      func() error { return leaseErr(c.FairMutex(name).TryLock(done)) },
+		"ReentrantMutex.TryLock": func() error { return leaseErr(c.ReentrantMutex(name).TryLock(dlock.WithOwner(done, "me"))) },
+		"RWMutex.TryLock":        func() error { return leaseErr(c.RWMutex(name).TryLock(done)) },
+		"RWMutex.TryRLock":       func() error { return leaseErr(c.RWMutex(name).TryRLock(done)) },
+		"MultiLock.TryLock":      func() error { return leaseErr(c.MultiLock(name+"a", name+"b").TryLock(done)) },
+		"Semaphore.TryAcquire": func() error {
+			_, err := c.Semaphore(name, 1).TryAcquire(done, 1)
+			return err
+		},
+	}
+	for what, call := range calls {
+		if err := call(); !errors.Is(err, context.Canceled) || errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("%s with a done context: got %v, want context.Canceled and not ErrNotObtained", what, err)
+		}
+	}
+}
+
 // TestDeadlineBoundsCallsOnABlackholedServer: a go-redis client built
 // without ContextTimeoutEnabled waits its 3s ReadTimeout on a silent server
 // whatever the context says; dlock must still return at the deadline.

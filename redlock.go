@@ -318,8 +318,9 @@ func (m *RedlockMutex) Name() string { return m.name }
 // outage is what needs fixing; otherwise contention decided it, and the
 // error matches ErrNotObtained and carries the *NodeErrors as well. TryLock
 // also returns ErrInvalidArgument for an invalid name or option, ErrClosed
-// after Redlock.Close, and an error matching ErrNotObtained and the context's
-// error when ctx ends first. The caller must Unlock the returned Lease.
+// after Redlock.Close, and the context's error (wrapped, not matching
+// ErrNotObtained, as Mutex.TryLock) when ctx ends first. The caller must
+// Unlock the returned Lease.
 func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
 	if m.cfg.observer != nil && m.err == nil {
 		return observeAcquire(ctx, &m.cfg, KindMutex, m.name, "TryLock", m.tryLock)
@@ -332,7 +333,7 @@ func (m *RedlockMutex) tryLock(ctx context.Context) (*Lease, error) {
 		return nil, err
 	}
 	if ctx.Err() != nil {
-		return nil, waitEnded(ctx, m.name, time.Now(), 0, nil)
+		return nil, errorf("dlock: TryLock %q: %w", m.name, ctx.Err())
 	}
 	owner, err := newOwner(m.cfg.ownerInfo)
 	if err != nil {
@@ -343,7 +344,7 @@ func (m *RedlockMutex) tryLock(ctx context.Context) (*Lease, error) {
 	case res.hold != nil:
 		return m.lease(ctx, owner, res)
 	case res.err == nil: // ctx ended
-		return nil, waitEnded(ctx, m.name, res.start, 0, nil)
+		return nil, errorf("dlock: TryLock %q: %w", m.name, ctx.Err())
 	}
 	return nil, res.err
 }

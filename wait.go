@@ -89,6 +89,11 @@ func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait 
 		return nil, err
 	}
 	if ctx.Err() != nil {
+		if !wait {
+			// As when ctx ends during the attempt: a TryLock's
+			// ErrNotObtained says that somebody holds the lock.
+			return nil, redisError(verb, name, ctx.Err())
+		}
 		return nil, waitEnded(ctx, name, time.Now(), 0, nil)
 	}
 	if wait {

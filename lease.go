@@ -206,8 +206,10 @@ func (l *Lease) onLoss(f func(error)) {
 // runs detached from ctx's cancellation, so a request whose context is
 // already cancelled still releases its lock, and the wait and the release
 // together are bounded by WithReleaseTimeout (an error matching
-// context.DeadlineExceeded then; the lease stays held, and Unlock may be
-// called again). A ctx that can never be cancelled (context.Background()) is
+// context.DeadlineExceeded then). A release that fails ends the lease as lost
+// (Done closes, Err matches ErrLockLost), since its request may still reach
+// Redis and free the lock; Unlock may then be called again to make sure the
+// lock is released. A ctx that can never be cancelled (context.Background()) is
 // used as it is, without a timer: the Redis client's own timeouts bound the
 // release then, as they bound any command sent with such a context (go-redis:
 // ReadTimeout, WriteTimeout and MaxRetries). It returns ErrNotHeld if the

@@ -443,9 +443,11 @@ func (w *watchdog) watchAgainLocked(l *Lease) []func(error) {
 	return nil
 }
 
-// endUnlock records the outcome of the release. After a failed release the
-// lease goes back to being held, without renewal, so Unlock can be retried
-// and Done still closes at the deadline.
+// endUnlock records the outcome of the release. A failed release ends the
+// lease as lost: its request may still reach Redis (a reply lost or late, a
+// Redlock node that did not answer in time) and free the lock at any moment,
+// so the lease can no longer say that the lock is its own. Unlock can still
+// be called again, to make sure the lock is released.
 func (w *watchdog) endUnlock(l *Lease, err error) {
 	var funcs []func(error)
 	w.mu.Lock()
@@ -459,11 +461,13 @@ func (w *watchdog) endUnlock(l *Lease, err error) {
 		funcs = w.loseLocked(l, "it expired or was taken over before Unlock")
 		l.state = leaseReleased
 	default:
+		// Before, the lease went back to being held until its deadline,
+		// while the release could still land: another owner could then
+		// take the lock under a lease that said it was held.
 		l.state = leaseHeld
 		l.autoRenew = false
 		l.nextRenew = time.Time{}
-		funcs = w.watchAgainLocked(l)
-		defer w.poke() // its deadline may now come first
+		funcs = w.loseLocked(l, fmt.Sprintf("an Unlock failed (%v), and its release may still reach Redis", err))
 	}
 	w.mu.Unlock()
 	runLossFuncs(funcs, l)

@@ -1,0 +1,119 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// A release that fails may have reached Redis, or may still, and freed the
+// lock, so the lease must stop saying that the lock is its own. On one node:
+// the server runs the release, but its reply is held until Unlock's release
+// timeout has passed.
+func TestFailedUnlockEndsTheLease(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := dlock.New(rdb, dlock.WithReleaseTimeout(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := testCtx(t)
+	name := t.Name()
+	loadScripts(t, ctx, c.Mutex(name+"-warm"))
+	l, err := c.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	proxy.HoldReplies(true)
+	err = l.Unlock(ctx)
+	proxy.HoldReplies(false)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Unlock whose reply is held: got %v, want DeadlineExceeded", err)
+	}
+	wantLostAfterFailedUnlock(t, l)
+	if n := srv.Client(t).Exists(ctx, lockKey(name)).Val(); n != 0 {
+		t.Errorf("the release did not run (the test's premise)")
+	}
+	// Unlock may be called again; it finds the lock gone.
+	if err := l.Unlock(ctx); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("second Unlock: got %v, want nil or ErrNotHeld", err)
+	}
+}
+
+// The same over Redlock: Unlock returns ErrQuorum when two of three nodes
+// answer later than the node timeout, and their releases land after it.
+// Before, the lease went back to being held, and another Redlock took the
+// lock while it still said so.
+func TestRedlockFailedUnlockEndsTheLease(t *testing.T) {
+	t.Parallel()
+	servers := redistest.StartNodes(t, 3)
+	proxies, addrs := proxied(t, servers)
+	ctx := testCtx(t)
+	name := t.Name()
+	r := newRedlock(t, addrs, dlock.WithTTL(10*time.Second), dlock.WithNodeTimeout(100*time.Millisecond))
+	loadScripts(t, ctx, r.Mutex(name+"-warm"))
+	l, err := r.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitAllHold(t, servers, lockKey(name))
+
+	proxies[1].SetLatency(500 * time.Millisecond)
+	proxies[2].SetLatency(500 * time.Millisecond)
+	err = l.Unlock(ctx)
+	if !errors.Is(err, dlock.ErrQuorum) {
+		t.Fatalf("Unlock over two slow nodes: got %v, want ErrQuorum", err)
+	}
+	wantLostAfterFailedUnlock(t, l)
+
+	// The slow nodes' releases land, and another Redlock can take the lock.
+	waitNoKey(t, servers, lockKey(name))
+	other := newRedlock(t, addrsOf(servers))
+	l2, err := other.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("another Redlock after the late releases: %v", err)
+	}
+	if err := l2.Unlock(ctx); err != nil {
+		t.Error(err)
+	}
+}
+
+// wantLostAfterFailedUnlock fails unless l ended as lost when its Unlock
+// failed.
+func wantLostAfterFailedUnlock(t *testing.T, l *dlock.Lease) {
+	t.Helper()
+	select {
+	case <-l.Done():
+	default:
+		t.Errorf("after a failed Unlock, Done is still open (Err %v): the lease says it holds a lock its release may free", l.Err())
+	}
+	if err := l.Err(); !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("after a failed Unlock, Err = %v, want ErrLockLost", err)
+	}
+}
+
+// loadScripts takes and releases lk, so that the servers have the scripts:
+// a request that meets NOSCRIPT runs nothing, and the client sends the
+// script itself only once it hears that reply, so a request whose reply a
+// test holds back must find its script loaded to run at all.
+func loadScripts(t *testing.T, ctx context.Context, lk dlock.Locker) {
+	t.Helper()
+	l, err := lk.TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -14,8 +14,10 @@ import (
 type holder interface {
 	lockName() string
 	// renew re-arms the hold for px: nil when renewed, ErrNotHeld when the
-	// hold is no longer owner's, or the failure.
-	renew(ctx context.Context, owner string, px time.Duration) error
+	// hold is no longer owner's, or the failure. Unless shorten is set, it
+	// never moves the hold's expiry on the server earlier (see
+	// Lease.shortensLocked).
+	renew(ctx context.Context, owner string, px time.Duration, shorten bool) error
 	// release gives the hold up: nil when released, ErrNotHeld when it was
 	// not owner's any more, or the failure.
 	release(ctx context.Context, owner string) error
@@ -35,16 +37,17 @@ type unlocker interface {
 // one round trip. Holders that renew elsewhere (Redlock's nodes) only
 // implement holder.renew.
 type batchRenewer interface {
-	// renewCalls returns the calls that re-arm the hold for px: one for a
-	// lock on one slot, one per slot for a lock spanning several.
-	renewCalls(owner string, px time.Duration) []*driver.Call
+	// renewCalls returns the calls that re-arm the hold for px, as
+	// holder.renew: one for a lock on one slot, one per slot for a lock
+	// spanning several.
+	renewCalls(owner string, px time.Duration, shorten bool) []*driver.Call
 	// renewResult interprets finished renewCalls like holder.renew.
 	renewResult(calls []*driver.Call) error
 }
 
 // renewVia renews through renewCalls on d: holder.renew for batchRenewers.
-func renewVia(ctx context.Context, d driver.Driver, b batchRenewer, owner string, px time.Duration) error {
-	calls := b.renewCalls(owner, px)
+func renewVia(ctx context.Context, d driver.Driver, b batchRenewer, owner string, px time.Duration, shorten bool) error {
+	calls := b.renewCalls(owner, px, shorten)
 	d.Run(ctx, calls...)
 	return b.renewResult(calls)
 }
@@ -332,12 +335,13 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		runLossFuncs(lost, l)
 		return errorf("dlock: Extend %q: %w: the maximum hold time (WithMaxHold) is reached", name, ErrNotHeld)
 	}
+	shorten := l.shortensLocked(start, px)
 	inFlight := make(chan struct{})
 	l.renewing = inFlight
 	wd.rescheduleLocked(l) // no renewal while this one is in flight
 	wd.mu.Unlock()
 
-	err := l.renewHold(ctx, px)
+	err := l.renewHold(ctx, px, shorten)
 
 	wd.mu.Lock()
 	close(inFlight)
@@ -426,6 +430,17 @@ func (l *Lease) cappedLocked(px time.Duration, now time.Time) time.Duration {
 	return px.Truncate(time.Millisecond)
 }
 
+// shortensLocked reports whether a renewal for px sent at now asks for an
+// earlier expiry than the one the lease counts on: an Extend to less than
+// the time left, or a renewal cut short by WithMaxHold. Only such a request
+// may move the expiry on the server earlier; any other only ever lengthens
+// it, so that one overtaken on the wire by a later, longer one (its reply
+// lost or late, its context ended) cannot cut the key back under a lease
+// that counts on the longer one (docs/design.md, "Renewals never shorten").
+func (l *Lease) shortensLocked(now time.Time, px time.Duration) bool {
+	return now.Add(px).Before(l.validUntil)
+}
+
 // drift is the safety margin subtracted from every validity: clocks of the
 // client and the server may run at slightly different rates, and expiry has
 // millisecond resolution (the Redlock paper's TTL/100 + 2ms).
@@ -502,7 +517,7 @@ func (l *Lease) applyValidityLocked(from time.Time, px time.Duration) {
 func (l *Lease) claim(ctx context.Context) error {
 	start := time.Now()
 	px := l.cappedLocked(l.ttl, start) // not shared yet: no lock needed
-	if err := l.renewHold(ctx, px); err != nil {
+	if err := l.renewHold(ctx, px, l.shortensLocked(start, px)); err != nil {
 		return err
 	}
 	l.applyValidityLocked(start, px)

@@ -499,7 +499,8 @@ type multiHolder struct {
 func (h *multiHolder) lockName() string { return h.m.label }
 
 // renew extends every lock; ErrNotHeld if any of them is no longer held.
-func (h *multiHolder) renew(ctx context.Context, _ string, px time.Duration) error {
+// Each lock's own lease decides whether its Extend shortens it.
+func (h *multiHolder) renew(ctx context.Context, _ string, px time.Duration, _ bool) error {
 	errs := make([]error, len(h.parts))
 	var wg sync.WaitGroup
 	for i, p := range h.parts {

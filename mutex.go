@@ -304,23 +304,33 @@ func (m *Mutex) release(ctx context.Context, owner string) error {
 	return unexpectedReply(call.Reply)
 }
 
-func (m *Mutex) renewCalls(owner string, px time.Duration) []*driver.Call {
-	return []*driver.Call{ownedExtendCall(m.keys.lock, owner, px)}
+func (m *Mutex) renewCalls(owner string, px time.Duration, shorten bool) []*driver.Call {
+	return []*driver.Call{ownedExtendCall(m.keys.lock, owner, px, shorten)}
 }
 
 func (m *Mutex) renewResult(calls []*driver.Call) error { return ownedExtendResult(calls) }
 
-func (m *Mutex) renew(ctx context.Context, owner string, px time.Duration) error {
-	return renewVia(ctx, m.c.drv, m, owner, px)
+func (m *Mutex) renew(ctx context.Context, owner string, px time.Duration, shorten bool) error {
+	return renewVia(ctx, m.c.drv, m, owner, px, shorten)
 }
 
 func (m *Mutex) remaining(ctx context.Context, owner string) (time.Duration, error) {
 	return ownedRemaining(ctx, m.c.drv, m.keys.lock, owner)
 }
 
-// ownedExtendCall re-arms key for px if owner holds it.
-func ownedExtendCall(key, owner string, px time.Duration) *driver.Call {
-	return &driver.Call{Script: scripts.OwnedExtend, Keys: []string{key}, Args: []any{owner, px.Milliseconds()}}
+// ownedExtendCall re-arms key for px if owner holds it, shortening its
+// life only when shorten is set.
+func ownedExtendCall(key, owner string, px time.Duration, shorten bool) *driver.Call {
+	return &driver.Call{Script: scripts.OwnedExtend, Keys: []string{key}, Args: extendArgs(shorten, owner, px.Milliseconds())}
+}
+
+// extendArgs returns the arguments of an extend script: args, followed by
+// the flag that lets it shorten a hold when shorten is set.
+func extendArgs(shorten bool, args ...any) []any {
+	if shorten {
+		return append(args, 1)
+	}
+	return args
 }
 
 // ownedExtendResult reads owned_extend replies: renewed only if every key

@@ -793,7 +793,7 @@ func (h *redlockHold) awaitSettledUnless(stop <-chan struct{}) bool {
 // renewed it within the validity this renewal gives (px − drift from its
 // start); it returns ErrNotHeld once so many nodes no longer hold our key
 // that no quorum is left.
-func (h *redlockHold) renew(ctx context.Context, owner string, px time.Duration) error {
+func (h *redlockHold) renew(ctx context.Context, owner string, px time.Duration, shorten bool) error {
 	m := h.m
 	n, q := len(m.r.nodes), quorum(len(m.r.nodes))
 	start := time.Now()
@@ -802,7 +802,7 @@ func (h *redlockHold) renew(ctx context.Context, owner string, px time.Duration)
 	if valid > 0 && valid < wait {
 		wait = valid
 	}
-	calls := m.nodeCalls(nil, scripts.OwnedExtend, owner, px.Milliseconds())
+	calls := m.nodeCalls(nil, scripts.OwnedExtend, extendArgs(shorten, owner, px.Milliseconds())...)
 	count := func(replies []nodeReply) (renewed, gone int) {
 		for _, rep := range replies {
 			if rep.done && rep.err == nil {

@@ -292,8 +292,8 @@ func (h *reentrantHold) sendRelease(ctx context.Context, member string) (ended b
 
 // renew, remaining: a hold's lease delegates Extend and TTL to its anchor
 // (Lease.parent), so these serve only the anchor's holder, reentrantOwner.
-func (h *reentrantHold) renew(ctx context.Context, _ string, px time.Duration) error {
-	return renewVia(ctx, h.m.c.drv, (*reentrantOwner)(h.m), h.owner, px)
+func (h *reentrantHold) renew(ctx context.Context, _ string, px time.Duration, shorten bool) error {
+	return renewVia(ctx, h.m.c.drv, (*reentrantOwner)(h.m), h.owner, px, shorten)
 }
 
 func (h *reentrantHold) remaining(ctx context.Context, _ string) (time.Duration, error) {
@@ -350,17 +350,17 @@ var _ batchRenewer = (*reentrantOwner)(nil)
 
 func (o *reentrantOwner) lockName() string { return o.name }
 
-func (o *reentrantOwner) renewCalls(owner string, px time.Duration) []*driver.Call {
+func (o *reentrantOwner) renewCalls(owner string, px time.Duration, shorten bool) []*driver.Call {
 	// The holds set lives and dies with the lock.
-	c := ownedExtendCall(o.keys.lock, owner, px)
+	c := ownedExtendCall(o.keys.lock, owner, px, shorten)
 	c.Keys = append(c.Keys, o.holds)
 	return []*driver.Call{c}
 }
 
 func (o *reentrantOwner) renewResult(calls []*driver.Call) error { return ownedExtendResult(calls) }
 
-func (o *reentrantOwner) renew(ctx context.Context, owner string, px time.Duration) error {
-	return renewVia(ctx, o.c.drv, o, owner, px)
+func (o *reentrantOwner) renew(ctx context.Context, owner string, px time.Duration, shorten bool) error {
+	return renewVia(ctx, o.c.drv, o, owner, px, shorten)
 }
 
 func (o *reentrantOwner) remaining(ctx context.Context, owner string) (time.Duration, error) {

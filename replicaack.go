@@ -75,17 +75,18 @@ func grantAcked(ctx context.Context, q queuedLock, cfg *config, owner string, ca
 	return attemptResult{}, err
 }
 
-// renewHold re-arms the lease's hold for px: its holder's renewal, followed
+// renewHold re-arms the lease's hold for px (shortening it only when
+// shorten is set): its holder's renewal, followed
 // by WAIT when the lease's options ask for replica acknowledgement, in
 // which case a renewal that too few replicas acknowledged is an error
 // matching ErrReplicaAck (the key was re-armed on the master, but the lease
 // must not count on it). The watchdog's batches do the same (watchdog.go).
-func (l *Lease) renewHold(ctx context.Context, px time.Duration) error {
+func (l *Lease) renewHold(ctx context.Context, px time.Duration, shorten bool) error {
 	b, ok := l.h.(batchRenewer)
 	if !ok || l.cfg.replicaAck <= 0 {
-		return l.h.renew(ctx, l.owner, px)
+		return l.h.renew(ctx, l.owner, px, shorten)
 	}
-	calls := b.renewCalls(l.owner, px)
+	calls := b.renewCalls(l.owner, px, shorten)
 	l.cfg.askAck(calls...)
 	l.wd.drv.Run(ctx, calls...)
 	if err := b.renewResult(calls); err != nil {

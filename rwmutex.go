@@ -432,14 +432,14 @@ func (h *rwHalf) release(ctx context.Context, owner string) error {
 
 // renewCalls re-arms the holder's own expiry (rw_extend.lua, whose replies
 // follow owned_extend.lua's, so ownedExtendResult reads them).
-func (h *rwHalf) renewCalls(owner string, px time.Duration) []*driver.Call {
-	return []*driver.Call{{Script: scripts.RWExtend, Keys: h.rw.keys.renew, Args: []any{h.member(owner), px.Milliseconds()}}}
+func (h *rwHalf) renewCalls(owner string, px time.Duration, shorten bool) []*driver.Call {
+	return []*driver.Call{{Script: scripts.RWExtend, Keys: h.rw.keys.renew, Args: extendArgs(shorten, h.member(owner), px.Milliseconds())}}
 }
 
 func (h *rwHalf) renewResult(calls []*driver.Call) error { return ownedExtendResult(calls) }
 
-func (h *rwHalf) renew(ctx context.Context, owner string, px time.Duration) error {
-	return renewVia(ctx, h.rw.c.drv, h, owner, px)
+func (h *rwHalf) renew(ctx context.Context, owner string, px time.Duration, shorten bool) error {
+	return renewVia(ctx, h.rw.c.drv, h, owner, px, shorten)
 }
 
 // remaining runs rw_pttl.lua and translates its reply.

@@ -366,12 +366,12 @@ func (a *semAcquisition) release(ctx context.Context, owner string) error {
 	return nil
 }
 
-func (a *semAcquisition) renewCalls(owner string, px time.Duration) []*driver.Call {
+func (a *semAcquisition) renewCalls(owner string, px time.Duration, shorten bool) []*driver.Call {
 	s := a.s
 	return []*driver.Call{{
 		Script: scripts.SemExtend,
 		Keys:   s.keys.all[:3],
-		Args:   []any{owner, px.Milliseconds(), semLimitRetention(s.cfg.ttl).Milliseconds()},
+		Args:   extendArgs(shorten, owner, px.Milliseconds(), semLimitRetention(s.cfg.ttl).Milliseconds()),
 	}}
 }
 
@@ -379,8 +379,8 @@ func (a *semAcquisition) renewCalls(owner string, px time.Duration) []*driver.Ca
 // renewed, 0 not held.
 func (a *semAcquisition) renewResult(calls []*driver.Call) error { return ownedExtendResult(calls) }
 
-func (a *semAcquisition) renew(ctx context.Context, owner string, px time.Duration) error {
-	return renewVia(ctx, a.s.c.drv, a, owner, px)
+func (a *semAcquisition) renew(ctx context.Context, owner string, px time.Duration, shorten bool) error {
+	return renewVia(ctx, a.s.c.drv, a, owner, px, shorten)
 }
 
 func (a *semAcquisition) remaining(ctx context.Context, owner string) (time.Duration, error) {

@@ -208,13 +208,15 @@ func (w *watchdog) renew(batch []*Lease) {
 	var calls []*driver.Call
 	var solo []int // leases whose holders renew by themselves
 	pxs := make([]time.Duration, len(batch))
+	shorten := make([]bool, len(batch))
 	results := make([]error, len(batch))
 	deadline := start.Add(time.Hour)
 	w.mu.Lock()
 	for i, l := range batch {
 		pxs[i] = l.cappedLocked(l.ttl, start)
+		shorten[i] = l.shortensLocked(start, pxs[i])
 		if b, ok := l.h.(batchRenewer); ok {
-			perLease[i] = b.renewCalls(l.owner, pxs[i])
+			perLease[i] = b.renewCalls(l.owner, pxs[i], shorten[i])
 			l.cfg.askAck(perLease[i]...) // WithReplicaAck: see replicaack.go
 			calls = append(calls, perLease[i]...)
 		} else {
@@ -232,7 +234,7 @@ func (w *watchdog) renew(batch []*Lease) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			results[i] = batch[i].h.renew(ctx, batch[i].owner, pxs[i])
+			results[i] = batch[i].h.renew(ctx, batch[i].owner, pxs[i], shorten[i])
 		}(i)
 	}
 	if len(calls) > 0 {

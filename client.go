@@ -111,7 +111,9 @@ func isNilClient(rdb RedisClient) bool {
 // the driver's. Waits in progress end with ErrClosed. Leases still held
 // stop being renewed: their Done channels close with ErrLockLost, and their
 // keys expire one TTL after the last renewal (Close does not release them,
-// because their holders may still be working; Unlock them first).
+// because their holders may still be working; Unlock them first, or after:
+// Unlock still releases a lock after Close, as long as the Redis client is
+// open).
 //
 // Close waits for the clean-up of waits that gave up (leaving their queues),
 // for commands that calls abandoned at their deadline and for the pub/sub
@@ -190,8 +192,11 @@ func (c *Client) checkOpen(op, name string) error {
 // invalid name or option is reported by the first TryLock or Lock. A Mutex is
 // a cheap, immutable descriptor, safe for concurrent use; any number of them
 // may name the same lock.
-func (c *Client) Mutex(name string, opts ...Option) *Mutex {
-	cfg, err := c.lockConfig("Mutex", name, opts)
+func (c *Client) Mutex(name string, opts ...Option) *Mutex { return c.newMutex("Mutex", name, opts) }
+
+// newMutex is Mutex for a kind of lock built on it: kind names it in errors.
+func (c *Client) newMutex(kind, name string, opts []Option) *Mutex {
+	cfg, err := c.lockConfig(kind, name, opts)
 	return &Mutex{c: c, name: name, cfg: cfg, keys: newLockKeys(cfg.keyPrefix, name), err: err}
 }
 

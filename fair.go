@@ -26,7 +26,7 @@ type FairMutex struct {
 // defaults. It sends nothing and never fails: an invalid name or option is
 // reported by the first TryLock or Lock.
 func (c *Client) FairMutex(name string, opts ...Option) *FairMutex {
-	m := c.Mutex(name, opts...)
+	m := c.newMutex("FairMutex", name, opts)
 	m.fair = true
 	return &FairMutex{m: m}
 }

@@ -81,7 +81,7 @@ func (c *Client) Latch(name string, opts ...Option) *Latch {
 	cfg.ttlSet = false
 	for _, opt := range opts {
 		if opt == nil {
-			cfg.fail(invalidArgf("Latch(%q): nil Option", name))
+			cfg.fail(invalidArgf("nil Option"))
 			continue
 		}
 		opt(&cfg)

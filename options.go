@@ -40,6 +40,7 @@ const (
 type config struct {
 	ttl            time.Duration
 	ttlSet         bool // WithTTL was given: primitives with another default TTL (Latch) use it
+	waitSet        bool // WithWaitStrategy was given: Redlock rejects it, whatever the strategy
 	autoRenew      bool
 	keyPrefix      string
 	wait           WaitStrategy
@@ -209,6 +210,7 @@ func WithWaitStrategy(s WaitStrategy) Option {
 			return
 		}
 		c.wait = s
+		c.waitSet = true
 	}
 }
 
@@ -228,7 +230,8 @@ func WithWaiterLease(d time.Duration) Option {
 
 // WithMaxHold caps how long a lock can be held in total: the watchdog stops
 // renewing so that the lock expires at most this long after it was granted,
-// and the lease then reports ErrLockLost. Zero means no cap. Default: 0.
+// and the lease then reports ErrLockLost. d must be 0 (no cap) or between
+// MinTTL and 100 × MaxTTL. Default: 0.
 func WithMaxHold(d time.Duration) Option {
 	return func(c *config) {
 		if d != 0 && (d < MinTTL || d > 100*MaxTTL) {
@@ -257,7 +260,7 @@ func WithOwnerInfo(info string) Option {
 // which run detached from the caller's context so that a cancelled request
 // still releases its lock. An Unlock given a context that can never be
 // cancelled (context.Background()) is bounded by the Redis client's own
-// timeouts instead, and costs no timer. Default: 5s.
+// timeouts instead, and costs no timer. d must be positive. Default: 5s.
 func WithReleaseTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {
@@ -276,7 +279,7 @@ func WithReleaseTimeout(d time.Duration) Option {
 // Lock retries. A record about one lock names it (attribute lock), and one
 // about a failure carries the error (attribute error). Records are written
 // after dlock's internal locks are released, so a slow handler delays no
-// other lock. Default: nothing is logged.
+// other lock. l must not be nil. Default: nothing is logged.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) {
 		if l == nil {

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -141,6 +142,30 @@ func TestTryWithDoneContextIsNotContention(t *testing.T) {
 	for what, call := range calls {
 		if err := call(); !errors.Is(err, context.Canceled) || errors.Is(err, dlock.ErrNotObtained) {
 			t.Errorf("%s with a done context: got %v, want context.Canceled and not ErrNotObtained", what, err)
+		}
+	}
+}
+
+// A nil Option is reported by the lock it was given to, named once by its
+// own kind.
+func TestNilOptionNamesItsLock(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, redistest.Shared(t))
+	ctx := testCtx(t)
+	leaseErr := func(_ *dlock.Lease, err error) error { return err }
+	errs := map[string]error{
+		"Mutex":          leaseErr(c.Mutex("n", nil).TryLock(ctx)),
+		"FairMutex":      leaseErr(c.FairMutex("n", nil).TryLock(ctx)),
+		"ReentrantMutex": leaseErr(c.ReentrantMutex("n", nil).TryLock(dlock.WithOwner(ctx, "me"))),
+		"RWMutex":        leaseErr(c.RWMutex("n", nil).TryLock(ctx)),
+		"Latch":          c.Latch("n", nil).CountDown(ctx),
+	}
+	_, errs["Semaphore"] = c.Semaphore("n", 1, nil).TryAcquire(ctx, 1)
+	for kind, err := range errs {
+		msg := fmt.Sprint(err)
+		if !errors.Is(err, dlock.ErrInvalidArgument) || !strings.Contains(msg, "nil Option") ||
+			!strings.Contains(msg, kind+`("n")`) || strings.Count(msg, `("n")`) != 1 {
+			t.Errorf("%s with a nil Option: got %q, want ErrInvalidArgument naming %s(\"n\") once", kind, msg, kind)
 		}
 	}
 }

@@ -141,8 +141,9 @@ func redlockNodeAddr(rdb RedisClient) (string, error) {
 // options of the single-node queue (changed from base), and a TTL, drift
 // factor and node timeout that leave no validity.
 func checkRedlockConfig(cfg, base *config) error {
-	if cfg.wait != base.wait {
-		return invalidArgf("WithWaitStrategy does not apply to Redlock, which retries after a random delay (see WithRetryDelay)")
+	if cfg.waitSet {
+		return invalidArgf("WithWaitStrategy does not apply to Redlock: its waiters are woken by releases on the nodes, " +
+			"and retry after a random delay (see WithRetryDelay) only when they cannot be")
 	}
 	if cfg.waiterLease != base.waiterLease {
 		return invalidArgf("WithWaiterLease does not apply to Redlock, which has no queue")

@@ -962,6 +962,10 @@ func TestNewRedlockRejectsBadInput(t *testing.T) {
 			_, err := dlock.NewRedlock(nodes, dlock.WithWaitStrategy(dlock.SpinWait(time.Millisecond, time.Second)))
 			return err
 		},
+		"wait strategy NotifyWait": func() error {
+			_, err := dlock.NewRedlock(nodes, dlock.WithWaitStrategy(dlock.NotifyWait()))
+			return err
+		},
 		"waiter lease": func() error { _, err := dlock.NewRedlock(nodes, dlock.WithWaiterLease(time.Second)); return err },
 	}
 	for name, f := range cases {
@@ -1009,6 +1013,7 @@ func TestRedlockOptionsRejectedElsewhere(t *testing.T) {
 	r := newRedlock(t, addrsOf(servers))
 	for name, opt := range map[string]dlock.Option{
 		"WithWaitStrategy": dlock.WithWaitStrategy(dlock.SpinWait(time.Millisecond, time.Second)),
+		"NotifyWait":       dlock.WithWaitStrategy(dlock.NotifyWait()),
 		"WithWaiterLease":  dlock.WithWaiterLease(time.Second),
 		"WithNodeTimeout":  dlock.WithNodeTimeout(time.Minute), // ≥ TTL
 	} {

@@ -114,7 +114,7 @@ func (c *Client) RWMutex(name string, opts ...Option) *RWMutex {
 	cfg.errs = nil
 	for _, opt := range opts {
 		if opt == nil {
-			cfg.fail(invalidArgf("RWMutex(%q): nil Option", name))
+			cfg.fail(invalidArgf("nil Option"))
 			continue
 		}
 		opt(&cfg)

@@ -131,11 +131,13 @@
 //
 // # Errors
 //
-// Errors match the sentinels with errors.Is and carry the lock name and the
-// details: ErrNotObtained (held by someone else, or a wait ended by ctx,
+// Every call takes a context, which must not be nil (as in the standard
+// library, a nil context panics). Errors match the sentinels with errors.Is
+// and carry the lock name and the details: ErrNotObtained (held by someone else, or a wait ended by ctx,
 // joined then with the context's error), ErrNotHeld (the lease no longer
 // owns the key), ErrLockLost (lost while held, with the reason),
-// ErrInvalidArgument (rejected before anything was sent), ErrKeyConflict
+// ErrInvalidArgument (rejected before anything was sent, except a Semaphore
+// request above the limit stored in Redis), ErrKeyConflict
 // (a key of the lock holds something dlock did not write; it is never
 // modified, and an Unlock that reports it beside the lock key has still
 // released the lock), ErrClosed. TryLock returns a failure to reach Redis,

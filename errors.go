@@ -40,8 +40,10 @@ var (
 	// with the reason.
 	ErrLockLost = errors.New("dlock: lock lost")
 
-	// ErrInvalidArgument means a name, option or argument was rejected before
-	// anything was sent to Redis.
+	// ErrInvalidArgument means a name, option or argument was rejected as
+	// invalid, before anything was sent to Redis; the one exception is a
+	// Semaphore request for more permits than the limit stored in Redis,
+	// which only the server can tell (see Semaphore.TryAcquire).
 	ErrInvalidArgument = errors.New("dlock: invalid argument")
 
 	// ErrKeyConflict means a lock's key, or a key beside it (its queue,

@@ -286,6 +286,13 @@ func TestCloseEndsWaitsAndLeases(t *testing.T) {
 	if n := srv.Client(t).ZCard(ctx, lockKey(name)+":q").Val(); n != 0 {
 		t.Errorf("the closed client's waiter is still queued")
 	}
+	// A lease lost to Close can still be released (Client.Close's doc).
+	if err := own.Unlock(ctx); err != nil {
+		t.Errorf("Unlock after Close: %v", err)
+	}
+	if n := srv.Client(t).Exists(ctx, lockKey(name+"-own")).Val(); n != 0 {
+		t.Errorf("Unlock after Close left the lock held")
+	}
 }
 
 // TestUnlockBehindAStuckRenewalIsBounded: Unlock waits for a renewal in

@@ -31,9 +31,11 @@ import (
 // times in a row; the next Unlock then serves the queue in Redis. So the
 // queue is served at least every 8th grant (a process's turn is at most 8
 // grants, or 16 when its own next place was first in the queue), and under
-// contention most hand-offs cost one small script. FairMutex gives every
-// waiter its own place instead, and never hands over locally: its order is
-// strict.
+// contention most hand-offs cost one small script. The first goroutine in
+// the local line, which waits in Redis, is the one these hand-offs pass
+// over: up to 7 goroutines that came after it may take the lock before it
+// does. FairMutex gives every waiter its own place instead, and never hands
+// over locally: its order is strict.
 //
 // A Mutex is not reentrant (unlike Redisson's RLock): a Lock by whoever
 // already holds it waits like any other, until the holder's Unlock or ctx's

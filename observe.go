@@ -79,7 +79,7 @@ type LeaseInfo struct {
 }
 
 // WithObserver sets the Observer that a Client's locks report to; see
-// package dlockotel for OpenTelemetry. Default: none.
+// package dlockotel for OpenTelemetry. o must not be nil. Default: none.
 func WithObserver(o Observer) Option {
 	return func(c *config) {
 		if o == nil {

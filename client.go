@@ -77,6 +77,9 @@ func NewWithDriver(d driver.Driver, opts ...Option) (*Client, error) {
 		return nil, invalidArgf("NewWithDriver: nil driver")
 	}
 	cfg := defaultConfig()
+	if rt, ok := d.(driver.ReplyTimeouter); ok {
+		cfg.replyTimeout = rt.ReplyTimeout()
+	}
 	for _, opt := range opts {
 		if opt == nil {
 			return nil, invalidArgf("New: nil Option")

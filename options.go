@@ -57,6 +57,9 @@ type config struct {
 	// WithReplicaAck and replicaack.go.
 	replicaAck        int
 	replicaAckTimeout time.Duration
+	// replyTimeout is how long the Redis client waits for a reply (zero:
+	// unknown or unlimited), which a WAIT must end before.
+	replyTimeout time.Duration
 
 	// timings is the Mutex scripts' timings argument (mutex_acquire.lua),
 	// set by seal once the options are applied: every call sends it.
@@ -154,6 +157,11 @@ func (c *config) err() error {
 	}
 	if c.replicaAck > 0 && c.replicaAckTimeout >= c.ttl {
 		return invalidArgf("WithReplicaAck: the timeout %v must be shorter than the TTL %v", c.replicaAckTimeout, c.ttl)
+	}
+	if c.replicaAck > 0 && c.replyTimeout > 0 && c.replicaAckTimeout >= c.replyTimeout {
+		return invalidArgf("WithReplicaAck: the timeout %v must be shorter than the Redis client's read timeout %v, "+
+			"or a WAIT that runs out is read as a broken connection: lower it, or raise the client's ReadTimeout",
+			c.replicaAckTimeout, c.replyTimeout)
 	}
 	return nil
 }
@@ -436,7 +444,9 @@ func redlockOnly(option string) error {
 // master has, or every acquire waits out the timeout and fails. timeout
 // bounds each WAIT, zero meaning the default; it must be shorter than the
 // TTL, and shorter than the Redis client's read timeout (go-redis: 3s by
-// default), or a WAIT that runs out is read as a broken connection. Works
+// default), or a WAIT that runs out is read as a broken connection: both
+// are checked (the read timeout where the driver tells it, as go-redis's
+// does), and a longer timeout is ErrInvalidArgument. Works
 // with Sentinel-managed masters (redis.NewFailoverClient) and on Cluster,
 // where each WAIT goes to the master of its call's key. Latches grant
 // nothing and ignore it; Redlock rejects it with ErrInvalidArgument (its

@@ -170,6 +170,38 @@ func TestNilOptionNamesItsLock(t *testing.T) {
 	}
 }
 
+// A WAIT must end before the Redis client gives up on its reply, or a WAIT
+// that runs out reads as a broken connection (and go-redis sends the script
+// again) instead of ErrReplicaAck: a replica-ack timeout not shorter than
+// the client's read timeout is refused, for the Client and for one lock.
+func TestReplicaAckTimeoutBelowReadTimeout(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ReadTimeout: time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	if _, err := dlock.New(rdb, dlock.WithReplicaAck(1, 2*time.Second)); !errors.Is(err, dlock.ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), "read timeout 1s") {
+		t.Errorf("New with a WAIT timeout over the read timeout: got %v, want ErrInvalidArgument naming the read timeout", err)
+	}
+	c, err := dlock.New(rdb, dlock.WithReplicaAck(1, 500*time.Millisecond))
+	if err != nil {
+		t.Fatalf("New with a WAIT timeout under the read timeout: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_, err = c.Mutex("n", dlock.WithReplicaAck(1, time.Second)).TryLock(testCtx(t))
+	if !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("a lock with a WAIT timeout equal to the read timeout: got %v, want ErrInvalidArgument", err)
+	}
+	// No read timeout (-1): nothing to compare with.
+	unbounded := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ReadTimeout: -1})
+	t.Cleanup(func() { _ = unbounded.Close() })
+	c2, err := dlock.New(unbounded, dlock.WithReplicaAck(1, 10*time.Second))
+	if err != nil {
+		t.Errorf("New without a read timeout: %v", err)
+	} else {
+		_ = c2.Close()
+	}
+}
+
 // TestDeadlineBoundsCallsOnABlackholedServer: a go-redis client built
 // without ContextTimeoutEnabled waits its 3s ReadTimeout on a silent server
 // whatever the context says; dlock must still return at the deadline.

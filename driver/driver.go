@@ -175,6 +175,16 @@ type Sharded interface {
 	Sharded() bool
 }
 
+// ReplyTimeouter is implemented by drivers whose Redis client gives up on a
+// reply after a fixed time. It is optional: dlock then rejects a
+// WithReplicaAck timeout that is not shorter, since a WAIT that runs out
+// would be read as a broken connection rather than as too few replicas.
+type ReplyTimeouter interface {
+	// ReplyTimeout returns how long the client waits for a reply; zero when
+	// it does not say, or waits without limit.
+	ReplyTimeout() time.Duration
+}
+
 // Scanner is implemented by drivers that can list the keys of the
 // deployment, which Client.List needs (the rest of dlock never lists keys).
 // It is optional: without it, List reports that it is unsupported.

@@ -142,6 +142,12 @@ func removeWaiter(waiters map[string][]*waiter, w *waiter) bool {
 }
 
 // expire unsubscribes a channel that stayed without waiters for the linger.
+// The channel stays in n.channels, unconfirmed and pending, until the
+// server has been told: a waiter that comes meanwhile subscribes after the
+// UNSUBSCRIBE, not before it. (Before, the channel left the map first, so a
+// new waiter's SUBSCRIBE could pass the UNSUBSCRIBE, which then undid it:
+// the notifier counted the channel confirmed while the server sent nothing,
+// and waiters were woken by their polls only.)
 func (n *notifier) expire(channel string, cs *channelState) {
 	defer n.lingers.Done()
 	n.mu.Lock()
@@ -149,14 +155,23 @@ func (n *notifier) expire(channel string, cs *channelState) {
 		n.mu.Unlock()
 		return
 	}
-	delete(n.channels, channel)
+	done := make(chan struct{})
+	cs.pending, cs.confirmed = done, false
 	sub := n.sub
 	n.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := sub.Unsubscribe(ctx, channel); err != nil {
+	err := sub.Unsubscribe(ctx, channel)
+	cancel()
+	if err != nil {
 		n.logger.Debug("dlock: unsubscribe failed", slog.String("channel", channel), slog.Any("error", err))
 	}
+	n.mu.Lock()
+	cs.pending = nil
+	if n.channels[channel] == cs && len(cs.waiters) == 0 {
+		delete(n.channels, channel)
+	}
+	close(done)
+	n.mu.Unlock()
 }
 
 // expect reports whether channel's subscription is in place, so that a

@@ -1,0 +1,106 @@
+package dlock
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/goredis"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// gatedDriver holds its subscription's first Unsubscribe until released,
+// so that a test can act while an UNSUBSCRIBE is on its way.
+type gatedDriver struct {
+	driver.Driver
+	unsubscribing chan struct{} // closed when the first Unsubscribe starts
+	release       chan struct{} // close to let it go on
+}
+
+func (d *gatedDriver) Subscribe(h driver.Handler) driver.Subscription {
+	return &gatedSubscription{Subscription: d.Driver.Subscribe(h), d: d}
+}
+
+type gatedSubscription struct {
+	driver.Subscription
+	d    *gatedDriver
+	once sync.Once
+}
+
+func (s *gatedSubscription) Unsubscribe(ctx context.Context, channels ...string) error {
+	s.once.Do(func() {
+		close(s.d.unsubscribing)
+		<-s.d.release
+	})
+	return s.Subscription.Unsubscribe(ctx, channels...)
+}
+
+// A waiter that comes while its channel is being unsubscribed (its linger
+// ran out) must end up subscribed: its SUBSCRIBE must not pass the
+// UNSUBSCRIBE and be undone by it, leaving the notifier sure of a
+// subscription the server no longer has.
+func TestWaiterArrivingWhileItsChannelExpiresStaysSubscribed(t *testing.T) {
+	srv := redistest.Shared(t)
+	rdb := srv.Client(t)
+	d := &gatedDriver{Driver: goredis.New(rdb), unsubscribing: make(chan struct{}), release: make(chan struct{})}
+	n := newNotifier(d, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer n.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	channel := "dlock-test:{" + t.Name() + "}"
+
+	first := n.register(channel, "a")
+	if err := n.subscribe(ctx, channel); err != nil {
+		t.Fatal(err)
+	}
+	n.unregister(channel, first) // starts the linger
+	n.mu.Lock()
+	cs := n.channels[channel]
+	stopped := cs != nil && cs.idle != nil && cs.idle.Stop()
+	n.mu.Unlock()
+	if !stopped {
+		t.Fatal("no linger timer to stand in for")
+	}
+	go n.expire(channel, cs) // as the linger timer does when it fires
+
+	<-d.unsubscribing
+	second := n.register(channel, "b")
+	subscribed := make(chan error, 1)
+	go func() { subscribed <- n.subscribe(ctx, channel) }()
+	n.mu.Lock()
+	waitsForTheUnsubscribe := n.channels[channel] == cs
+	n.mu.Unlock()
+	if !waitsForTheUnsubscribe {
+		// The new waiter subscribes at once: let it finish first, the
+		// order that undid its subscription.
+		if err := <-subscribed; err != nil {
+			t.Fatal(err)
+		}
+		subscribed <- nil
+	}
+	close(d.release)
+	if err := <-subscribed; err != nil {
+		t.Fatal(err)
+	}
+	n.lingers.Wait() // expire has returned
+
+	if !n.confirmed(channel) {
+		t.Fatal("the notifier does not count the channel subscribed")
+	}
+	if got := rdb.PubSubNumSub(ctx, channel).Val()[channel]; got != 1 {
+		t.Errorf("the server has %d subscribers on the channel, want 1: the UNSUBSCRIBE undid the new waiter's SUBSCRIBE", got)
+	}
+	if err := rdb.Publish(ctx, channel, "7 1000 0 b").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-second.signal:
+	case <-time.After(10 * time.Second):
+		t.Error("the grant published to the new waiter never reached it")
+	}
+	n.unregister(channel, second)
+}

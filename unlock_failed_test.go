@@ -51,6 +51,32 @@ func TestFailedUnlockEndsTheLease(t *testing.T) {
 	}
 }
 
+// Client.Do whose release fails reports that failure, not a loss: the lock
+// was held while fn ran, although the failed release ends the lease.
+func TestDoWithAFailedReleaseIsNotALoss(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := dlock.New(rdb, dlock.WithReleaseTimeout(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := testCtx(t)
+	name := t.Name()
+	loadScripts(t, ctx, c.Mutex(name+"-warm"))
+	err = c.Do(ctx, name, func(ctx context.Context) error {
+		proxy.HoldReplies(true) // the release's reply will be late
+		return nil
+	})
+	proxy.HoldReplies(false)
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("Do whose release timed out: got %v, want DeadlineExceeded and not ErrLockLost", err)
+	}
+}
+
 // The same over Redlock: Unlock returns ErrQuorum when two of three nodes
 // answer later than the node timeout, and their releases land after it.
 // Before, the lease went back to being held, and another Redlock took the

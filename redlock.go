@@ -357,10 +357,11 @@ func (m *RedlockMutex) tryLock(ctx context.Context) (*Lease, error) {
 // few nodes answer. Lock calls of one Redlock for one name take turns: the
 // others wait, in arrival order, until the first returns. When ctx ends
 // first, Lock returns then, even with an attempt still waiting for nodes
-// that do not answer: what that attempt may have taken is given back in the
-// background (Close waits for it). The error matches ErrNotObtained and
-// ctx's error and carries the last attempt's failure (which may match
-// ErrQuorum). It returns at once with
+// that do not answer, or an Unlock of the same Redlock still handing the
+// lock over to it: what that attempt may have taken, or that hand-off
+// delivers, is released in the background (Close waits for it). The error
+// matches ErrNotObtained and ctx's error and carries the last attempt's
+// failure (which may match ErrQuorum). It returns at once with
 // ErrInvalidArgument, with ErrClosed when the Redlock is closed (a Lock
 // already waiting when Close is called returns an error matching both
 // ErrClosed and ErrNotObtained), and with ErrQuorum when more nodes than a
@@ -408,11 +409,20 @@ func (m *RedlockMutex) lock(ctx context.Context) (lease *Lease, err error) {
 	for first := true; ; first = false {
 		if turn.handingOver() {
 			// An Unlock of this Redlock is handing the lock over: its
-			// outcome comes within a node timeout.
-			if got, ok, err := m.takeHandoff(ctx, turn, <-turn.handoff); ok {
-				return got, err
+			// outcome comes within a node timeout (after the old lease's
+			// stragglers). A ctx that ends first ends the Lock: leave
+			// releases the outcome in the background.
+			select {
+			case h := <-turn.handoff:
+				if got, ok, err := m.takeHandoff(ctx, turn, h); ok {
+					return got, err
+				}
+				continue
+			case <-ctx.Done():
+				return nil, waitEnded(ctx, m.name, began, holderTTL, last)
+			case <-m.r.closed:
+				return nil, errors.Join(ErrClosed, waitEnded(ctx, m.name, began, holderTTL, last))
 			}
-			continue
 		}
 		heard := wait.l != nil && wait.l.hears()
 		var (

@@ -31,8 +31,9 @@ import (
 // the moved keys held by another owner and fails rather than counting them
 // as its own (at most one of the two can reach a quorum while the old holder
 // holds one). A waiter that takes the lock by its attempt, or whose context
-// ends, while a transfer to it is in flight waits for the outcome and
-// releases what it got.
+// ends, while a transfer to it is in flight returns without waiting for it:
+// it leaves the line, and one of the Redlock's workers waits for the
+// outcome and releases what it got (redlockTurn.leave).
 
 // redlockHandoff is a hand-off's outcome: the lock, held by owner, or
 // res.hold nil when it failed.

@@ -139,10 +139,15 @@ func (t *redlockTurn) received() {
 }
 
 // leave ends the first in line's turn, holding the lock or not: the next in
-// line gets it. A hand-off still on its way is then awaited (its Unlock is
-// bounded by the node timeout) and released again, so that a Lock that gave
-// up, or took the lock by an attempt of its own meanwhile, leaves nothing
-// behind.
+// line gets it at once. A hand-off still on its way is awaited (its Unlock
+// is bounded by the old lease's stragglers and the node timeout) and
+// released again, so that a Lock that gave up, or took the lock by an
+// attempt of its own meanwhile, leaves nothing behind; that is done by one
+// of the Redlock's workers (Close waits for it), so that the Lock returns
+// when its ctx ends rather than when the hand-off does. The hand-off's
+// owner value is fresh and only that worker uses it. The next in line does
+// not count on the hand-off: it asks the nodes, and hears the worker's
+// release like any other.
 func (t *redlockTurn) leave(ctx context.Context, holding bool) {
 	t.g.mu.Lock()
 	gt := t.gt
@@ -159,12 +164,13 @@ func (t *redlockTurn) leave(ctx context.Context, holding bool) {
 	taken := t.taken
 	t.g.mu.Unlock()
 	if taken {
-		t.releaseHandoff(ctx)
+		t.m.r.workers.Go(func() { t.releaseHandoff(ctx) })
 	}
 }
 
-// releaseHandoff waits for the outcome of a hand-off to a Lock that gave
-// up, and releases what it got.
+// releaseHandoff waits for the outcome of a hand-off to a turn that has
+// left, and releases what it got. Its wait ignores ctx: the Unlock that
+// marked the turn taken always sends an outcome.
 func (t *redlockTurn) releaseHandoff(ctx context.Context) {
 	h := <-t.handoff
 	t.received()

@@ -1,0 +1,275 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/scripts"
+)
+
+// A Lock whose own process's Unlock is handing it the lock when its
+// deadline comes returns at the deadline, not when the hand-off ends: the
+// transfer's replies are held for seconds here. Before, it waited for the
+// transfer and then for the release of what it delivered, both while
+// leaving (waiting) and when a wake-up brought it back to the top of its
+// loop (woken), and returned seconds late with an error saying it waited
+// only until its deadline. What the hand-off delivers after the Lock
+// returned is released: no node keeps the key, a Lock waiting behind the
+// one that gave up gets the lock (successor), and so does another Redlock.
+func TestRedlockLockReturnsAtItsDeadlineDuringALocalHandoff(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		wake, successor bool
+	}{
+		{name: "waiting"},
+		{name: "woken", wake: true},
+		{name: "successor", successor: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testLockDeadlineDuringHandoff(t, tc.name, tc.wake, tc.successor) })
+	}
+}
+
+func testLockDeadlineDuringHandoff(t *testing.T, name string, wake, successor bool) {
+	const (
+		patience = 2 * time.Second        // the Lock's deadline, from its start
+		held     = 2 * time.Second        // the transfer's replies are held until this long after the deadline, or the Lock returns
+		late     = 400 * time.Millisecond // how late the Lock may return: scheduling on a loaded machine
+	)
+	servers := redistest.StartNodes(t, 3)
+	proxies, addrs := proxied(t, servers)
+	replies := make(chan acquireReply, 256)
+	// A node timeout longer than the replies are held: the transfer
+	// succeeds, and delivers a lock to the Lock that gave up.
+	r := newHookedRedlock(t, addrs, replies, slowRetry, dlock.WithNodeTimeout(5*time.Second))
+	ctx := testCtx(t)
+	name = "handoff-deadline-" + name
+	// Load the scripts (a NOSCRIPT reply, held, would run nothing).
+	handOverTwice(ctx, t, r, name+"-warm")
+
+	holder, err := r.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitAllHold(t, servers, lockKey(name)) // as in TestRedlockUnlockHandsOverLocally
+
+	type outcome struct {
+		l   *dlock.Lease
+		err error
+		at  time.Time
+	}
+	deadline := time.Now().Add(patience)
+	lockCtx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	got := make(chan outcome, 1)
+	go func() {
+		l, err := r.Mutex(name).Lock(lockCtx)
+		got <- outcome{l, err, time.Now()}
+	}()
+	// The Lock waits between attempts, sending nothing, once every node
+	// has answered its two attempts (before and after it subscribed).
+	answered := make([]int, len(servers))
+	for idle := false; !idle; {
+		select {
+		case rep := <-replies:
+			if rep.key == lockKey(name) && rep.owner != dlock.LeaseOwner(holder) {
+				answered[rep.node]++
+			}
+			idle = true
+			for _, n := range answered {
+				idle = idle && n >= 2
+			}
+		case res := <-got:
+			if res.l != nil {
+				_ = res.l.Unlock(ctx)
+			}
+			t.Skipf("the Lock returned (%v) before it waited: too slow a machine to tell", res.err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the Lock's attempts were not answered by every node within 10s: %v", answered)
+		}
+	}
+	var next <-chan leaseOrError
+	if successor {
+		next = startRedlockLock(ctx, r, name)
+		waitUntil(t, 10*time.Second, "second Lock in line", func() bool { n, _ := dlock.RedlockGateState(r, name); return n == 2 })
+	}
+
+	if left := time.Until(deadline); left < patience/4 {
+		t.Skipf("the Lock waited only %v before its deadline: too slow a machine to tell", left.Round(time.Millisecond))
+	}
+
+	// Hold the replies of two nodes of three: the transfer cannot reach a
+	// quorum until they come.
+	hold := func(on bool) {
+		for _, p := range proxies[:2] {
+			p.HoldReplies(on)
+		}
+	}
+	hold(true)
+	defer hold(false)
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- holder.Unlock(ctx) }()
+	var head string
+	waitUntil(t, 10*time.Second, "hand-off in flight", func() bool {
+		var n int
+		n, head = dlock.RedlockGateState(r, name)
+		return head == "taken" || n == 0
+	})
+	if head != "taken" {
+		t.Skip("the Lock's deadline came before the Unlock began to hand it over: too slow a machine to tell")
+	}
+	if wake {
+		// A message on the lock's channel through the node that answers
+		// wakes the Lock, which then finds the hand-off under way.
+		servers[2].Do(t, "PUBLISH", lockKey(name), "wake up")
+	}
+	var res outcome
+	select {
+	case res = <-got:
+	case <-time.After(time.Until(deadline) + held):
+	}
+	hold(false)
+	if res.at.IsZero() {
+		res = <-got
+	}
+	if res.l != nil {
+		if err := res.l.Unlock(ctx); err != nil {
+			t.Errorf("Unlock of the lease the Lock returned: %v", err)
+		}
+	}
+	if d := res.at.Sub(deadline); d > late {
+		t.Errorf("Lock returned %v after its deadline, while the hand-off to it was in flight; want within %v", d.Round(time.Millisecond), late)
+	}
+	if !errors.Is(res.err, dlock.ErrNotObtained) || !errors.Is(res.err, context.DeadlineExceeded) {
+		t.Errorf("Lock whose deadline came during a hand-off: got a lease %t, error %v; want ErrNotObtained and DeadlineExceeded", res.l != nil, res.err)
+	}
+	if err := <-unlocked; err != nil {
+		t.Errorf("Unlock that handed the lock over: %v", err)
+	}
+	if successor {
+		select {
+		case gotNext := <-next:
+			if gotNext.err != nil {
+				t.Fatalf("the Lock behind the one that gave up: %v", gotNext.err)
+			}
+			if err := gotNext.l.Unlock(ctx); err != nil {
+				t.Errorf("Unlock of the lock behind: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("the Lock behind the one that gave up did not get the lock within 15s")
+		}
+	}
+
+	// What the hand-off delivered is released: the keys go from every
+	// node, and another process takes the lock.
+	limit := time.Now().Add(10 * time.Second)
+	for {
+		left := ""
+		for i, v := range holdersOf(t, servers, lockKey(name)) {
+			if v != "" {
+				left = fmt.Sprintf("node %d still holds the key: %q", i, v)
+			}
+		}
+		if left == "" {
+			break
+		}
+		if time.Now().After(limit) {
+			t.Fatalf("10s after the hand-off to a Lock that gave up: %s", left)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the servers' state
+	}
+	octx, ocancel := context.WithTimeout(ctx, 10*time.Second)
+	defer ocancel()
+	other, err := newRedlock(t, addrsOf(servers)).Mutex(name).Lock(octx)
+	if err != nil {
+		t.Fatalf("another Redlock's Lock after the abandoned hand-off: %v", err)
+	}
+	if err := other.Unlock(ctx); err != nil {
+		t.Errorf("another Redlock's Unlock: %v", err)
+	}
+}
+
+// startRedlockLock starts a Lock of r on name; its outcome comes on the channel.
+func startRedlockLock(ctx context.Context, r *dlock.Redlock, name string) <-chan leaseOrError {
+	got := make(chan leaseOrError, 1)
+	go func() {
+		l, err := r.Mutex(name).Lock(ctx)
+		got <- leaseOrError{l, err}
+	}()
+	return got
+}
+
+// newHookedRedlock is newRedlock whose node clients report on replies
+// every reply they receive to a redlock_acquire.
+func newHookedRedlock(t testing.TB, addrs []string, replies chan<- acquireReply, opts ...dlock.Option) *dlock.Redlock {
+	t.Helper()
+	nodes := make([]dlock.RedisClient, len(addrs))
+	for i, addr := range addrs {
+		rdb := redlockNodeClient(t, addr)
+		_ = rdb.Ping(context.Background()).Err() // dial now, as newRedlock does
+		rdb.AddHook(acquireReplyHook{node: i, replies: replies})
+		nodes[i] = rdb
+	}
+	r, err := dlock.NewRedlock(nodes, opts...)
+	if err != nil {
+		t.Fatalf("NewRedlock: %v", err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+// acquireReply is a reply a node's client received to a redlock_acquire
+// of key by owner.
+type acquireReply struct {
+	node       int
+	key, owner string
+}
+
+// acquireReplyHook reports the replies its node's client receives to
+// redlock_acquire, dropping them when nobody reads.
+type acquireReplyHook struct {
+	node    int
+	replies chan<- acquireReply
+}
+
+func (h acquireReplyHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h acquireReplyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.report(cmd)
+		return err
+	}
+}
+
+func (h acquireReplyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.report(cmd)
+		}
+		return err
+	}
+}
+
+func (h acquireReplyHook) report(cmd redis.Cmder) {
+	args := cmd.Args()
+	if cmd.Err() != nil || len(args) < 5 || fmt.Sprint(args[0]) != "evalsha" ||
+		fmt.Sprint(args[1]) != scripts.RedlockAcquire.Hash() {
+		return
+	}
+	key := fmt.Sprint(args[3])
+	if p, ok := args[3].(*string); ok {
+		key = *p
+	}
+	select {
+	case h.replies <- acquireReply{node: h.node, key: key, owner: fmt.Sprint(args[4])}:
+	default:
+	}
+}

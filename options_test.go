@@ -207,7 +207,7 @@ func TestReplicaAckTimeoutBelowReadTimeout(t *testing.T) {
 // whatever the context says; dlock must still return at the deadline.
 func TestDeadlineBoundsCallsOnABlackholedServer(t *testing.T) {
 	t.Parallel()
-	c, _, proxy := clientBehindProxy(t, &redis.Options{}) // default options
+	c, _, proxy := clientBehindProxy(t, redistest.Start(t).Addr(), &redis.Options{}) // default options
 	ctx := testCtx(t)
 
 	proxy.Blackhole(true)
@@ -226,14 +226,19 @@ func TestDeadlineBoundsCallsOnABlackholedServer(t *testing.T) {
 
 // clientBehindProxy returns a Client whose go-redis client, built with opt,
 // reaches a new redis-server through a proxy the test can silence; its
-// connection is warmed up by a lock taken and released.
-func clientBehindProxy(t *testing.T, opt *redis.Options) (*dlock.Client, *redis.Client, *redistest.Proxy) {
+// clientBehindProxy returns a Client with opts whose go-redis client, built
+// with opt, reaches the server at addr through a proxy the test can silence
+// or slow down. Its connection is warmed up, and the Mutex scripts loaded,
+// by the lock named after the test, taken and released (a request the
+// proxy holds back must find its script loaded: one that meets NOSCRIPT runs
+// nothing, and the client sends the script only once it hears that reply).
+func clientBehindProxy(t *testing.T, addr string, opt *redis.Options, opts ...dlock.Option) (*dlock.Client, *redis.Client, *redistest.Proxy) {
 	t.Helper()
-	proxy := redistest.StartProxy(t, redistest.Start(t).Addr())
+	proxy := redistest.StartProxy(t, addr)
 	opt.Addr = proxy.Addr()
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { _ = rdb.Close() })
-	c, err := dlock.New(rdb)
+	c, err := dlock.New(rdb, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +283,7 @@ func (h evalStarted) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 func lockCancelledOnSilentServer(t *testing.T, opt *redis.Options) (error, time.Duration) {
 	t.Helper()
 	opt.MaxRetries = -1 // one send: the test is about one call, not go-redis's retries
-	c, rdb, proxy := clientBehindProxy(t, opt)
+	c, rdb, proxy := clientBehindProxy(t, redistest.Start(t).Addr(), opt)
 
 	started := make(evalStarted, 1)
 	rdb.AddHook(started)

@@ -46,14 +46,7 @@ func TestStrayShorterExtendDoesNotShortenTheHold(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, kind := range kinds {
 		t.Run(kind.name, func(t *testing.T) {
-			proxy := redistest.StartProxy(t, srv.Addr())
-			rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
-			t.Cleanup(func() { _ = rdb.Close() })
-			c, err := dlock.New(rdb, dlock.WithTTL(2*time.Second), dlock.WithAutoRenew(false))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = c.Close() })
+			c, _, proxy := clientBehindProxy(t, srv.Addr(), &redis.Options{}, dlock.WithTTL(2*time.Second), dlock.WithAutoRenew(false))
 			ctx := testCtx(t)
 			held, err := kind.take(ctx, c, t.Name())
 			if err != nil {

@@ -19,17 +19,9 @@ import (
 func TestFailedUnlockEndsTheLease(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	proxy := redistest.StartProxy(t, srv.Addr())
-	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
-	c, err := dlock.New(rdb, dlock.WithReleaseTimeout(300*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c, _, proxy := clientBehindProxy(t, srv.Addr(), &redis.Options{}, dlock.WithReleaseTimeout(300*time.Millisecond))
 	ctx := testCtx(t)
 	name := t.Name()
-	loadScripts(t, ctx, c.Mutex(name+"-warm"))
 	l, err := c.Mutex(name).TryLock(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -56,18 +48,10 @@ func TestFailedUnlockEndsTheLease(t *testing.T) {
 func TestDoWithAFailedReleaseIsNotALoss(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	proxy := redistest.StartProxy(t, srv.Addr())
-	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
-	c, err := dlock.New(rdb, dlock.WithReleaseTimeout(300*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c, _, proxy := clientBehindProxy(t, srv.Addr(), &redis.Options{}, dlock.WithReleaseTimeout(300*time.Millisecond))
 	ctx := testCtx(t)
 	name := t.Name()
-	loadScripts(t, ctx, c.Mutex(name+"-warm"))
-	err = c.Do(ctx, name, func(ctx context.Context) error {
+	err := c.Do(ctx, name, func(ctx context.Context) error {
 		proxy.HoldReplies(true) // the release's reply will be late
 		return nil
 	})

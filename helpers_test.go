@@ -177,40 +177,47 @@ func clientThroughProxy(t testing.TB) (*dlock.Client, *redistest.Proxy) {
 	return c, proxy
 }
 
+// afterCmd is a go-redis hook that calls itself with every command once
+// the command has returned, alone or in a pipeline, and with its error.
+type afterCmd func(cmd redis.Cmder, err error)
+
+func (f afterCmd) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f afterCmd) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		f(cmd, err)
+		return err
+	}
+}
+
+func (f afterCmd) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			f(cmd, cmd.Err())
+		}
+		return err
+	}
+}
+
 // failureSignal is a go-redis hook that closes seen at the first command,
 // alone or in a pipeline, that fails in a way match accepts.
 type failureSignal struct {
-	match func(cmd redis.Cmder, err error) bool
-	once  sync.Once
-	seen  chan struct{}
+	afterCmd // check
+	match    func(cmd redis.Cmder, err error) bool
+	once     sync.Once
+	seen     chan struct{}
 }
 
 func newFailureSignal(match func(cmd redis.Cmder, err error) bool) *failureSignal {
-	return &failureSignal{match: match, seen: make(chan struct{})}
+	h := &failureSignal{match: match, seen: make(chan struct{})}
+	h.afterCmd = h.check
+	return h
 }
 
 func (h *failureSignal) check(cmd redis.Cmder, err error) {
 	if err != nil && h.match(cmd, err) {
 		h.once.Do(func() { close(h.seen) })
-	}
-}
-
-func (h *failureSignal) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *failureSignal) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		h.check(cmd, err)
-		return err
-	}
-}
-
-func (h *failureSignal) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		for _, cmd := range cmds {
-			h.check(cmd, cmd.Err())
-		}
-		return err
 	}
 }

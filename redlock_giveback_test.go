@@ -71,7 +71,7 @@ func TestRedlockLateGiveBackKeepsLaterGrant(t *testing.T) {
 		// Connections set up already: a new one's handshake would be
 		// stuck in the lag, and its commands never written.
 		warmConns(t, rdb, 4)
-		rdb.AddHook(giveUpHook{node: i, gaveUp: gaveUp})
+		rdb.AddHook(giveUpHook(i, gaveUp))
 	}
 
 	proxies[0].SetLatency(lag)
@@ -173,39 +173,16 @@ func warmConns(t testing.TB, rdb *redis.Client, n int) {
 
 // giveUpHook reports each owned_release (a Redlock give-back or release)
 // that its client gave up on: sent into a lag, it arrives later.
-type giveUpHook struct {
-	node   int
-	gaveUp chan<- int
-}
-
-func (h giveUpHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h giveUpHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		h.report(cmd, err)
-		return err
-	}
-}
-
-func (h giveUpHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		for _, cmd := range cmds {
-			h.report(cmd, cmd.Err())
+func giveUpHook(node int, gaveUp chan<- int) afterCmd {
+	return func(cmd redis.Cmder, err error) {
+		args := cmd.Args()
+		if err == nil || errors.Is(err, redis.Nil) || len(args) < 2 ||
+			fmt.Sprint(args[0]) != "evalsha" || fmt.Sprint(args[1]) != scripts.OwnedRelease.Hash() {
+			return
 		}
-		return err
-	}
-}
-
-func (h giveUpHook) report(cmd redis.Cmder, err error) {
-	args := cmd.Args()
-	if err == nil || errors.Is(err, redis.Nil) || len(args) < 2 ||
-		fmt.Sprint(args[0]) != "evalsha" || fmt.Sprint(args[1]) != scripts.OwnedRelease.Hash() {
-		return
-	}
-	select {
-	case h.gaveUp <- h.node:
-	default:
+		select {
+		case gaveUp <- node:
+		default:
+		}
 	}
 }

@@ -213,7 +213,7 @@ func newHookedRedlock(t testing.TB, addrs []string, replies chan<- acquireReply,
 	for i, addr := range addrs {
 		rdb := redlockNodeClient(t, addr)
 		_ = rdb.Ping(context.Background()).Err() // dial now, as newRedlock does
-		rdb.AddHook(acquireReplyHook{node: i, replies: replies})
+		rdb.AddHook(acquireReplyHook(i, replies))
 		nodes[i] = rdb
 	}
 	r, err := dlock.NewRedlock(nodes, opts...)
@@ -233,43 +233,20 @@ type acquireReply struct {
 
 // acquireReplyHook reports the replies its node's client receives to
 // redlock_acquire, dropping them when nobody reads.
-type acquireReplyHook struct {
-	node    int
-	replies chan<- acquireReply
-}
-
-func (h acquireReplyHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h acquireReplyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		h.report(cmd)
-		return err
-	}
-}
-
-func (h acquireReplyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		for _, cmd := range cmds {
-			h.report(cmd)
+func acquireReplyHook(node int, replies chan<- acquireReply) afterCmd {
+	return func(cmd redis.Cmder, err error) {
+		args := cmd.Args()
+		if err != nil || len(args) < 5 || fmt.Sprint(args[0]) != "evalsha" ||
+			fmt.Sprint(args[1]) != scripts.RedlockAcquire.Hash() {
+			return
 		}
-		return err
-	}
-}
-
-func (h acquireReplyHook) report(cmd redis.Cmder) {
-	args := cmd.Args()
-	if cmd.Err() != nil || len(args) < 5 || fmt.Sprint(args[0]) != "evalsha" ||
-		fmt.Sprint(args[1]) != scripts.RedlockAcquire.Hash() {
-		return
-	}
-	key := fmt.Sprint(args[3])
-	if p, ok := args[3].(*string); ok {
-		key = *p
-	}
-	select {
-	case h.replies <- acquireReply{node: h.node, key: key, owner: fmt.Sprint(args[4])}:
-	default:
+		key := fmt.Sprint(args[3])
+		if p, ok := args[3].(*string); ok {
+			key = *p
+		}
+		select {
+		case replies <- acquireReply{node: node, key: key, owner: fmt.Sprint(args[4])}:
+		default:
+		}
 	}
 }

@@ -495,10 +495,10 @@ func testClusterResharding(t *testing.T, cl *redistest.Cluster) {
 		defer mu.Unlock()
 		failures = append(failures, err)
 	}
-	// TRYAGAIN (the keys of a script split between two nodes for a moment)
-	// may reach TryLock and Unlock if it outlasts the driver's retries
-	// (about 2.5 s); it is transient and counted, but a redirection is a
-	// failure.
+	// TRYAGAIN (a script naming a key missing on a node while its slot
+	// migrates) may reach Lock and Unlock if the migration outlasts their
+	// context (the driver retries until then); it is transient and
+	// counted, but a redirection is a failure.
 	check := func(what string, err error) bool {
 		switch {
 		case err == nil:
@@ -597,8 +597,8 @@ func testClusterResharding(t *testing.T, cl *redistest.Cluster) {
 // testClusterSplitKeys takes a lock whose keys are split between the two
 // masters of a slot being migrated: its fencing counter still on the
 // source, the rest absent. Redis refuses the acquire script with TRYAGAIN
-// until the migration ends; TryLock must wait for that (within the
-// driver's retries) rather than return the refusal.
+// until the migration ends; TryLock must wait for that (the driver retries
+// until its context ends) rather than return the refusal.
 func testClusterSplitKeys(t *testing.T, cl *redistest.Cluster) {
 	ctx := testCtx(t)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})

@@ -28,8 +28,9 @@ import (
 // (the node clients' hooks still run).
 
 // maxRedirects bounds how often one call with WAIT is redirected (MOVED,
-// ASK) or refused during a slot migration (TRYAGAIN) before its last error
-// is returned.
+// ASK) or sent again with EVAL (NOSCRIPT) before its last error is
+// returned. TRYAGAIN is retried until the call's context ends
+// (tryAgainDeadline).
 const maxRedirects = 16
 
 // routeWaits sends the calls that ask for WAIT to their key's master when
@@ -54,14 +55,16 @@ func (d *Driver) routeWaits(ctx context.Context, calls []*driver.Call) []*driver
 
 // routed is a call with WAIT on its way to a master.
 type routed struct {
-	c      *driver.Call
-	node   *redis.Client
-	asking bool // the node is importing the slot: ASKING first
-	eval   bool // the node lacks the script: EVAL
+	c         *driver.Call
+	node      *redis.Client
+	asking    bool // the node is importing the slot: ASKING first
+	eval      bool // the node lacks the script: EVAL
+	redirects int  // MOVED, ASK and NOSCRIPT so far
 }
 
 // runOnMasters runs each call, followed by its WAIT, on the master that
-// serves its first key, one pipeline per master, following redirections.
+// serves its first key, one pipeline per master, following redirections
+// and retrying TRYAGAIN.
 func runOnMasters(ctx context.Context, cc *redis.ClusterClient, calls []*driver.Call) {
 	var pending []*routed
 	for _, c := range calls {
@@ -77,7 +80,8 @@ func runOnMasters(ctx context.Context, cc *redis.ClusterClient, calls []*driver.
 		pending = append(pending, &routed{c: c, node: node})
 	}
 	pauses := 0 // TRYAGAIN pauses so far; redirections need none
-	for round := 0; len(pending) > 0 && round < maxRedirects; round++ {
+	var deadline time.Time
+	for len(pending) > 0 {
 		byNode := make(map[*redis.Client][]*routed)
 		var order []*redis.Client
 		for _, r := range pending {
@@ -108,9 +112,12 @@ func runOnMasters(ctx context.Context, cc *redis.ClusterClient, calls []*driver.
 		wg.Wait()
 		pending = next
 		if len(pending) > 0 && tryAgain.Load() {
-			// A slot in the middle of a migration: its keys are split
-			// between two nodes for a moment.
-			if !sleepCtx(ctx, tryAgainPause(pauses)) {
+			// A slot in the middle of a migration, which refuses the
+			// script until it ends (see retryTryAgain).
+			if pauses == 0 {
+				deadline = tryAgainDeadline(ctx)
+			}
+			if !pauseTryAgain(ctx, deadline, pauses) {
 				return // the calls keep their last error
 			}
 			pauses++
@@ -149,10 +156,16 @@ func runOnNode(ctx context.Context, cc *redis.ClusterClient, node *redis.Client,
 			r.c.Acked, r.c.Err = n, werr
 			continue
 		}
-		switch kind, addr := redirection(err); {
+		kind, addr := redirection(err)
+		redirect := kind == "MOVED" || kind == "ASK" || isNoScript(err) && !r.eval
+		switch {
+		case redirect && r.redirects >= maxRedirects:
+			continue // keeps its error
 		case isNoScript(err) && !r.eval:
 			r.eval = true
+			r.redirects++
 		case kind == "MOVED" || kind == "ASK":
+			r.redirects++
 			target, lerr := masterAt(ctx, cc, addr)
 			if lerr != nil {
 				r.c.Err = fmt.Errorf("%w (following %v)", lerr, err)
@@ -216,6 +229,32 @@ func masterAt(ctx context.Context, cc *redis.ClusterClient, addr string) (*redis
 			return nil, fmt.Errorf("dlock: redirected to %s, which the cluster does not list as a master", addr)
 		}
 	}
+}
+
+// tryAgainLimit bounds the retries of TRYAGAIN for a context that can
+// never end (context.Background()): nothing else would end them while a
+// migration stalls.
+const tryAgainLimit = 10 * time.Second
+
+// tryAgainDeadline is when calls refused with TRYAGAIN from now on stop
+// being sent again, besides ctx's end: tryAgainLimit from now for a context
+// that can never end, else never (the zero time).
+func tryAgainDeadline(ctx context.Context) time.Time {
+	if ctx.Done() != nil {
+		return time.Time{}
+	}
+	return time.Now().Add(tryAgainLimit)
+}
+
+// pauseTryAgain waits before round (from 0) of sending again calls refused
+// with TRYAGAIN (tryAgainPause); false, at once, when ctx has ended or the
+// pause would end past deadline (if not zero): the calls keep their error.
+func pauseTryAgain(ctx context.Context, deadline time.Time, round int) bool {
+	pause := tryAgainPause(round)
+	if ctx.Err() != nil || !deadline.IsZero() && time.Now().Add(pause).After(deadline) {
+		return false
+	}
+	return sleepCtx(ctx, pause)
 }
 
 // tryAgainPause is how long to wait before sending again, in round (from

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -96,15 +97,23 @@ func (d *Driver) runCalls(ctx context.Context, calls []*driver.Call, leave bool)
 	}
 }
 
-// retryTryAgain sends again the calls a Cluster refused with TRYAGAIN: the
-// slot of their keys is being migrated and the keys are split between the
-// two nodes for a moment. Redis refuses before it runs anything, so sending
-// again is safe; go-redis gives up after a few quick tries, which a
-// migration moving many keys outlasts. Pauses grow from 5 ms to 200 ms, for
-// at most maxRedirects rounds (about 2.5 s) or until ctx ends (tryAgainPause); then the
-// calls keep the error (transient: the caller may try again).
+// retryTryAgain sends again the calls a Cluster refused with TRYAGAIN. A
+// node answers TRYAGAIN to a command with several keys in a slot being
+// migrated when one of its keys is not on the node: the source when it has
+// some of them (it redirects with ASK when it has none), and the target,
+// after ASKING, unless it has them all. Missing keys count even when they exist
+// nowhere, and dlock's scripts always name some (a Mutex's queue keys, a
+// semaphore's limit): so a migration of a lock's slot refuses its scripts
+// until it ends (SETSLOT NODE), however few keys it moves, not only while
+// the keys are split for a moment. Redis refuses before it runs anything,
+// so sending again is safe: the calls are sent again, after pauses growing
+// from 5 ms to 200 ms (tryAgainPause), until the migration ends or ctx
+// does (or tryAgainLimit passes, for a context that can never end). go-redis
+// gives up after a few quick tries. Calls that still meet TRYAGAIN then keep
+// the error (transient: the caller may try again).
 func (d *Driver) retryTryAgain(ctx context.Context, calls []*driver.Call, leave bool) {
-	for round := 0; round < maxRedirects; round++ {
+	var deadline time.Time
+	for round := 0; ; round++ {
 		var again []*driver.Call
 		for _, c := range calls {
 			// Calls with WAIT went through runOnMasters, which retries
@@ -113,10 +122,25 @@ func (d *Driver) retryTryAgain(ctx context.Context, calls []*driver.Call, leave 
 				again = append(again, c)
 			}
 		}
-		if len(again) == 0 || !sleepCtx(ctx, tryAgainPause(round)) {
+		if len(again) == 0 {
 			return
 		}
+		if round == 0 {
+			deadline = tryAgainDeadline(ctx)
+		}
+		if !pauseTryAgain(ctx, deadline, round) {
+			return
+		}
+		// A sending refused with TRYAGAIN did not run, but go-redis may
+		// have written it before (its own retries): keep what that says.
+		resent := make([]bool, len(again))
+		for i, c := range again {
+			resent[i] = c.Resent
+		}
 		d.dispatch(ctx, again, leave)
+		for i, c := range again {
+			c.Resent = c.Resent || resent[i]
+		}
 	}
 }
 

@@ -49,7 +49,7 @@ func (d *Driver) routeWaits(ctx context.Context, calls []*driver.Call) []*driver
 			rest = append(rest, c)
 		}
 	}
-	runOnMasters(ctx, cc, waits)
+	runOnMasters(ctx, cc, waits, func() { d.slots.soon(cc, d.workers.Go) })
 	return rest
 }
 
@@ -64,8 +64,9 @@ type routed struct {
 
 // runOnMasters runs each call, followed by its WAIT, on the master that
 // serves its first key, one pipeline per master, following redirections
-// and retrying TRYAGAIN.
-func runOnMasters(ctx context.Context, cc *redis.ClusterClient, calls []*driver.Call) {
+// and retrying TRYAGAIN. reload asks for the slot map to be reloaded, after
+// an error that a failover explains.
+func runOnMasters(ctx context.Context, cc *redis.ClusterClient, calls []*driver.Call, reload func()) {
 	var pending []*routed
 	for _, c := range calls {
 		if len(c.Keys) == 0 {
@@ -100,7 +101,7 @@ func runOnMasters(ctx context.Context, cc *redis.ClusterClient, calls []*driver.
 			wg.Add(1)
 			go func(node *redis.Client, rs []*routed) {
 				defer wg.Done()
-				retry, again := runOnNode(ctx, cc, node, rs)
+				retry, again := runOnNode(ctx, cc, node, rs, reload)
 				if again {
 					tryAgain.Store(true)
 				}
@@ -129,7 +130,7 @@ func runOnMasters(ctx context.Context, cc *redis.ClusterClient, calls []*driver.
 // WAIT, and records the outcomes. It returns the calls to send again
 // (redirected, NOSCRIPT, TRYAGAIN), with their node and flags updated and
 // their last error recorded, and whether any met TRYAGAIN.
-func runOnNode(ctx context.Context, cc *redis.ClusterClient, node *redis.Client, rs []*routed) (retry []*routed, tryAgain bool) {
+func runOnNode(ctx context.Context, cc *redis.ClusterClient, node *redis.Client, rs []*routed, reload func()) (retry []*routed, tryAgain bool) {
 	pipe := node.Pipeline()
 	cmds := make([]*redis.Cmd, len(rs))
 	waits := make([]*redis.Cmd, len(rs))
@@ -175,8 +176,8 @@ func runOnNode(ctx context.Context, cc *redis.ClusterClient, node *redis.Client,
 		case kind == "TRYAGAIN":
 			tryAgain = true
 		default:
-			if isNetworkError(err) || redis.HasErrorPrefix(err, "READONLY") || redis.HasErrorPrefix(err, "CLUSTERDOWN") {
-				cc.ReloadState(ctx) // a failover may have moved the slot: route afresh next time
+			if failedOver(err) {
+				reload() // a failover may have moved the slot: route afresh next time
 			}
 			continue
 		}

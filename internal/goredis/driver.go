@@ -32,7 +32,9 @@ type Driver struct {
 	workers *workers.Pool // goroutines for calls that may be left early (deadline.go, batch.go)
 	active  atomic.Int32  // Run calls in progress
 	batch   batcher
-	pubsub  pubsubKind // Cluster: sharded pub/sub or not (cluster.go)
+	pubsub  pubsubKind           // Cluster: sharded pub/sub or not (cluster.go)
+	cc      *redis.ClusterClient // rdb, when it is a Cluster client
+	slots   slotReloader         // Cluster: reloads of the slot map after failures (failover.go)
 }
 
 var (
@@ -45,6 +47,7 @@ var (
 func New(rdb Client) *Driver {
 	_, single := rdb.(*redis.Client)
 	d := &Driver{rdb: rdb, io: clientTimeouts(rdb), routed: !single, workers: workers.New()}
+	d.cc, _ = rdb.(*redis.ClusterClient)
 	d.batch.run = d.run // a batch of one goes without a pipeline
 	d.batch.workers = d.workers
 	return d
@@ -60,10 +63,7 @@ func (d *Driver) Close() error {
 }
 
 // Sharded implements driver.Sharded: true for a Cluster client.
-func (d *Driver) Sharded() bool {
-	_, ok := d.rdb.(*redis.ClusterClient)
-	return ok
-}
+func (d *Driver) Sharded() bool { return d.cc != nil }
 
 // PublishCommand implements driver.Driver: SPUBLISH on a Cluster whose
 // servers have sharded pub/sub (Redis 7.0 and later), PUBLISH otherwise
@@ -177,37 +177,68 @@ func needsWait(calls []*driver.Call) bool {
 	return false
 }
 
+// run sends calls; on a Cluster, calls that a failover made fail get the
+// slot map reloaded, and are sent again when they cannot have run
+// (failover.go).
 func (d *Driver) run(ctx context.Context, calls []*driver.Call) {
 	if len(calls) == 1 && calls[0].Replicas <= 0 {
-		d.runOne(ctx, calls[0])
+		ran := d.runOne(ctx, calls[0])
+		if d.cc != nil && failedOver(calls[0].Err) {
+			d.recoverFailover(ctx, calls, []int32{ran})
+		}
 		return
 	}
-	d.runPipelined(ctx, calls)
+	var ran []int32
+	if d.cc != nil {
+		ran = make([]int32, len(calls))
+	}
+	d.runPipelined(ctx, calls, ran)
+	if d.cc != nil {
+		d.recoverFailover(ctx, calls, ran)
+	}
 }
 
 // runOne sends one call without a pipeline, the fast path for a lone lock
-// operation: EVALSHA, and EVAL only when the server lost the script.
-func (d *Driver) runOne(ctx context.Context, c *driver.Call) {
+// operation: EVALSHA, and EVAL only when the server lost the script. It
+// returns how many times the script may have run (mayHaveRun): go-redis
+// writes it again after losing a reply, and a refused EVALSHA did not run.
+func (d *Driver) runOne(ctx context.Context, c *driver.Call) (ran int32) {
 	a := getArgv()
 	res, err := d.rdb.Do(ctx, a.eval(c, false, d.routed)...).Result()
-	resent := a.script.resent()
+	ran = mayHaveRun(a.script.writes.Load(), err)
 	if isNoScript(err) {
 		res, err = d.rdb.Do(ctx, a.eval(c, true, d.routed)...).Result()
-		resent = resent || a.script.resent()
+		ran += mayHaveRun(a.script.writes.Load(), err)
 	}
 	putArgv(a)
 	c.Reply, c.Err = normalize(res, err)
-	c.Resent = resent
+	c.Resent = ran > 1
+	return ran
 }
 
 // runPipelined sends all calls in one pipeline (go-redis splits it per node
 // on Cluster), each followed by its WAIT when asked; calls that met NOSCRIPT
-// are sent again with EVAL in a second pipeline.
-func (d *Driver) runPipelined(ctx context.Context, calls []*driver.Call) {
+// are sent again with EVAL in a second pipeline. When ran is not nil,
+// ran[i] is set to how many times calls[i]'s script may have run (as
+// runOne returns it; 0 for calls with WAIT on a Cluster, which
+// runOnMasters sends).
+func (d *Driver) runPipelined(ctx context.Context, calls []*driver.Call, ran []int32) {
 	for _, c := range calls {
 		c.Resent = false
 	}
+	if ran == nil {
+		ran = make([]int32, len(calls))
+	} else {
+		clear(ran)
+	}
 	pending := d.routeWaits(ctx, calls) // on Cluster, calls with WAIT go to their key's master (cluster.go)
+	// at[i] is the index in calls of pending[i], which keep their order.
+	at := make([]int, 0, len(pending))
+	for i, c := range calls {
+		if len(at) < len(pending) && pending[len(at)] == c {
+			at = append(at, i)
+		}
+	}
 	for attempt := 0; len(pending) > 0 && attempt < 2; attempt++ {
 		pipe := d.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(pending))
@@ -221,15 +252,18 @@ func (d *Driver) runPipelined(ctx context.Context, calls []*driver.Call) {
 			}
 		}
 		_, _ = pipe.Exec(ctx) // each command carries its own error
-		for i, a := range lines {
-			pending[i].Resent = pending[i].Resent || a.script.resent()
-			putArgv(a)
-		}
-		var retry []*driver.Call
+		var (
+			retry   []*driver.Call
+			retryAt []int
+		)
 		for i, c := range pending {
 			res, err := cmds[i].Result()
+			n := &ran[at[i]]
+			*n += mayHaveRun(lines[i].script.writes.Load(), err)
+			putArgv(lines[i])
+			c.Resent = *n > 1
 			if attempt == 0 && isNoScript(err) {
-				retry = append(retry, c)
+				retry, retryAt = append(retry, c), append(retryAt, at[i])
 				continue
 			}
 			c.Reply, c.Err = normalize(res, err)
@@ -238,7 +272,7 @@ func (d *Driver) runPipelined(ctx context.Context, calls []*driver.Call) {
 				c.Acked, c.Err = n, werr
 			}
 		}
-		pending = retry
+		pending, at = retry, retryAt
 	}
 }
 

@@ -226,17 +226,25 @@ func (d *Driver) runPipelined(ctx context.Context, calls []*driver.Call, ran []i
 	for _, c := range calls {
 		c.Resent = false
 	}
-	if ran == nil {
-		ran = make([]int32, len(calls))
-	} else {
+	var small [16]int32 // the common batch: no allocation for the counts
+	switch {
+	case ran != nil:
 		clear(ran)
+	case len(calls) <= len(small):
+		ran = small[:len(calls)]
+	default:
+		ran = make([]int32, len(calls))
 	}
 	pending := d.routeWaits(ctx, calls) // on Cluster, calls with WAIT go to their key's master (cluster.go)
-	// at[i] is the index in calls of pending[i], which keep their order.
-	at := make([]int, 0, len(pending))
-	for i, c := range calls {
-		if len(at) < len(pending) && pending[len(at)] == c {
-			at = append(at, i)
+	// at[i] is the index in calls of pending[i], which keep their order;
+	// nil while pending is calls itself.
+	var at []int
+	if len(pending) != len(calls) {
+		at = make([]int, 0, len(pending))
+		for i, c := range calls {
+			if len(at) < len(pending) && pending[len(at)] == c {
+				at = append(at, i)
+			}
 		}
 	}
 	for attempt := 0; len(pending) > 0 && attempt < 2; attempt++ {
@@ -258,12 +266,15 @@ func (d *Driver) runPipelined(ctx context.Context, calls []*driver.Call, ran []i
 		)
 		for i, c := range pending {
 			res, err := cmds[i].Result()
-			n := &ran[at[i]]
-			*n += mayHaveRun(lines[i].script.writes.Load(), err)
+			k := i
+			if at != nil {
+				k = at[i]
+			}
+			ran[k] += mayHaveRun(lines[i].script.writes.Load(), err)
 			putArgv(lines[i])
-			c.Resent = *n > 1
+			c.Resent = ran[k] > 1
 			if attempt == 0 && isNoScript(err) {
-				retry, retryAt = append(retry, c), append(retryAt, at[i])
+				retry, retryAt = append(retry, c), append(retryAt, k)
 				continue
 			}
 			c.Reply, c.Err = normalize(res, err)

@@ -430,15 +430,23 @@ func (l *Lease) cappedLocked(px time.Duration, now time.Time) time.Duration {
 	return px.Truncate(time.Millisecond)
 }
 
-// shortensLocked reports whether a renewal for px sent at now asks for an
-// earlier expiry than the one the lease counts on: an Extend to less than
-// the time left, or a renewal cut short by WithMaxHold. Only such a request
-// may move the expiry on the server earlier; any other only ever lengthens
-// it, so that one overtaken on the wire by a later, longer one (its reply
-// lost or late, its context ended) cannot cut the key back under a lease
-// that counts on the longer one (docs/design.md, "Renewals never shorten").
+// shortensLocked reports whether a renewal for px sent at now may move the
+// expiry on the server earlier: an Extend to less than the time the lease
+// counts on, or a renewal cut short by WithMaxHold, whose cap is a ceiling
+// whatever the server holds (an earlier request that landed late may have
+// set a later expiry than the lease knows of). Any other request only ever
+// lengthens it, so that one overtaken on the wire by a later, longer one
+// (its reply lost or late, its context ended) cannot cut the key back under
+// a lease that counts on the longer one (docs/design.md, "Renewals never
+// shorten").
 func (l *Lease) shortensLocked(now time.Time, px time.Duration) bool {
-	return now.Add(px).Before(l.validUntil)
+	return now.Add(px).Before(l.validUntil) || l.reachesCap(now, px)
+}
+
+// reachesCap reports whether a grant or renewal of px from from ends at the
+// WithMaxHold cap (cappedLocked cut it to the millisecond).
+func (l *Lease) reachesCap(from time.Time, px time.Duration) bool {
+	return !l.holdUntil.IsZero() && !from.Add(px).Before(l.holdUntil.Add(-time.Millisecond))
 }
 
 // drift is the safety margin subtracted from every validity: clocks of the
@@ -497,7 +505,7 @@ func (l *Lease) applyValidityLocked(from time.Time, px time.Duration) {
 	l.validFrom = from
 	l.validUntil = validityDeadline(from, px, l.driftFor(px))
 	l.nextRenew = time.Time{}
-	l.capped = !l.holdUntil.IsZero() && !from.Add(px).Before(l.holdUntil.Add(-time.Millisecond))
+	l.capped = l.reachesCap(from, px)
 	if !l.autoRenew || l.capped {
 		return
 	}

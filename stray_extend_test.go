@@ -142,3 +142,47 @@ func TestExtendToLessShortens(t *testing.T) {
 		t.Errorf("after Extend(2s) of a 20s lock: TTL %v, %v; want at most 2s", d, err)
 	}
 }
+
+// WithMaxHold's cap is a ceiling on the server too: an Extend left on the
+// wire that lands late and sets the key past the cap is cut back by the
+// next renewal, which the cap shortens. (Renewals that never shorten kept
+// the stray expiry, and the key outlived the cap.)
+func TestStrayExtendDoesNotOutliveTheMaxHold(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	const ttl, maxHold = 6 * time.Second, 6500 * time.Millisecond
+	c, _, proxy := clientBehindProxy(t, srv.Addr(), &redis.Options{}, dlock.WithTTL(ttl), dlock.WithMaxHold(maxHold))
+	ctx := testCtx(t)
+	name := t.Name()
+	before := time.Now()
+	l, err := c.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	capAt := before.Add(maxHold)
+	if err := l.Extend(ctx, ttl); err != nil { // the script is loaded now
+		t.Fatal(err)
+	}
+
+	// A full-TTL Extend whose context ends on the wire lands 1.5 s later,
+	// setting the key to about a second past the cap.
+	proxy.SetLatency(1500 * time.Millisecond)
+	sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	err = l.Extend(sctx, ttl)
+	cancel()
+	proxy.SetLatency(0)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Extend slower than its context: got %v, want DeadlineExceeded", err)
+	}
+	rdb := srv.Client(t)
+	expiry := func() time.Time { return time.Now().Add(rdb.PTTL(ctx, lockKey(name)).Val()) }
+	waitUntil(t, 5*time.Second, "stray Extend setting the key past the cap", func() bool {
+		return expiry().After(capAt.Add(500 * time.Millisecond))
+	})
+	// The watchdog renews every TTL/3; the first renewal the cap cuts
+	// short brings the key back to it.
+	waitUntil(t, 10*time.Second, "renewal bringing the key back to the cap", func() bool {
+		return !expiry().After(capAt.Add(100 * time.Millisecond))
+	})
+}

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -227,9 +228,15 @@ func (m *Mutex) unlock(ctx context.Context, owner string) error {
 	g.fence, err = m.transfer(ctx, owner, next, g.px)
 	if err != nil {
 		// The waiter starts its Lock over. After a failure that leaves
-		// it unknown whether the script ran, next may hold the key until
-		// it expires, as the holder's key would after a failed release.
+		// it unknown whether the script ran, next may hold the key, for
+		// a whole TTL, and nobody knows next: it is given back once the
+		// call is done with, as a waiter's place is after an abandoned
+		// attempt. (Before, the lock stayed held by nobody until it
+		// expired, and a retried Unlock could not free it.)
 		w.wake <- localTurn{restart: true}
+		if !errors.Is(err, ErrNotHeld) {
+			m.c.abandon(ctx, m, &m.cfg, next, err, nil)
+		}
 		return err
 	}
 	g.at = time.Now()

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -125,5 +126,57 @@ func loadScripts(t *testing.T, ctx context.Context, lk dlock.Locker) {
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A local hand-off whose reply comes too late: the transfer ran, so the
+// key belongs to the fresh owner the Unlock made for its waiter, which was
+// told to start its Lock over. That owner is given back once the call is
+// done with, so the waiters get the lock rather than waiting out a TTL for
+// an owner nobody knows.
+func TestFailedLocalHandoffIsGivenBack(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c, _, proxy := clientBehindProxy(t, srv.Addr(), &redis.Options{},
+		dlock.WithReleaseTimeout(300*time.Millisecond), dlock.WithTTL(30*time.Second))
+	ctx := testCtx(t)
+	name := t.Name()
+	// queueTwo holds the lock called n with two goroutines of c waiting
+	// for it; each Unlocks as soon as it gets the lock.
+	queueTwo := func(n string, wg *sync.WaitGroup) *dlock.Lease {
+		holder := mustLock(t, c, n)
+		for i := 1; i <= 2; i++ {
+			lockThen(ctx, t, wg, c, n, func(*dlock.Lease) {})
+			waitFor(t, 10*time.Second, func() bool { return dlock.LocalWaiters(c, n) == i }, "waiter in line")
+		}
+		return holder
+	}
+	var warm sync.WaitGroup // a local hand-off first, to load its script
+	if err := queueTwo(name+"-warm", &warm).Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	warm.Wait()
+
+	var wg sync.WaitGroup
+	holder := queueTwo(name, &wg)
+	proxy.HoldOpenReplies(true)
+	err := holder.Unlock(ctx)
+	moved := srv.Client(t).Get(ctx, lockKey(name)).Val()
+	proxy.HoldOpenReplies(false)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Unlock whose hand-off reply is held: got %v, want DeadlineExceeded", err)
+	}
+	if moved == "" || moved == holder.Owner() {
+		t.Fatalf("the transfer did not run (the test's premise): the key holds %q", moved)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done: // both waiters got the lock and released it
+	case <-time.After(10 * time.Second):
+		t.Errorf("the waiters did not get the lock within 10s of a failed local hand-off; the key holds %q for %v more",
+			srv.Client(t).Get(ctx, lockKey(name)).Val(), srv.Client(t).PTTL(ctx, lockKey(name)).Val())
+		srv.Client(t).Del(ctx, lockKey(name))
+		<-done
 	}
 }

@@ -108,6 +108,7 @@ type Lease struct {
 	lastErr    error // the last renewal failure
 	state      leaseState
 	err        error         // non-nil once lost
+	lostInEnd  bool          // err was declared by a failed Unlock (endUnlock), not while held
 	done       chan struct{} // made by the first Done: most holders never ask
 	doneClosed bool
 	lossFuncs  []func(error)
@@ -188,6 +189,17 @@ func (l *Lease) Err() error {
 func (l *Lease) lossErr() error {
 	l.wd.mu.Lock()
 	defer l.wd.mu.Unlock()
+	return l.err
+}
+
+// lostWhileHeld returns the loss, if any, unless a failed Unlock declared
+// it: the lock was then held until the release was sent.
+func (l *Lease) lostWhileHeld() error {
+	l.wd.mu.Lock()
+	defer l.wd.mu.Unlock()
+	if l.lostInEnd {
+		return nil
+	}
 	return l.err
 }
 

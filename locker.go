@@ -37,16 +37,12 @@ func do(ctx context.Context, lk Locker, fn func(ctx context.Context) error) (err
 	lease.onLoss(cancel)
 
 	defer func() {
-		lostBefore := lease.lossErr()
 		unlockErr := lease.Unlock(ctx)
-		lost := lease.lossErr()
-		switch {
-		case lost != nil && errors.Is(unlockErr, ErrNotHeld):
+		// Not a loss declared by the failed release itself (Lease.Unlock):
+		// the lock was held while fn ran, and unlockErr says what failed.
+		lost := lease.lostWhileHeld()
+		if lost != nil && errors.Is(unlockErr, ErrNotHeld) {
 			unlockErr = nil // the loss says it already
-		case lostBefore == nil && lost != nil:
-			// Declared by the failed release itself (Lease.Unlock): the
-			// lock was held while fn ran, and unlockErr says what failed.
-			lost = nil
 		}
 		if lost != nil && errors.Is(err, ErrLockLost) {
 			lost = nil // fn returned the loss itself

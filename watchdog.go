@@ -469,7 +469,8 @@ func (w *watchdog) endUnlock(l *Lease, err error) {
 		l.state = leaseHeld
 		l.autoRenew = false
 		l.nextRenew = time.Time{}
-		funcs = w.loseLocked(l, fmt.Sprintf("an Unlock failed (%v), and its release may still reach Redis", err))
+		l.lostInEnd = l.err == nil
+		funcs = w.loseLocked(l, fmt.Sprintf("releasing it failed (%v), and the release may still reach Redis", err))
 	}
 	w.mu.Unlock()
 	runLossFuncs(funcs, l)

@@ -118,7 +118,7 @@ func (d *Driver) retryTryAgain(ctx context.Context, calls []*driver.Call, leave 
 		for _, c := range calls {
 			// Calls with WAIT went through runOnMasters, which retries
 			// TRYAGAIN itself.
-			if c.Replicas <= 0 && isTryAgain(c.Err) {
+			if c.Replicas <= 0 && refusedInMigration(c.Err) {
 				again = append(again, c)
 			}
 		}
@@ -147,6 +147,18 @@ func (d *Driver) retryTryAgain(ctx context.Context, calls []*driver.Call, leave 
 func isTryAgain(err error) bool {
 	var rerr *driver.ReplyError
 	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Msg, "TRYAGAIN")
+}
+
+// refusedInMigration reports a refusal that ran nothing and that a slot
+// migration explains: TRYAGAIN, or a redirection (MOVED, ASK) that go-redis
+// left to the caller because the TRYAGAINs before it used up its budget of
+// redirections per command (MaxRedirects counts both). A call refused with
+// MOVED once the migration ended must go on to the slot's new master, not
+// fail (TestClusterMigrationBlocksUntilItEnds met that once).
+func refusedInMigration(err error) bool {
+	var rerr *driver.ReplyError
+	return errors.As(err, &rerr) && (strings.HasPrefix(rerr.Msg, "TRYAGAIN") ||
+		strings.HasPrefix(rerr.Msg, "MOVED ") || strings.HasPrefix(rerr.Msg, "ASK "))
 }
 
 // dispatch sends calls directly, or in a shared pipeline when others are

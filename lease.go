@@ -192,6 +192,13 @@ func (l *Lease) lossErr() error {
 	return l.err
 }
 
+// releasedByUnlock reports whether an Unlock of the lease released its lock.
+func (l *Lease) releasedByUnlock() bool {
+	l.wd.mu.Lock()
+	defer l.wd.mu.Unlock()
+	return l.state == leaseReleased && l.err == nil
+}
+
 // lostWhileHeld returns the loss, if any, unless a failed Unlock declared
 // it: the lock was then held until the release was sent.
 func (l *Lease) lostWhileHeld() error {

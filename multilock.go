@@ -525,7 +525,16 @@ func (h *multiHolder) renew(ctx context.Context, _ string, px time.Duration, _ b
 // that they are free when Unlock returns.
 func (h *multiHolder) release(ctx context.Context, _ string) error {
 	h.awaitReleaseRest(ctx)
-	err := h.m.releaseAll(ctx, h.parts)
+	// Locks an earlier Unlock released are done with: a retried Unlock,
+	// after one whose release failed for some locks, releases the others
+	// (before, the released ones answered ErrNotHeld, and so did it).
+	rest := make([]*Lease, 0, len(h.parts))
+	for _, p := range h.parts {
+		if !p.releasedByUnlock() {
+			rest = append(rest, p)
+		}
+	}
+	err := h.m.releaseAll(ctx, rest)
 	if errors.Is(err, ErrNotHeld) {
 		return ErrNotHeld
 	}

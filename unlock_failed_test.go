@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 // A release that fails may have reached Redis, or may still, and freed the
@@ -178,5 +180,95 @@ func TestFailedLocalHandoffIsGivenBack(t *testing.T) {
 			srv.Client(t).Get(ctx, lockKey(name)).Val(), srv.Client(t).PTTL(ctx, lockKey(name)).Val())
 		srv.Client(t).Del(ctx, lockKey(name))
 		<-done
+	}
+}
+
+// failFirst is a go-redis hook that fails, without sending it, the first
+// command match accepts, alone or in a pipeline.
+type failFirst struct {
+	match func(cmd redis.Cmder) bool
+	once  sync.Once
+}
+
+var errInjected = errors.New("injected: not sent")
+
+func (h *failFirst) hit(cmd redis.Cmder) (hit bool) {
+	if h.match(cmd) {
+		h.once.Do(func() { hit = true })
+	}
+	return hit
+}
+
+func (h *failFirst) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *failFirst) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.hit(cmd) {
+			cmd.SetErr(errInjected)
+			return errInjected
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *failFirst) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		sent := cmds[:0:0]
+		for _, cmd := range cmds {
+			if h.hit(cmd) {
+				cmd.SetErr(errInjected)
+				continue
+			}
+			sent = append(sent, cmd)
+		}
+		if len(sent) == 0 {
+			return errInjected
+		}
+		return next(ctx, sent)
+	}
+}
+
+// A MultiLock whose Unlock released one lock and failed on the other is
+// lost, and a retried Unlock releases the other and reports success: the
+// lock already released is done with, not ErrNotHeld.
+func TestMultiLockUnlockRetriedAfterAPartialRelease(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	rdb := redis.NewClient(srv.Options())
+	t.Cleanup(func() { _ = rdb.Close() })
+	name := t.Name()
+	second := name + ":b"
+	rdb.AddHook(&failFirst{match: func(cmd redis.Cmder) bool {
+		args := cmd.Args()
+		if !isScriptCall(cmd, scripts.MutexRelease) || len(args) < 4 {
+			return false
+		}
+		key := fmt.Sprint(args[3])
+		if p, ok := args[3].(*string); ok { // the driver passes the first key by pointer
+			key = *p
+		}
+		return key == lockKey(second)
+	}})
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := testCtx(t)
+	l, err := c.MultiLock(name+":a", second).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); !errors.Is(err, errInjected) {
+		t.Fatalf("Unlock with one release failing: got %v, want the injected failure", err)
+	}
+	if err := l.Err(); !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("after the partial release, Err = %v, want ErrLockLost", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Errorf("retried Unlock: got %v, want nil", err)
+	}
+	if n := srv.Client(t).Exists(ctx, lockKey(name+":a"), lockKey(second)).Val(); n != 0 {
+		t.Errorf("%d of the two locks still held after the retried Unlock", n)
 	}
 }

@@ -192,6 +192,14 @@ func (l *Lease) lossErr() error {
 	return l.err
 }
 
+// lostInEndNow reports whether a failed release ended the lease (a retried
+// Unlock is under way).
+func (l *Lease) lostInEndNow() bool {
+	l.wd.mu.Lock()
+	defer l.wd.mu.Unlock()
+	return l.lostInEnd
+}
+
 // releasedByUnlock reports whether an Unlock of the lease released its lock.
 func (l *Lease) releasedByUnlock() bool {
 	l.wd.mu.Lock()
@@ -270,9 +278,14 @@ func (l *Lease) end(ctx context.Context, op, lost string) error {
 		// the lock was held to the end either way (docs/design.md).
 		err = nil
 	}
+	retried := l.lostInEndNow()
 	l.wd.endUnlock(l, err)
 	switch {
 	case err == nil:
+	case errors.Is(err, ErrNotHeld) && retried:
+		// Likeliest, the failed release before this one landed.
+		err = errorf("dlock: %s %q: %w: already released by the %s that failed before (its release landed after all), or %s",
+			op, name, ErrNotHeld, op, lost)
 	case errors.Is(err, ErrNotHeld):
 		err = errorf("dlock: %s %q: %w: %s", op, name, ErrNotHeld, lost)
 	default:

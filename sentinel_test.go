@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -114,4 +115,42 @@ func TestSentinelFailover(t *testing.T) {
 	if err := kept.Unlock(ctx); err != nil {
 		t.Errorf("Unlock of the lease held across the failover: %v", err)
 	}
+}
+
+// A failover away from a master that stops answering without closing its
+// connections (frozen here; cut off by the network alike): the waiter's
+// subscription must move to the promoted replica promptly, so that the
+// release there wakes it. go-redis moves command connections on Sentinel's
+// +switch-master but not a PubSub's; the subscription stayed on the frozen
+// master until its health check gave up, and the waiter, which polls only
+// every 20 s here, was served about 7 s after the release.
+func TestSentinelFailoverFromAFrozenMasterWakesWaiters(t *testing.T) {
+	g := redistest.StartSentinel(t, 1)
+	a := failoverClient(t, g, dlock.WithTTL(20*time.Second), dlock.WithReplicaAck(1, time.Second), dlock.WithOwnerInfo("a"))
+	b := failoverClient(t, g, dlock.WithWaiterLease(time.Minute), dlock.WithOwnerInfo("b"))
+	name := uniqueName(t)
+	held := mustLock(t, a, name) // acknowledged by the replica: it survives the failover
+	next := goLock(t, b.Mutex(name).Lock)
+	waitWaiters(t, a, name, dlock.KindMutex, 1)
+
+	old := g.Master
+	old.Pause()
+	t.Cleanup(old.Resume)
+	promoted := g.WaitForFailover(t, old, 30*time.Second)
+	if promoted.Do(t, "GET", lockKey(name)) != dlock.LeaseOwner(held) {
+		t.Fatal("the promoted replica lost an acknowledged lock")
+	}
+	// The holder's command connections follow the promotion; a release
+	// sent to the frozen master first fails, and is sent again.
+	waitFor(t, 20*time.Second, func() bool {
+		uctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		return held.Unlock(uctx) == nil
+	}, "the release on the new master")
+	released := time.Now()
+	l := next.await(t, 25*time.Second, "the waiter")
+	if took := time.Since(released); took > 3*time.Second {
+		t.Errorf("the waiter was served %v after the release: not by the grant message, which its subscription missed", took.Round(time.Millisecond))
+	}
+	unlockLease(l)
 }

@@ -20,6 +20,23 @@ import (
 // and the subscription reconnects.
 const healthInterval = 5 * time.Second
 
+// failoverHealthInterval is healthInterval for a Sentinel-managed master's
+// client (redis.NewFailoverClient). go-redis moves its command connections
+// to a promoted replica on Sentinel's +switch-master, but not a PubSub's:
+// after a failover away from a master that stopped answering without
+// closing its connections (frozen, or cut off), the subscription stayed
+// there until its health check gave up, about 10 s, while releases were
+// published on the new master and waiters woke only by their polls. A
+// second's silence costs one PING.
+const failoverHealthInterval = time.Second
+
+// isFailoverClient reports a client made by redis.NewFailoverClient, whose
+// options go-redis names "FailoverClient" in place of an address.
+func isFailoverClient(rdb Client) bool {
+	c, ok := rdb.(*redis.Client)
+	return ok && c.Options().Addr == "FailoverClient"
+}
+
 // Subscribe implements driver.Driver. On a Cluster whose servers have
 // sharded pub/sub the subscription uses SSUBSCRIBE at each channel's master
 // (sharded.go); elsewhere SUBSCRIBE on one connection.
@@ -32,8 +49,13 @@ func (d *Driver) Subscribe(h driver.Handler) driver.Subscription {
 
 func newSubscription(rdb Client, h driver.Handler) *subscription {
 	ctx, cancel := context.WithCancel(context.Background())
+	health := healthInterval
+	if isFailoverClient(rdb) {
+		health = failoverHealthInterval
+	}
 	return &subscription{
 		rdb:      rdb,
+		health:   health,
 		h:        handlergate.New(h),
 		ctx:      ctx,
 		cancel:   cancel,
@@ -66,8 +88,9 @@ func newSubscription(rdb Client, h driver.Handler) *subscription {
 // answers), since it then sees stop. After Close the loop makes no new
 // PubSub, so the closer's is the last one.
 type subscription struct {
-	rdb Client
-	h   *handlergate.Handler // no call after Close
+	rdb    Client
+	h      *handlergate.Handler // no call after Close
+	health time.Duration        // healthInterval, or failoverHealthInterval
 
 	// ctx ends at Close: the loop's go-redis calls use it, so that a dial
 	// still connecting then fails at once.
@@ -184,7 +207,7 @@ func (s *subscription) loop(ps *redis.PubSub) {
 	pinged := false
 	backoff := newBackoff()
 	for {
-		msg, err := ps.ReceiveTimeout(s.ctx, healthInterval)
+		msg, err := ps.ReceiveTimeout(s.ctx, s.health)
 		if s.stopped() {
 			return
 		}
@@ -248,7 +271,7 @@ func (s *subscription) replace(old *redis.PubSub) (*redis.PubSub, bool) {
 	s.mu.Unlock()
 	_ = old.Close()
 	if len(channels) > 0 {
-		ctx, cancel := context.WithTimeout(s.ctx, healthInterval)
+		ctx, cancel := context.WithTimeout(s.ctx, s.health)
 		_ = ps.Subscribe(ctx, channels...) // on failure the next receive fails and we come back here
 		cancel()
 	}

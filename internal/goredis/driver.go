@@ -48,7 +48,7 @@ func New(rdb Client) *Driver {
 	_, single := rdb.(*redis.Client)
 	d := &Driver{rdb: rdb, io: clientTimeouts(rdb), routed: !single, workers: workers.New()}
 	d.cc, _ = rdb.(*redis.ClusterClient)
-	d.batch.run = d.run // a batch of one goes without a pipeline
+	d.batch.run = d.runShared // a batch of one goes without a pipeline
 	d.batch.workers = d.workers
 	return d
 }
@@ -192,11 +192,20 @@ func needsWait(calls []*driver.Call) bool {
 // run sends calls; on a Cluster, calls that a failover made fail get the
 // slot map reloaded, and are sent again when they cannot have run
 // (failover.go).
-func (d *Driver) run(ctx context.Context, calls []*driver.Call) {
+func (d *Driver) run(ctx context.Context, calls []*driver.Call) { d.send(ctx, calls, true) }
+
+// runShared is run for a pipeline shared by several callers (batch.go),
+// which runs on a context of its own: a failover's resend, which waits for
+// a reload of the slot map, would outlast a caller whose context ended.
+// The map is still reloaded, and each caller's own retry (a wait's, a
+// renewal's) goes to the new master.
+func (d *Driver) runShared(ctx context.Context, calls []*driver.Call) { d.send(ctx, calls, false) }
+
+func (d *Driver) send(ctx context.Context, calls []*driver.Call, resend bool) {
 	if len(calls) == 1 && calls[0].Replicas <= 0 {
 		ran := d.runOne(ctx, calls[0])
 		if d.cc != nil && failedOver(calls[0].Err) {
-			d.recoverFailover(ctx, calls, []int32{ran})
+			d.recoverFailover(ctx, calls, []int32{ran}, resend)
 		}
 		return
 	}
@@ -206,8 +215,17 @@ func (d *Driver) run(ctx context.Context, calls []*driver.Call) {
 	}
 	d.runPipelined(ctx, calls, ran)
 	if d.cc != nil {
-		d.recoverFailover(ctx, calls, ran)
+		d.recoverFailover(ctx, calls, ran, resend)
 	}
+}
+
+// resent reports, for a call whose script may have run ran times, whether
+// it counts as sent twice: it may have run twice, or it may have run once
+// before a refusal that retryTryAgain answers by sending it again (a reply
+// lost, then TRYAGAIN on go-redis's resend), so that the next run is the
+// second.
+func resent(ran int32, err error) bool {
+	return ran > 1 || ran > 0 && refusedInMigration(err)
 }
 
 // runOne sends one call without a pipeline, the fast path for a lone lock
@@ -224,7 +242,7 @@ func (d *Driver) runOne(ctx context.Context, c *driver.Call) (ran int32) {
 	}
 	putArgv(a)
 	c.Reply, c.Err = normalize(res, err)
-	c.Resent = ran > 1
+	c.Resent = resent(ran, c.Err)
 	return ran
 }
 
@@ -290,6 +308,7 @@ func (d *Driver) runPipelined(ctx context.Context, calls []*driver.Call, ran []i
 				continue
 			}
 			c.Reply, c.Err = normalize(res, err)
+			c.Resent = resent(ran[k], c.Err)
 			if waits[i] != nil && c.Err == nil {
 				n, werr := waits[i].Int()
 				c.Acked, c.Err = n, werr

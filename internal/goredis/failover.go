@@ -190,7 +190,10 @@ func mayHaveRun(writes int32, err error) int32 {
 // reload that started after they failed (see above). ran[i] is how often
 // calls[i] may have run so far; calls with WAIT are left to runOnMasters,
 // which reloads by itself.
-func (d *Driver) recoverFailover(ctx context.Context, calls []*driver.Call, ran []int32) {
+//
+// Without resend (a shared pipeline, see runShared) it only has the map
+// reloaded.
+func (d *Driver) recoverFailover(ctx context.Context, calls []*driver.Call, ran []int32, resend bool) {
 	failedAt := time.Now()
 	var (
 		again  []*driver.Call
@@ -208,7 +211,7 @@ func (d *Driver) recoverFailover(ctx context.Context, calls []*driver.Call, ran 
 	if !failed {
 		return
 	}
-	if len(again) == 0 || ctx.Err() != nil || !d.slots.since(ctx, d.cc, failedAt) {
+	if !resend || len(again) == 0 || ctx.Err() != nil || !d.slots.since(ctx, d.cc, failedAt) {
 		d.slots.soon(d.cc, d.workers.Go)
 		return
 	}

@@ -108,9 +108,9 @@ type Lease struct {
 	lastErr    error // the last renewal failure
 	state      leaseState
 	err        error         // non-nil once lost
-	lostInEnd  bool          // err was declared by a failed Unlock (endUnlock), not while held
 	done       chan struct{} // made by the first Done: most holders never ask
 	doneClosed bool
+	lostInEnd  bool // err was declared by a failed Unlock (endUnlock), not while held
 	lossFuncs  []func(error)
 	heapIndex  int
 	eventAt    time.Time

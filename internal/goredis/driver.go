@@ -156,6 +156,9 @@ func isTryAgain(err error) bool {
 // MOVED once the migration ended must go on to the slot's new master, not
 // fail (TestClusterMigrationBlocksUntilItEnds met that once).
 func refusedInMigration(err error) bool {
+	if err == nil {
+		return false // before rerr, which errors.As moves to the heap
+	}
 	var rerr *driver.ReplyError
 	return errors.As(err, &rerr) && (strings.HasPrefix(rerr.Msg, "TRYAGAIN") ||
 		strings.HasPrefix(rerr.Msg, "MOVED ") || strings.HasPrefix(rerr.Msg, "ASK "))
@@ -225,7 +228,7 @@ func (d *Driver) send(ctx context.Context, calls []*driver.Call, resend bool) {
 // lost, then TRYAGAIN on go-redis's resend), so that the next run is the
 // second.
 func resent(ran int32, err error) bool {
-	return ran > 1 || ran > 0 && refusedInMigration(err)
+	return ran > 1 || ran > 0 && err != nil && refusedInMigration(err)
 }
 
 // runOne sends one call without a pipeline, the fast path for a lone lock

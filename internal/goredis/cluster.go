@@ -30,7 +30,7 @@ import (
 // maxRedirects bounds how often one call with WAIT is redirected (MOVED,
 // ASK) or sent again with EVAL (NOSCRIPT) before its last error is
 // returned. TRYAGAIN is retried until the call's context ends
-// (tryAgainDeadline).
+// (tryAgainPacer).
 const maxRedirects = 16
 
 // routeWaits sends the calls that ask for WAIT to their key's master when
@@ -80,8 +80,7 @@ func runOnMasters(ctx context.Context, cc *redis.ClusterClient, calls []*driver.
 		}
 		pending = append(pending, &routed{c: c, node: node})
 	}
-	pauses := 0 // TRYAGAIN pauses so far; redirections need none
-	var deadline time.Time
+	var pacer tryAgainPacer // redirections need no pause
 	for len(pending) > 0 {
 		byNode := make(map[*redis.Client][]*routed)
 		var order []*redis.Client
@@ -115,13 +114,9 @@ func runOnMasters(ctx context.Context, cc *redis.ClusterClient, calls []*driver.
 		if len(pending) > 0 && tryAgain.Load() {
 			// A slot in the middle of a migration, which refuses the
 			// script until it ends (see retryTryAgain).
-			if pauses == 0 {
-				deadline = tryAgainDeadline(ctx)
-			}
-			if !pauseTryAgain(ctx, deadline, pauses) {
+			if !pacer.pause(ctx) {
 				return // the calls keep their last error
 			}
-			pauses++
 		}
 	}
 }
@@ -237,22 +232,23 @@ func masterAt(ctx context.Context, cc *redis.ClusterClient, addr string) (*redis
 // migration stalls.
 const tryAgainLimit = 10 * time.Second
 
-// tryAgainDeadline is when calls refused with TRYAGAIN from now on stop
-// being sent again, besides ctx's end: tryAgainLimit from now for a context
-// that can never end, else never (the zero time).
-func tryAgainDeadline(ctx context.Context) time.Time {
-	if ctx.Done() != nil {
-		return time.Time{}
-	}
-	return time.Now().Add(tryAgainLimit)
+// tryAgainPacer paces the rounds of sending again calls refused with
+// TRYAGAIN (retryTryAgain, runOnMasters).
+type tryAgainPacer struct {
+	rounds   int       // pauses so far
+	deadline time.Time // set at the first pause: tryAgainLimit on for a context that can never end, else zero (none)
 }
 
-// pauseTryAgain waits before round (from 0) of sending again calls refused
-// with TRYAGAIN (tryAgainPause); false, at once, when ctx has ended or the
-// pause would end past deadline (if not zero): the calls keep their error.
-func pauseTryAgain(ctx context.Context, deadline time.Time, round int) bool {
-	pause := tryAgainPause(round)
-	if ctx.Err() != nil || !deadline.IsZero() && time.Now().Add(pause).After(deadline) {
+// pause waits before the next round (tryAgainPause); false, at once, when
+// ctx has ended or the pause would end past the deadline: the calls keep
+// their error.
+func (p *tryAgainPacer) pause(ctx context.Context) bool {
+	if p.rounds == 0 && ctx.Done() == nil {
+		p.deadline = time.Now().Add(tryAgainLimit)
+	}
+	pause := tryAgainPause(p.rounds)
+	p.rounds++
+	if ctx.Err() != nil || !p.deadline.IsZero() && time.Now().Add(pause).After(p.deadline) {
 		return false
 	}
 	return sleepCtx(ctx, pause)

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -112,8 +111,8 @@ func (d *Driver) runCalls(ctx context.Context, calls []*driver.Call, leave bool)
 // gives up after a few quick tries. Calls that still meet TRYAGAIN then keep
 // the error (transient: the caller may try again).
 func (d *Driver) retryTryAgain(ctx context.Context, calls []*driver.Call, leave bool) {
-	var deadline time.Time
-	for round := 0; ; round++ {
+	var pacer tryAgainPacer
+	for {
 		var again []*driver.Call
 		for _, c := range calls {
 			// Calls with WAIT went through runOnMasters, which retries
@@ -125,10 +124,7 @@ func (d *Driver) retryTryAgain(ctx context.Context, calls []*driver.Call, leave 
 		if len(again) == 0 {
 			return
 		}
-		if round == 0 {
-			deadline = tryAgainDeadline(ctx)
-		}
-		if !pauseTryAgain(ctx, deadline, round) {
+		if !pacer.pause(ctx) {
 			return
 		}
 		// A sending refused with TRYAGAIN did not run, but go-redis may

@@ -41,10 +41,17 @@ func TestFailedUnlockEndsTheLease(t *testing.T) {
 	if n := srv.Client(t).Exists(ctx, lockKey(name)).Val(); n != 0 {
 		t.Errorf("the release did not run (the test's premise)")
 	}
-	// Unlock may be called again; it finds the lock gone, and says why
-	// that is likeliest.
+	// Unlock may be called again, and fail again (its reply held too).
+	proxy.HoldReplies(true)
+	err = l.Unlock(ctx)
+	proxy.HoldReplies(false)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second Unlock whose reply is held: got %v, want DeadlineExceeded", err)
+	}
+	// Called once more, it finds the lock gone, and says why that is
+	// likeliest: the failed releases before it.
 	if err := l.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) || !strings.Contains(err.Error(), "its release landed after all") {
-		t.Errorf("second Unlock: got %v, want ErrNotHeld saying the first release may have landed", err)
+		t.Errorf("third Unlock: got %v, want ErrNotHeld saying the failed release may have landed", err)
 	}
 }
 

@@ -466,10 +466,8 @@ func (w *watchdog) endUnlock(l *Lease, err error) {
 		// Before, the lease went back to being held until its deadline,
 		// while the release could still land: another owner could then
 		// take the lock under a lease that said it was held.
-		l.state = leaseHeld
-		l.autoRenew = false
-		l.nextRenew = time.Time{}
-		l.lostInEnd = l.err == nil
+		l.state = leaseHeld // for the Unlock called again
+		l.lostInEnd = l.lostInEnd || l.err == nil
 		funcs = w.loseLocked(l, fmt.Sprintf("releasing it failed (%v), and the release may still reach Redis", err))
 	}
 	w.mu.Unlock()

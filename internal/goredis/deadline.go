@@ -36,8 +36,9 @@ import (
 // for ever); -1 means the client never sets a deadline, not even a
 // context's.
 type timeouts struct {
-	bounded  bool // go-redis itself ends a call at its context's deadline
-	timesOut bool // the read and write timeouts end a call on a silent server
+	bounded  bool          // go-redis itself ends a call at its context's deadline
+	timesOut bool          // the read and write timeouts end a call on a silent server
+	read     time.Duration // the read timeout; 0 for none, or a client whose options dlock cannot read
 }
 
 func clientTimeouts(rdb Client) timeouts {
@@ -58,6 +59,7 @@ func clientTimeouts(rdb Client) timeouts {
 	return timeouts{
 		bounded:  ctxTimeout && read >= 0 && write >= 0,
 		timesOut: read > 0 && write > 0,
+		read:     max(read, 0),
 	}
 }
 

@@ -301,7 +301,6 @@ func (d *Driver) runPipelined(ctx context.Context, calls []*driver.Call, ran []i
 			}
 			ran[k] += mayHaveRun(lines[i].script.writes.Load(), err)
 			putArgv(lines[i])
-			c.Resent = ran[k] > 1
 			if attempt == 0 && isNoScript(err) {
 				retry, retryAt = append(retry, c), append(retryAt, k)
 				continue

@@ -149,6 +149,13 @@ func waitEnded(ctx context.Context, name string, began time.Time, holderTTL time
 	return e
 }
 
+// tryEnded is the error of a one-attempt call (TryLock) whose ctx was done
+// before its reply: the context's error, not ErrNotObtained, which from such
+// a call says that somebody holds the lock.
+func tryEnded(ctx context.Context, op, name string) error {
+	return errorf("dlock: %s %q: %w", op, name, ctx.Err())
+}
+
 // redisError wraps a failed call to Redis for operation op on name, turning
 // replies that show a foreign key into ErrKeyConflict.
 func redisError(op, name string, err error) error {

@@ -334,7 +334,7 @@ func (m *RedlockMutex) tryLock(ctx context.Context) (*Lease, error) {
 		return nil, err
 	}
 	if ctx.Err() != nil {
-		return nil, errorf("dlock: TryLock %q: %w", m.name, ctx.Err())
+		return nil, tryEnded(ctx, "TryLock", m.name)
 	}
 	owner, err := newOwner(m.cfg.ownerInfo)
 	if err != nil {
@@ -345,7 +345,7 @@ func (m *RedlockMutex) tryLock(ctx context.Context) (*Lease, error) {
 	case res.hold != nil:
 		return m.lease(ctx, owner, res)
 	case res.err == nil: // ctx ended
-		return nil, errorf("dlock: TryLock %q: %w", m.name, ctx.Err())
+		return nil, tryEnded(ctx, "TryLock", m.name)
 	}
 	return nil, res.err
 }

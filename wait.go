@@ -90,9 +90,7 @@ func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait 
 	}
 	if ctx.Err() != nil {
 		if !wait {
-			// As when ctx ends during the attempt: a TryLock's
-			// ErrNotObtained says that somebody holds the lock.
-			return nil, redisError(verb, name, ctx.Err())
+			return nil, tryEnded(ctx, verb, name) // as when ctx ends during the attempt
 		}
 		return nil, waitEnded(ctx, name, time.Now(), 0, nil)
 	}

@@ -68,7 +68,7 @@ func load(ctx context.Context, cc *redis.ClusterClient) {
 	_ = cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil })
 }
 
-// begin starts a reload when none runs and the last one started at least
+// beginLocked starts a reload when none runs and the last one started at least
 // reloadEvery ago; it returns the channel to close when it ends, or nil.
 func (r *slotReloader) beginLocked(now time.Time) chan struct{} {
 	if r.running != nil || now.Sub(r.started) < reloadEvery {

@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -220,4 +222,29 @@ func (h *failureSignal) check(cmd redis.Cmder, err error) {
 	if err != nil && h.match(cmd, err) {
 		h.once.Do(func() { close(h.seen) })
 	}
+}
+
+// isScriptCall reports whether cmd runs script s (by its hash or, after
+// NOSCRIPT, its source).
+func isScriptCall(cmd redis.Cmder, s *driver.Script) bool {
+	args := cmd.Args()
+	if len(args) < 2 || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
+		return false
+	}
+	a := fmt.Sprint(args[1])
+	return a == s.Hash() || a == s.Source()
+}
+
+// scriptKey returns the first key of a script call (EVALSHA or EVAL with a
+// key), "" when it has none: the driver passes it as a *string where
+// go-redis does not route by it.
+func scriptKey(cmd redis.Cmder) string {
+	args := cmd.Args()
+	if len(args) < 4 {
+		return ""
+	}
+	if p, ok := args[3].(*string); ok {
+		return *p
+	}
+	return fmt.Sprint(args[3])
 }

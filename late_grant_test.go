@@ -3,7 +3,6 @@ package dlock_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/scripts"
 )
@@ -140,17 +138,6 @@ type dupHook struct {
 	releaseHeld chan struct{}
 	resume      chan struct{}
 	claimGone   chan struct{}
-}
-
-// isScriptCall reports whether cmd runs script s (by its hash or, after
-// NOSCRIPT, its source).
-func isScriptCall(cmd redis.Cmder, s *driver.Script) bool {
-	args := cmd.Args()
-	if len(args) < 2 || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
-		return false
-	}
-	a := fmt.Sprint(args[1])
-	return a == s.Hash() || a == s.Source()
 }
 
 func (h *dupHook) after(cmd redis.Cmder) {

@@ -240,12 +240,8 @@ func acquireReplyHook(node int, replies chan<- acquireReply) afterCmd {
 			fmt.Sprint(args[1]) != scripts.RedlockAcquire.Hash() {
 			return
 		}
-		key := fmt.Sprint(args[3])
-		if p, ok := args[3].(*string); ok {
-			key = *p
-		}
 		select {
-		case replies <- acquireReply{node: node, key: key, owner: fmt.Sprint(args[4])}:
+		case replies <- acquireReply{node: node, key: scriptKey(cmd), owner: fmt.Sprint(args[4])}:
 		default:
 		}
 	}

@@ -32,8 +32,10 @@
 // unreachable, ErrKeyConflict, ErrReplicaAck, a closed Client, ...).
 // Of a release (dlock.hold.duration, recorded at every Unlock or Release)
 // it is "released", "not_held" (the lock had expired or been taken over
-// before Unlock: it was lost) or "error" (Unlock failed and may be
-// retried; the lock is still held). Of a renewal it is "ok" or "failed".
+// before Unlock: it was lost) or "error" (the release failed: the lease
+// ends as lost, since the release may still reach Redis, which also counts
+// in dlock.losses; Unlock may be called again to make sure the lock is
+// released). Of a renewal it is "ok" or "failed".
 // error.type names the error's class, for outcomes "error" and "failed":
 // "not_held", "lock_lost", "replica_ack", "quorum", "key_conflict",
 // "closed", "invalid_argument", "timeout", "canceled", or "_OTHER" (a

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -414,5 +415,39 @@ func TestOffByDefault(t *testing.T) {
 	}
 	if n, m := len(spans.Ended()), metricsRecorded(); n != 1 || m != 3 {
 		t.Errorf("New() with the global providers: %d spans and %d instruments recorded, want 1 and 3", n, m)
+	}
+}
+
+// TestFailedReleaseIsALoss: a release that fails (here, its reply held back
+// past the release timeout) ends the lease as lost, since it may still reach
+// Redis: the release is recorded with outcome "error" and the loss counted.
+func TestFailedReleaseIsALoss(t *testing.T) {
+	srv := redistest.Shared(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	tm := newTelemetry(t)
+	c := newClient(t, redis.NewClient(&redis.Options{Addr: proxy.Addr()}),
+		dlock.WithObserver(tm.obs), dlock.WithReleaseTimeout(200*time.Millisecond))
+	ctx := testCtx(t)
+
+	l, err := c.Mutex(t.Name()).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.HoldReplies(true)
+	err = l.Unlock(ctx)
+	proxy.HoldReplies(false)
+	if err == nil || errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Unlock with its reply held back: %v, want a failed release", err)
+	}
+	if !errors.Is(l.Err(), dlock.ErrLockLost) {
+		t.Fatalf("lease after a failed release: Err() = %v, want ErrLockLost", l.Err())
+	}
+
+	m := tm.collect(t)
+	if p := m.point(t, "dlock.hold.duration", "dlock.lock.kind=mutex", "dlock.outcome=error", "error.type=timeout"); p.count != 1 {
+		t.Errorf("dlock.hold.duration with outcome error: count %d, want 1", p.count)
+	}
+	if p := m.point(t, "dlock.losses", "dlock.lock.kind=mutex"); p.sum != 1 {
+		t.Errorf("losses = %v, want 1", p.sum)
 	}
 }

@@ -57,6 +57,8 @@ type chaosSpec struct {
 	Locks     []string      `json:"locks"` // each section picks one at random
 	TTL       time.Duration `json:"ttl"`
 	NoRenew   bool          `json:"norenew,omitempty"`
+	// WaiterLease is the lock client's WithWaiterLease (0: default).
+	WaiterLease time.Duration `json:"waiterlease,omitempty"`
 	// Permits is a semaphore's limit; each section takes one permit.
 	Permits int `json:"permits,omitempty"`
 	// Reads is the percentage of an rwmutex's sections that read (RLock);
@@ -177,6 +179,9 @@ func newChaosWorker(spec chaosSpec, rec *chaos.Recorder) (*chaosWorker, error) {
 	opts := []dlock.Option{dlock.WithOwnerInfo(spec.Proc), dlock.WithAutoRenew(!spec.NoRenew)}
 	if spec.TTL > 0 {
 		opts = append(opts, dlock.WithTTL(spec.TTL))
+	}
+	if spec.WaiterLease > 0 {
+		opts = append(opts, dlock.WithWaiterLease(spec.WaiterLease))
 	}
 	for _, addr := range spec.Addrs {
 		o := &redis.Options{Addr: addr, ReadTimeout: spec.ReadTimeout}

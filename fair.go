@@ -29,8 +29,8 @@ import "context"
 // So the order is strict only while FairMutexes alone lock the name: a
 // Mutex's Unlock may pass the lock to its own Client's goroutines ahead of
 // the queue, and a Mutex may take the lock ahead of the queue once a holder
-// that died without releasing it has expired. Get one from Client.FairMutex; it is an
-// immutable descriptor, safe for concurrent use.
+// that died without releasing it has expired. Get one from
+// Client.FairMutex; it is an immutable descriptor, safe for concurrent use.
 type FairMutex struct {
 	m *Mutex
 }

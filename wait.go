@@ -309,18 +309,22 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 		holderTTL  time.Duration
 		lastErr    error
 		subscribed = !notify
-		spin       = newSpinDelay(cfg.wait)
-		errDelay   = newErrorDelay()
+		// confirmedBefore: the subscription was in place when the last
+		// attempt began, so no wake-up since then went unheard.
+		confirmedBefore bool
+		sub             subscribing // the subscription being made, if any
+		spin            = newSpinDelay(cfg.wait)
+		errDelay        = newErrorDelay()
 	)
+	defer sub.stop()
 	ended := func() error { return waitEnded(ctx, spec.name, began, holderTTL, lastErr) }
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		var (
-			start           time.Time
-			confirmedBefore bool
-			r               attemptResult
-			err             error
+			start time.Time
+			r     attemptResult
+			err   error
 		)
 		if f := spec.first; f != nil {
 			spec.first = nil
@@ -369,24 +373,53 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 			st.lastFence = max(st.lastFence, r.lastFence)
 			errDelay = newErrorDelay()
 			delay = c.pollDelay(cfg, r.pttl, spin)
-			if !subscribed {
-				// Bounded, so that a confirmation the network lost
-				// (the connection lived on) costs a poll, not the
-				// rest of the wait: the next poll subscribes again.
-				sctx, cancel := context.WithTimeout(ctx, max(delay, minSubscribeWait))
-				err := c.notify.subscribe(sctx, spec.channel)
-				cancel()
+			if !subscribed && sub.done == nil {
+				// Made beside the wait, not before it: the waiter goes on
+				// polling, which refreshes its place in the queue, while a
+				// slow server confirms (a confirmation slower than the
+				// waiter lease cost the place). Bounded, so that a
+				// confirmation the network lost (the connection lived on)
+				// costs a poll, not the rest of the wait: the next poll
+				// subscribes again.
+				sub.start(ctx, max(delay, minSubscribeWait), c.notify, spec.channel)
+			}
+		}
+		if delay == 0 {
+			continue
+		}
+		timer.Reset(delay)
+	wait:
+		for {
+			select {
+			case <-signal:
+				if g, ok := w.takeGrant(); ok {
+					if g.fence > st.lastFence {
+						return attemptResult{granted: true, fence: g.fence, pttl: g.px, grantedAtUs: g.atUs}, st.since, nil
+					}
+					// Made before an attempt that then found the lock
+					// taken, and heard only now (the subscription lagged):
+					// the grant was over by that attempt, or it would have
+					// been granted. Taken for new, it would count its
+					// validity from after the attempt, and could overlap
+					// the holder that attempt saw.
+					cfg.logger.Debug("dlock: ignoring a grant heard after a later attempt found the lock taken",
+						slog.String("lock", spec.name), slog.Int64("token", g.fence), slog.Int64("last token seen", st.lastFence))
+				}
+				break wait
+			case <-timer.C:
+				break wait
+			case err := <-sub.done:
+				sub.end()
 				switch {
 				case err == nil:
 					subscribed = true
 					if !confirmedBefore {
 						// A wake-up published before the subscription
 						// was in place went unheard: ask once more now.
-						delay = 0
+						break wait
 					}
 				case ctx.Err() != nil:
-					abandon(nil)
-					return attemptResult{}, time.Time{}, ended()
+					// ctx.Done ends the wait.
 				case errors.Is(err, ErrClosed):
 					abandon(nil)
 					return attemptResult{}, time.Time{}, errors.Join(ErrClosed, ended())
@@ -395,33 +428,13 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 					cfg.logger.Warn("dlock: cannot subscribe; waiting by polling", slog.String("lock", spec.name), slog.Any("error", err))
 					lastErr = err
 				}
+			case <-ctx.Done():
+				abandon(nil)
+				return attemptResult{}, time.Time{}, ended()
+			case <-c.closed:
+				abandon(nil)
+				return attemptResult{}, time.Time{}, errors.Join(ErrClosed, ended())
 			}
-		}
-		if delay == 0 {
-			continue
-		}
-		timer.Reset(delay)
-		select {
-		case <-signal:
-			if g, ok := w.takeGrant(); ok {
-				if g.fence > st.lastFence {
-					return attemptResult{granted: true, fence: g.fence, pttl: g.px, grantedAtUs: g.atUs}, st.since, nil
-				}
-				// Made before an attempt that then found the lock taken,
-				// and heard only now (the subscription lagged): the grant
-				// was over by that attempt, or it would have been granted.
-				// Taken for new, it would count its validity from after the
-				// attempt, and could overlap the holder that attempt saw.
-				cfg.logger.Debug("dlock: ignoring a grant heard after a later attempt found the lock taken",
-					slog.String("lock", spec.name), slog.Int64("token", g.fence), slog.Int64("last token seen", st.lastFence))
-			}
-		case <-timer.C:
-		case <-ctx.Done():
-			abandon(nil)
-			return attemptResult{}, time.Time{}, ended()
-		case <-c.closed:
-			abandon(nil)
-			return attemptResult{}, time.Time{}, errors.Join(ErrClosed, ended())
 		}
 		if !timer.Stop() {
 			select {
@@ -429,6 +442,37 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 			default:
 			}
 		}
+	}
+}
+
+// subscribing is a wait's subscription to its channel while the server has
+// not confirmed it: made in a goroutine of the wait's, so that the wait
+// goes on meanwhile. Its zero value is no subscription being made.
+type subscribing struct {
+	done   chan error // the outcome, once; nil when none is being made
+	cancel context.CancelFunc
+}
+
+// start subscribes n to channel, giving up after limit or when ctx ends.
+func (s *subscribing) start(ctx context.Context, limit time.Duration, n *notifier, channel string) {
+	sctx, cancel := context.WithTimeout(ctx, limit)
+	done := make(chan error, 1)
+	s.done, s.cancel = done, cancel
+	go func() { done <- n.subscribe(sctx, channel) }()
+}
+
+// end forgets the subscription once its outcome was received.
+func (s *subscribing) end() {
+	s.cancel()
+	s.done, s.cancel = nil, nil
+}
+
+// stop ends a subscription still being made, and waits for its goroutine.
+func (s *subscribing) stop() {
+	if s.done != nil {
+		s.cancel()
+		<-s.done
+		s.end()
 	}
 }
 

@@ -91,7 +91,7 @@ var primitives = []primitiveKeys{
 			return unlocked(ctx)(c.RWMutex(n).TryRLock(ctx))
 		},
 	}},
-	{"Semaphore", keysOf(":sem", "zset", ":sem:n", "hash", ":sem:limit", "number", ":sem:fence", "number", ":sem:q", "zset", ":sem:w", "hash"), map[string]func(context.Context, *dlock.Client, string) error{
+	{"Semaphore", keysOf(":sem", "zset", ":sem:n", "hash", ":sem:limit", "number", ":sem:fence", "number", ":sem:q", "zset", ":sem:w", "hash", ":sem:calls", "zset"), map[string]func(context.Context, *dlock.Client, string) error{
 		"TryAcquire": func(ctx context.Context, c *dlock.Client, n string) error {
 			p, err := c.Semaphore(n, 2).TryAcquire(ctx, 1)
 			if err == nil {
@@ -101,6 +101,10 @@ var primitives = []primitiveKeys{
 		},
 		"SetPermits": func(ctx context.Context, c *dlock.Client, n string) error {
 			return c.Semaphore(n, 2).SetPermits(ctx, 3)
+		},
+		"AddPermits": func(ctx context.Context, c *dlock.Client, n string) error {
+			_, err := c.Semaphore(n, 2).AddPermits(ctx, 1)
+			return err
 		},
 		"Available": func(ctx context.Context, c *dlock.Client, n string) error {
 			_, err := c.Semaphore(n, 2).Available(ctx)
@@ -298,6 +302,7 @@ func TestChaosInvalidArguments(t *testing.T) {
 		"semaphore 0 permits": func() error { _, err := c.Semaphore("x", 0).TryAcquire(ctx, 1); return err },
 		"semaphore acquire 0": func() error { _, err := c.Semaphore("x", 2).TryAcquire(ctx, 0); return err },
 		"SetPermits 0":        func() error { return c.Semaphore("x", 2).SetPermits(ctx, 0) },
+		"AddPermits too many": func() error { _, err := c.Semaphore("x", 2).AddPermits(ctx, dlock.MaxPermits); return err },
 		"latch count 0":       func() error { _, err := c.Latch("x").TrySetCount(ctx, 0); return err },
 		"latch empty name":    func() error { return c.Latch("").CountDown(ctx) },
 	}

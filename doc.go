@@ -137,7 +137,8 @@
 // joined then with the context's error), ErrNotHeld (the lease no longer
 // owns the key), ErrLockLost (lost while held, with the reason),
 // ErrInvalidArgument (rejected before anything was sent, except a Semaphore
-// request above the limit stored in Redis), ErrKeyConflict
+// request above the limit stored in Redis, or an AddPermits that would take
+// it out of range), ErrKeyConflict
 // (a key of the lock holds something dlock did not write; it is never
 // modified, and an Unlock that reports it beside the lock key has still
 // released the lock), ErrClosed. TryLock returns a failure to reach Redis,

@@ -41,9 +41,10 @@ var (
 	ErrLockLost = errors.New("dlock: lock lost")
 
 	// ErrInvalidArgument means a name, option or argument was rejected as
-	// invalid, before anything was sent to Redis; the one exception is a
-	// Semaphore request for more permits than the limit stored in Redis,
-	// which only the server can tell (see Semaphore.TryAcquire).
+	// invalid, before anything was sent to Redis; the exceptions are a
+	// Semaphore request for more permits than the limit stored in Redis, and
+	// a Semaphore.AddPermits that would take that limit out of range, which
+	// only the server can tell (see Semaphore.TryAcquire and AddPermits).
 	ErrInvalidArgument = errors.New("dlock: invalid argument")
 
 	// ErrKeyConflict means a lock's key, or a key beside it (its queue,

@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -51,6 +52,40 @@ func ExampleSemaphore() {
 	// Output:
 	// holding 1 permit
 	// batch holds 2 permits; free: 2
+}
+
+// Grow and shrink a worker pool's share of a downstream at run time, from
+// any process: each change adds to the limit every process sees.
+func ExampleSemaphore_AddPermits() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	c, err := dlock.New(rdb)
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+
+	sem := c.Semaphore("example:exports", 4)
+	if err := sem.SetPermits(ctx, 4); err != nil { // a known start
+		panic(err)
+	}
+	limit, err := sem.AddPermits(ctx, 2) // a new replica came up
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("limit:", limit)
+	limit, err = sem.AddPermits(ctx, -3) // the downstream is struggling
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("limit:", limit)
+	_, err = sem.AddPermits(ctx, -3) // no semaphore has fewer than 1 permit
+	fmt.Println("refused:", errors.Is(err, dlock.ErrInvalidArgument))
+	// Output:
+	// limit: 6
+	// limit: 3
+	// refused: true
 }
 
 // Wait until every shard of a job has been loaded, by whichever replicas

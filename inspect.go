@@ -66,9 +66,9 @@ type LockInfo struct {
 	// increasing all the same: a counter made again starts from the
 	// server's clock.
 	LastToken int64
-	// Permits is, for a Semaphore, the limit stored by SetPermits; 0 when
-	// none is stored and the permits passed by the callers apply (Redis
-	// does not know those). 0 for other kinds.
+	// Permits is, for a Semaphore, the limit stored by SetPermits or
+	// AddPermits; 0 when none is stored and the permits passed by the
+	// callers apply (Redis does not know those). 0 for other kinds.
 	Permits int
 	// Count is, for a Latch, its count. 0 for other kinds.
 	Count int64

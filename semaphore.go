@@ -21,9 +21,10 @@ const MaxPermits = 1<<31 - 1
 // on the same Redis. Get one from Client.Semaphore; it is an immutable
 // descriptor, safe for concurrent use, and cheap to create per call.
 //
-// The limit is the permits given to Client.Semaphore, unless SetPermits
-// stored another one in Redis, which then applies to every process. Every
-// user of a name should pass the same permits (or rely on SetPermits).
+// The limit is the permits given to Client.Semaphore, unless SetPermits or
+// AddPermits stored another one in Redis, which then applies to every
+// process. Every user of a name should pass the same permits (or rely on
+// SetPermits).
 //
 // Each acquisition's permits are a lease like a lock's: the Client's
 // watchdog renews them every TTL/3, and they expire one TTL after the last
@@ -57,6 +58,9 @@ type semKeys struct {
 	queue   string // waiting owners by arrival
 	waiters string // waiting owners' leases and requests
 	all     []string
+	// calls remembers AddPermits's recent call ids. Only AddPermits touches
+	// it, so it is not in all, and inspection does not read it.
+	calls string
 }
 
 func newSemKeys(prefix, name string) semKeys {
@@ -68,6 +72,7 @@ func newSemKeys(prefix, name string) semKeys {
 		fence:   base + ":fence",
 		queue:   base + ":q",
 		waiters: base + ":w",
+		calls:   base + ":calls",
 	}
 	k.all = []string{k.holders, k.counts, k.limit, k.fence, k.queue, k.waiters}
 	return k
@@ -159,22 +164,107 @@ func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 	if n < 1 || n > MaxPermits {
 		return errorf("dlock: SetPermits %q: %w", s.name, invalidArgf("%d permits: want between 1 and %d", n, MaxPermits))
 	}
-	if err := s.c.checkOpen("SetPermits", s.name); err != nil {
-		return err
+	_, err := s.changeLimit(ctx, "SetPermits", n, "")
+	return err
+}
+
+// AddPermits changes the semaphore's limit by delta, up or down, for every
+// process that uses it, and returns the new limit. It adds to the limit in
+// force (the one SetPermits or AddPermits stored, or else the permits given
+// to Client.Semaphore) in one step on the server, so concurrent additions
+// all count, and stores the result as SetPermits does, with the same
+// effects: raising the limit serves queued waiters right away; lowering it
+// revokes nothing, and waiters asking for more than the new limit fail with
+// ErrInvalidArgument. A delta of 0 stores the limit in force as it is. An
+// addition counts once even when the Redis client sends it again after
+// losing its reply (the semaphore remembers the calls of the last minute,
+// which also bounds the call).
+//
+// A new limit below 1 or above MaxPermits is refused with an error matching
+// ErrInvalidArgument, and nothing changes; only Redis knows the limit in
+// force, so it is the server that refuses, except for a delta that no
+// limit could take (beyond ±(MaxPermits−1)), refused before anything is
+// sent. It also returns ErrKeyConflict, ErrClosed, or the failure to reach
+// Redis (the limit may then have changed or not). It is safe for
+// concurrent use.
+func (s *Semaphore) AddPermits(ctx context.Context, delta int) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	if delta < 1-MaxPermits || delta > MaxPermits-1 {
+		return 0, errorf("dlock: AddPermits %q: %w", s.name, invalidArgf("adding %d permits: no limit between 1 and %d can take that", delta, MaxPermits))
+	}
+	id, err := newCallID()
+	if err != nil {
+		return 0, err
+	}
+	return s.changeLimit(ctx, "AddPermits", delta, id)
+}
+
+// semCallMemory is how long a semaphore remembers an AddPermits call, for
+// the reasons latchCallMemory gives: a call sent again within it has no
+// second effect, and each call is bounded by it.
+const semCallMemory = latchCallMemory
+
+// changeLimit runs sem_set_permits for op: it sets the limit to v, or with
+// a call id, adds v to the limit in force. It returns the new limit.
+func (s *Semaphore) changeLimit(ctx context.Context, op string, v int, id string) (int, error) {
+	if err := s.c.checkOpen(op, s.name); err != nil {
+		return 0, err
 	}
 	call := &driver.Call{
 		Script: scripts.SemSetPermits,
 		Keys:   s.keys.all,
 		Args: []any{
-			n, semLimitRetention(s.cfg.ttl).Milliseconds(), fenceRetention(s.cfg.ttl).Milliseconds(),
+			v, semLimitRetention(s.cfg.ttl).Milliseconds(), fenceRetention(s.cfg.ttl).Milliseconds(),
 			s.c.drv.PublishCommand(), s.keys.channel(),
 		},
 	}
-	s.c.drv.Run(ctx, call)
-	if _, err := s.grantsResult(call); err != nil {
-		return redisError("SetPermits", s.name, err)
+	if id != "" {
+		call.Keys = append(s.keys.all[:len(s.keys.all):len(s.keys.all)], s.keys.calls)
+		call.Args = append(call.Args, s.permits, MaxPermits, id, semCallMemory.Milliseconds())
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, semCallMemory)
+		defer cancel()
 	}
-	return nil
+	s.c.drv.Run(ctx, call)
+	return s.setPermitsResult(op, v, call)
+}
+
+// setPermitsResult reads sem_set_permits's reply to op, which added v to
+// the limit or set it to v: the new limit, after telling this Client's
+// waiters of their grants.
+func (s *Semaphore) setPermitsResult(op string, v int, call *driver.Call) (int, error) {
+	if limit, ok := replyErrorNumber(call.Err, "DLOCK_RANGE "); ok {
+		return 0, errorf("dlock: %s %q: %w", op, s.name,
+			invalidArgf("the limit is %d, and adding %d would make it %d: want between 1 and %d", limit, v, limit+int64(v), MaxPermits))
+	}
+	limit, err := s.grantsResult(call)
+	if err != nil {
+		return 0, redisError(op, s.name, err)
+	}
+	return int(limit), nil
+}
+
+// replyErrorNumber reads the number after marker in a script's error reply
+// (DLOCK_LIMIT, DLOCK_RANGE): ok when err is such a reply; the number is -1
+// when it is missing.
+func replyErrorNumber(err error, marker string) (n int64, ok bool) {
+	var rerr *driver.ReplyError
+	if !errors.As(err, &rerr) {
+		return 0, false
+	}
+	i := strings.Index(rerr.Msg, marker)
+	if i < 0 {
+		return 0, false
+	}
+	n = -1
+	if f := strings.Fields(rerr.Msg[i+len(marker):]); len(f) > 0 {
+		if v, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+			n = v
+		}
+	}
+	return n, true
 }
 
 // Available returns how many permits are free now: the limit in force minus
@@ -290,18 +380,10 @@ func (a *semAcquisition) attempt(ctx context.Context, owner string, queue bool) 
 // attemptResult reads sem_acquire's reply.
 func (a *semAcquisition) attemptResult(call *driver.Call) (attemptResult, error) {
 	if call.Err != nil {
-		var rerr *driver.ReplyError
-		if errors.As(call.Err, &rerr) {
-			if i := strings.Index(rerr.Msg, "DLOCK_LIMIT "); i >= 0 {
-				f := strings.Fields(rerr.Msg[i+len("DLOCK_LIMIT "):])
-				limit := int64(-1)
-				if len(f) > 0 {
-					if v, err := strconv.ParseInt(f[0], 10, 64); err == nil {
-						limit = v
-					}
-				}
-				return attemptResult{}, &semLimitError{n: a.n, limit: limit, reply: rerr}
-			}
+		if limit, ok := replyErrorNumber(call.Err, "DLOCK_LIMIT "); ok {
+			var rerr *driver.ReplyError
+			errors.As(call.Err, &rerr)
+			return attemptResult{}, &semLimitError{n: a.n, limit: limit, reply: rerr}
 		}
 		return attemptResult{}, call.Err
 	}
@@ -336,7 +418,7 @@ func (e *semLimitError) Error() string {
 	if e.limit < 0 {
 		return fmt.Sprintf("%v: %d permits asked for, more than the semaphore's limit: this can never succeed", ErrInvalidArgument, e.n)
 	}
-	return fmt.Sprintf("%v: %d permits asked for, but the semaphore's limit is %d: this can never succeed (ask for fewer, or raise the limit with SetPermits)",
+	return fmt.Sprintf("%v: %d permits asked for, but the semaphore's limit is %d: this can never succeed (ask for fewer, or raise the limit with SetPermits or AddPermits)",
 		ErrInvalidArgument, e.n, e.limit)
 }
 

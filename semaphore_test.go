@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -527,6 +528,9 @@ func TestSemaphoreBadInputSendsNothing(t *testing.T) {
 		"set too large":  func() error { return good.SetPermits(ctx, tooMany) },
 		"bad available":  func() error { _, err := c.Semaphore("", 1).Available(ctx); return err },
 		"bad setpermits": func() error { return c.Semaphore("x", 0).SetPermits(ctx, 2) },
+		"add too many":   func() error { _, err := good.AddPermits(ctx, dlock.MaxPermits); return err },
+		"add too few":    func() error { _, err := good.AddPermits(ctx, -dlock.MaxPermits); return err },
+		"bad addpermits": func() error { _, err := c.Semaphore("", 1).AddPermits(ctx, 1); return err },
 	}
 	for what, try := range cases {
 		if err := try(); !errors.Is(err, dlock.ErrInvalidArgument) {
@@ -611,6 +615,7 @@ func TestSemaphoreKeyConflict(t *testing.T) {
 			"TryAcquire": func() error { _, err := s.TryAcquire(ctx, 1); return err },
 			"Acquire":    func() error { _, err := s.Acquire(ctx, 1); return err },
 			"SetPermits": func() error { return s.SetPermits(ctx, 3) },
+			"AddPermits": func() error { _, err := s.AddPermits(ctx, 1); return err },
 		} {
 			if err := try(); !errors.Is(err, dlock.ErrKeyConflict) {
 				t.Errorf("%s with a list at %s: got %v, want ErrKeyConflict", what, key, err)
@@ -754,5 +759,323 @@ func TestSemaphoreTryAcquireBehindTheQueueSaysWhy(t *testing.T) {
 	}
 	if _, err := s.TryAcquire(ctx, 4); !errors.Is(err, dlock.ErrInvalidArgument) {
 		t.Errorf("TryAcquire of more than the limit: got %v", err)
+	}
+}
+
+// semLimit returns the limit stored for semaphore name, "" when none is.
+func semLimit(t testing.TB, srv *redistest.Server, name string) string {
+	t.Helper()
+	return srv.Client(t).Get(context.Background(), semKey(name)+":limit").Val()
+}
+
+// patientSem is a semaphore descriptor whose waiters poll only every 10 s,
+// so a waiter served within a few seconds was woken by the change that
+// served it, not by its poll.
+func patientSem(t testing.TB, srv *redistest.Server, name string, permits int) *dlock.Semaphore {
+	return newClient(t, srv, dlock.WithWaiterLease(30*time.Second)).Semaphore(name, permits)
+}
+
+// awaitServed waits for a queued Acquire's outcome and fails the test unless
+// it got its permits within promptly.
+func awaitServed(t *testing.T, got <-chan acquired, what string) *dlock.Permits {
+	t.Helper()
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("%s: %v", what, r.err)
+		}
+		t.Cleanup(func() { _ = r.p.Release(context.Background()) })
+		return r.p
+	case <-time.After(promptly):
+		t.Fatalf("%s: not served within %v", what, promptly)
+		return nil
+	}
+}
+
+func TestSemaphoreAddPermits(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := newClient(t, srv)
+	ctx := testCtx(t)
+	name := uniqueName(t)
+	s := c.Semaphore(name, 2)
+
+	// The first addition starts from the descriptor's permits, and stores
+	// the result for every process, whatever permits it passes.
+	if n, err := s.AddPermits(ctx, 3); err != nil || n != 5 {
+		t.Fatalf("AddPermits(3) of 2 = %d, %v; want 5", n, err)
+	}
+	if n, err := c.Semaphore(name, 9).Available(ctx); err != nil || n != 5 {
+		t.Errorf("Available() after AddPermits = %d, %v; want 5", n, err)
+	}
+	if d := srv.Client(t).PTTL(ctx, semKey(name)+":limit").Val(); d < 24*time.Hour {
+		t.Errorf("stored limit PTTL %v, want days, as SetPermits's", d)
+	}
+	if n, err := c.Semaphore(name, 9).AddPermits(ctx, -4); err != nil || n != 1 {
+		t.Fatalf("AddPermits(-4) of 5 = %d, %v; want 1", n, err)
+	}
+	if n, err := s.AddPermits(ctx, 0); err != nil || n != 1 {
+		t.Errorf("AddPermits(0) = %d, %v; want 1", n, err)
+	}
+	// Out of range on the server: refused, and nothing changes.
+	refused := func(delta int, limit string) {
+		t.Helper()
+		n, err := s.AddPermits(ctx, delta)
+		if !errors.Is(err, dlock.ErrInvalidArgument) || n != 0 {
+			t.Errorf("AddPermits(%d) of %s = %d, %v; want ErrInvalidArgument", delta, limit, n, err)
+		} else if !strings.Contains(err.Error(), "limit is "+limit) {
+			t.Errorf("AddPermits(%d): the error does not say what the limit is: %v", delta, err)
+		}
+		if v := semLimit(t, srv, name); v != limit {
+			t.Errorf("stored limit %q after a refused AddPermits(%d), want %s", v, delta, limit)
+		}
+	}
+	refused(-1, "1")
+	if n, err := s.AddPermits(ctx, dlock.MaxPermits-1); err != nil || n != dlock.MaxPermits {
+		t.Errorf("AddPermits up to MaxPermits = %d, %v", n, err)
+	}
+	refused(1, fmt.Sprint(dlock.MaxPermits))
+	if err := s.SetPermits(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+
+	// Lowering revokes nothing and holds new acquirers back until usage
+	// is below the new limit.
+	held := []*dlock.Permits{mustAcquire(t, s, 1), mustAcquire(t, s, 2)}
+	if n, err := s.AddPermits(ctx, -1); err != nil || n != 2 {
+		t.Fatalf("AddPermits(-1) of 3 = %d, %v", n, err)
+	}
+	for _, p := range held {
+		if err := p.Err(); err != nil {
+			t.Fatalf("permits revoked by a lower limit: %v", err)
+		}
+	}
+	if err := held[0].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TryAcquire(ctx, 1); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("TryAcquire with 2 held of a limit lowered to 2: got %v, want ErrNotObtained", err)
+	}
+
+	// A waiter asking for more than the lowered limit fails at once.
+	big := acquireAsync(ctx, patientSem(t, srv, name, 3), 2)
+	waitSemQueued(t, srv, name, 1)
+	if n, err := s.AddPermits(ctx, -1); err != nil || n != 1 {
+		t.Fatalf("AddPermits(-1) of 2 = %d, %v", n, err)
+	}
+	select {
+	case r := <-big:
+		if !errors.Is(r.err, dlock.ErrInvalidArgument) {
+			t.Errorf("waiter for 2 when the limit dropped to 1: got %v, want ErrInvalidArgument", r.err)
+		}
+	case <-time.After(promptly):
+		t.Fatalf("the waiter for 2 was not told within %v that the limit dropped to 1", promptly)
+	}
+	if n := srv.Client(t).Exists(ctx, semKey(name)+":q").Val(); n != 0 {
+		t.Error("the failed waiter is still queued")
+	}
+	if err := held[1].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSemaphoreAddPermitsServesWaitersInOrder: raising the limit serves the
+// waiters at once, in arrival order, stopping at the first that does not
+// fit, as a release does.
+func TestSemaphoreAddPermitsServesWaitersInOrder(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := newClient(t, srv)
+	ctx := testCtx(t)
+	name := uniqueName(t)
+	s := c.Semaphore(name, 2)
+	p := mustAcquire(t, s, 2)
+	defer p.Release(ctx)
+	var waiters []<-chan acquired
+	for i, n := range []int{1, 2, 1} {
+		waiters = append(waiters, acquireAsync(ctx, patientSem(t, srv, name, 2), n))
+		waitSemQueued(t, srv, name, int64(i+1))
+	}
+	// Each addition grants in its script: the queue tells who was served
+	// as soon as it returns.
+	for i, step := range []struct{ delta, queued int }{
+		{1, 2}, // 1 free: the first waiter's 1
+		{1, 2}, // 1 free: the second wants 2, and the third waits behind it
+		{1, 1}, // 2 free: the second's 2, and nothing left for the third
+		{1, 0}, // the third's 1
+	} {
+		if _, err := s.AddPermits(ctx, step.delta); err != nil {
+			t.Fatalf("step %d: AddPermits: %v", i, err)
+		}
+		if n := srv.Client(t).ZCard(ctx, semKey(name)+":q").Val(); n != int64(step.queued) {
+			t.Fatalf("step %d: %d waiters still queued, want %d", i, n, step.queued)
+		}
+	}
+	var tokens []int64
+	for i, w := range waiters {
+		tokens = append(tokens, awaitServed(t, w, fmt.Sprintf("waiter %d", i+1)).Token())
+	}
+	if !slices.IsSorted(tokens) {
+		t.Errorf("tokens %v: the waiters were not served in arrival order", tokens)
+	}
+}
+
+// TestSemaphoreAddPermitsConcurrent: additions from several Clients at once
+// are atomic: each returns a different limit, and all of them count.
+func TestSemaphoreAddPermitsConcurrent(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx := testCtx(t)
+	name := uniqueName(t)
+	const base, clients, workers, rounds = 3, 3, 4, 5
+	var mu sync.Mutex
+	seen := map[int]bool{}
+	var wg sync.WaitGroup
+	for i := 0; i < clients; i++ {
+		s := newClient(t, srv).Semaphore(name, base)
+		for j := 0; j < workers; j++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for r := 0; r < rounds; r++ {
+					n, err := s.AddPermits(ctx, 1)
+					if err != nil {
+						t.Errorf("AddPermits(1): %v", err)
+						return
+					}
+					mu.Lock()
+					if seen[n] {
+						t.Errorf("two additions returned %d", n)
+					}
+					seen[n] = true
+					mu.Unlock()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	const total = clients * workers * rounds
+	for n := base + 1; n <= base+total; n++ {
+		if !seen[n] {
+			t.Errorf("no addition returned %d", n)
+		}
+	}
+	if v := semLimit(t, srv, name); v != fmt.Sprint(base+total) {
+		t.Errorf("stored limit %s after %d additions of 1 to %d", v, total, base)
+	}
+}
+
+// TestSemaphoreLimitRespectedWhileItChanges: workers of several Clients
+// acquire and release while the limit goes up and down by AddPermits. The
+// permits out never
+// exceed the highest limit in force so far, and once the limit stops
+// changing, not the final one either.
+func TestSemaphoreLimitRespectedWhileItChanges(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx := testCtx(t)
+	name := uniqueName(t)
+	const start, clients, workers, rounds = 3, 3, 3, 10
+	var out, bound, settled atomic.Int64 // settled: the final limit, once it is in force
+	bound.Store(start)
+	var wg sync.WaitGroup
+	acquiredOnce := make(chan struct{}, 1)
+	check := func(now int64) {
+		if b := bound.Load(); now > b {
+			t.Errorf("%d permits out, above every limit in force so far (at most %d)", now, b)
+		}
+		if f := settled.Load(); f > 0 && now > f {
+			t.Errorf("%d permits out, above the limit of %d", now, f)
+		}
+	}
+	for i := 0; i < clients; i++ {
+		s := newClient(t, srv, dlock.WithWaiterLease(time.Second)).Semaphore(name, start)
+		for j := 0; j < workers; j++ {
+			wg.Add(1)
+			rng := rand.New(rand.NewSource(int64(i*workers + j)))
+			go func() {
+				defer wg.Done()
+				for r := 0; r < rounds; r++ {
+					n := 1 + rng.Intn(2)
+					p, err := s.Acquire(ctx, n)
+					if err != nil {
+						t.Errorf("Acquire(%d): %v", n, err)
+						return
+					}
+					check(out.Add(int64(n)))
+					select {
+					case acquiredOnce <- struct{}{}:
+					default:
+					}
+					// Hold them a while, as work would.
+					time.Sleep(time.Duration(rng.Intn(2000)) * time.Microsecond)
+					out.Add(-int64(n)) // before Release: never undercounts what is out
+					if err := p.Release(ctx); err != nil {
+						t.Errorf("Release: %v", err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	workersDone := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(workersDone)
+	}()
+	// The limit goes up to 6 and back down to 2 (the largest request fits
+	// always), one step each time a worker got permits.
+	s := newClient(t, srv).Semaphore(name, start)
+	limit := int64(start)
+	for _, delta := range []int{1, 1, 1, -1, -1, -1, -1} {
+		select {
+		case <-acquiredOnce:
+		case <-workersDone:
+			t.Logf("AddPermits(%d) after the workers were done", delta)
+		}
+		if delta > 0 {
+			bound.Store(limit + 1) // the limit may be in force before AddPermits returns
+		}
+		got, err := s.AddPermits(ctx, delta)
+		if err != nil {
+			t.Fatalf("AddPermits(%d): %v", delta, err)
+		}
+		if limit += int64(delta); int64(got) != limit {
+			t.Fatalf("AddPermits(%d) = %d, want %d", delta, got, limit)
+		}
+	}
+	// Permits granted under a higher limit may still be out: the final
+	// limit holds once they are back, which a full acquisition shows.
+	all, err := s.Acquire(ctx, int(limit))
+	if err != nil {
+		t.Fatalf("Acquire of the whole lowered limit: %v", err)
+	}
+	check(out.Add(limit))
+	settled.Store(limit)
+	out.Add(-limit)
+	if err := all.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-workersDone
+}
+
+// TestSemaphoreChangesSentTwiceCountOnce: go-redis sends a command again
+// when it lost the reply, and the server may run it twice. An AddPermits
+// adds once.
+func TestSemaphoreChangesSentTwiceCountOnce(t *testing.T) {
+	t.Parallel()
+	c, srv, proxy := clientWithLostReplies(t)
+	ctx := testCtx(t)
+	name := t.Name()
+	s := c.Semaphore(name, 2)
+	if _, err := s.AddPermits(ctx, 1); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	var n int
+	err := afterLostReply(t, []*redistest.Proxy{proxy}, func() bool { return semLimit(t, srv, name) == "5" }, func() (err error) {
+		n, err = s.AddPermits(ctx, 2)
+		return err
+	})
+	if err != nil || n != 5 {
+		t.Errorf("AddPermits(2) of 3 sent twice = %d, %v; want 5", n, err)
+	}
+	if v := semLimit(t, srv, name); v != "5" {
+		t.Errorf("stored limit %s after AddPermits(2) of 3 sent twice, want 5", v)
 	}
 }

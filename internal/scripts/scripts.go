@@ -151,7 +151,8 @@ var (
 	// SemRelease gives permits back and serves waiters, or leaves the queue
 	// (sem_release.lua).
 	SemRelease = withLib(lockLib+"\n"+semLib, semRelease)
-	// SemSetPermits changes a semaphore's limit (sem_set_permits.lua).
+	// SemSetPermits sets a semaphore's limit or adds to it
+	// (sem_set_permits.lua).
 	SemSetPermits = withLib(lockLib+"\n"+semLib, semSetPermits)
 	// SemExtend renews a holder's permits (sem_extend.lua).
 	SemExtend = withLib(lockLib+"\n"+semLib, semExtend)

@@ -106,6 +106,14 @@ var primitives = []primitiveKeys{
 			_, err := c.Semaphore(n, 2).AddPermits(ctx, 1)
 			return err
 		},
+		"ReleaseN": func(ctx context.Context, c *dlock.Client, n string) error {
+			p, err := c.Semaphore(n, 2).TryAcquire(ctx, 2)
+			if err != nil {
+				return err
+			}
+			defer p.Release(ctx)
+			return p.ReleaseN(ctx, 1)
+		},
 		"Available": func(ctx context.Context, c *dlock.Client, n string) error {
 			_, err := c.Semaphore(n, 2).Available(ctx)
 			return err

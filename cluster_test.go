@@ -238,8 +238,28 @@ func testClusterSemaphore(t *testing.T, cl *redistest.Cluster) {
 	if n, err := a.Semaphore(name, 2).Available(ctx); n != 1 || err != nil {
 		t.Errorf("Available = %d, %v; want 1", n, err)
 	}
-	if err := p.Release(ctx); err != nil {
-		t.Errorf("Release: %v", err)
+
+	// AddPermits and ReleaseN serve waiters the same way (AddPermits's
+	// script touches its calls key too, in the same slot).
+	big := goAcquire(t, func(ctx context.Context) (*dlock.Permits, error) { return b.Semaphore(name, 2).Acquire(ctx, 2) }, releasePermits)
+	waitWaiters(t, a, name, dlock.KindSemaphore, 1)
+	if n, err := a.Semaphore(name, 2).AddPermits(ctx, 2); n != 4 || err != nil {
+		t.Fatalf("AddPermits(2) = %d, %v; want 4", n, err)
+	}
+	q := big.await(t, promptly, "the waiter for 2 after the limit was raised to 4")
+	next = goAcquire(t, func(ctx context.Context) (*dlock.Permits, error) { return b.Semaphore(name, 2).Acquire(ctx, 2) }, releasePermits)
+	waitWaiters(t, a, name, dlock.KindSemaphore, 1)
+	if err := q.ReleaseN(ctx, 1); err != nil {
+		t.Fatalf("ReleaseN(1) of 2: %v", err)
+	}
+	r := next.await(t, promptly, "the waiter for 2 after ReleaseN")
+	if q.N() != 1 || q.Err() != nil {
+		t.Errorf("after ReleaseN(1) of 2: N() = %d, Err() = %v", q.N(), q.Err())
+	}
+	for _, p := range []*dlock.Permits{p, q, r} {
+		if err := p.Release(ctx); err != nil {
+			t.Errorf("Release: %v", err)
+		}
 	}
 }
 

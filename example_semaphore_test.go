@@ -88,6 +88,34 @@ func ExampleSemaphore_AddPermits() {
 	// refused: true
 }
 
+// Give permits back as a job's stages finish: a bulk load takes three
+// permits, and keeps one for its final, lighter stage.
+func ExamplePermits_ReleaseN() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	c, err := dlock.New(rdb)
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+
+	sem := c.Semaphore("example:warehouse-connections", 4)
+	permits, err := sem.Acquire(ctx, 3)
+	if err != nil {
+		panic(err)
+	}
+	defer permits.Release(ctx) // whatever is still held
+	// ... the parallel stage, on three connections ...
+	if err := permits.ReleaseN(ctx, 2); err != nil { // waiters get them now
+		panic(err)
+	}
+	free, _ := sem.Available(ctx)
+	fmt.Println("still holding", permits.N(), "permit; free:", free)
+	// Output:
+	// still holding 1 permit; free: 3
+}
+
 // Wait until every shard of a job has been loaded, by whichever replicas
 // loaded them.
 func ExampleLatch() {

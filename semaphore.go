@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -142,7 +144,9 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool) (*Permits, er
 		}
 		return nil, err
 	}
-	return &Permits{l: l, n: n}, nil
+	p := &Permits{l: l}
+	p.n.Store(int64(n))
+	return p, nil
 }
 
 // SetPermits changes the semaphore's limit to n (between 1 and MaxPermits)
@@ -428,6 +432,23 @@ func (e *semLimitError) Unwrap() []error { return []error{ErrInvalidArgument, e.
 // waiter leaves the queue. Waiters of this Client that the release serves
 // are told directly, ahead of the pub/sub message.
 func (a *semAcquisition) release(ctx context.Context, owner string) error {
+	call := a.releaseCall(owner, 0)
+	a.s.c.drv.Run(ctx, call)
+	_, err := a.releaseResult(call)
+	return err
+}
+
+// releaseSome gives back all of owner's permits but keep (Permits.ReleaseN)
+// and returns how many it holds now, as release does.
+func (a *semAcquisition) releaseSome(ctx context.Context, owner string, keep int) (int64, error) {
+	call := a.releaseCall(owner, keep)
+	a.s.c.drv.Run(ctx, call)
+	return a.releaseResult(call)
+}
+
+// releaseCall is sem_release's call for owner, keeping keep permits (0:
+// none).
+func (a *semAcquisition) releaseCall(owner string, keep int) *driver.Call {
 	s := a.s
 	call := &driver.Call{
 		Script: scripts.SemRelease,
@@ -437,15 +458,25 @@ func (a *semAcquisition) release(ctx context.Context, owner string) error {
 			s.c.drv.PublishCommand(), s.keys.channel(),
 		},
 	}
-	s.c.drv.Run(ctx, call)
-	held, err := s.grantsResult(call)
+	if keep > 0 {
+		call.Args = append(call.Args, keep)
+	}
+	return call
+}
+
+// releaseResult reads sem_release's reply: a positive number when owner
+// held permits (the permits it keeps, when it kept some), ErrNotHeld when
+// it held none. Waiters of this Client that the release served are told
+// directly, ahead of the pub/sub message.
+func (a *semAcquisition) releaseResult(call *driver.Call) (int64, error) {
+	held, err := a.s.grantsResult(call)
 	switch {
 	case err != nil:
-		return err
-	case held == 0:
-		return notHeld(call)
+		return 0, err
+	case held <= 0:
+		return 0, notHeld(call)
 	}
-	return nil
+	return held, nil
 }
 
 func (a *semAcquisition) renewCalls(owner string, px time.Duration, shorten bool) []*driver.Call {
@@ -489,7 +520,9 @@ func (a *semAcquisition) remaining(ctx context.Context, owner string) (time.Dura
 // permits never released expire one TTL after their last renewal.
 type Permits struct {
 	l *Lease
-	n int
+	// mu lets one ReleaseN at a time read and change the count.
+	mu sync.Mutex
+	n  atomic.Int64 // the permits held; changed under mu
 }
 
 var errPermitsReleased = fmt.Errorf("%w: released by Release", ErrNotHeld)
@@ -497,8 +530,10 @@ var errPermitsReleased = fmt.Errorf("%w: released by Release", ErrNotHeld)
 // Name returns the name of the semaphore the permits are from.
 func (p *Permits) Name() string { return p.l.Name() }
 
-// N returns how many permits are held.
-func (p *Permits) N() int { return p.n }
+// N returns how many permits are held: those acquired, less those given
+// back by ReleaseN. Release does not change it. It sends nothing and is
+// safe for concurrent use.
+func (p *Permits) N() int { return int(p.n.Load()) }
 
 // Token returns the fencing token of this acquisition. Tokens of one
 // semaphore strictly increase with every grant, so each acquisition's token
@@ -537,6 +572,64 @@ func (p *Permits) Err() error {
 // else's permits are touched), or if they were already released.
 func (p *Permits) Release(ctx context.Context) error {
 	return p.l.end(ctx, "Release", "the permits expired or were removed before Release")
+}
+
+// ReleaseN gives back n of the permits (between 1 and N) and keeps the rest
+// under the same lease: the same owner, token, renewal and Done. Waiters the
+// released permits make room for are served at once, in arrival order, as
+// after Release; afterwards N reports the permits still held. ReleaseN(N())
+// is Release. Like Release, it runs detached from ctx's cancellation
+// (bounded by WithReleaseTimeout).
+//
+// It returns ErrInvalidArgument for n out of range (nothing is sent), and
+// ErrNotHeld, as Release does, when the permits had expired or were removed
+// (they are then lost: Done closes and Err matches ErrLockLost) or were
+// already released. Permits already lost here (Done closed) are ErrNotHeld
+// without anything sent: they can no longer be kept, and Release gives back
+// whatever Redis still holds of them. It also returns ErrKeyConflict, or the
+// failure to reach Redis; the permits may then have been given back or not:
+// N still reports the count before the call, the rest are held either way,
+// and calling ReleaseN again with the same n never gives back more than n (a
+// call sent again after a lost reply gives back nothing more either). Calls
+// to ReleaseN of one Permits run one at a time; it is safe for concurrent
+// use.
+func (p *Permits) ReleaseN(ctx context.Context, n int) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l, held := p.l, int(p.n.Load())
+	if n < 1 || n > held {
+		return errorf("dlock: ReleaseN %q: %w", l.Name(), invalidArgf("%d permits: want between 1 and the %d held", n, held))
+	}
+	if n == held {
+		return l.end(ctx, "ReleaseN", "the permits expired or were removed before ReleaseN")
+	}
+	if err := l.usable(); err != nil {
+		if err == errReleased {
+			err = errPermitsReleased
+		}
+		return errorf("dlock: ReleaseN %q: %w", l.Name(), err)
+	}
+	rctx, cancel := detach(ctx, l.cfg.releaseTimeout)
+	defer cancel()
+	kept, err := l.h.(*semAcquisition).releaseSome(rctx, l.owner, held-n)
+	switch {
+	case err == nil:
+		p.n.Store(kept)
+		return nil
+	case errors.Is(err, ErrNotHeld):
+		wd := l.wd
+		wd.mu.Lock()
+		if l.state != leaseHeld {
+			// A Release gave them all back meanwhile: not a loss.
+			wd.mu.Unlock()
+			return errorf("dlock: ReleaseN %q: %w", l.Name(), errPermitsReleased)
+		}
+		lost := wd.loseLocked(l, "ReleaseN found the permits gone or held by another owner")
+		wd.mu.Unlock()
+		runLossFuncs(lost, l)
+		return errorf("dlock: ReleaseN %q: %w: the permits expired or were removed before ReleaseN", l.Name(), ErrNotHeld)
+	}
+	return redisError("ReleaseN", l.Name(), err)
 }
 
 // Extend sets the permits' remaining time to ttl (between MinTTL and

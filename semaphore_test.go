@@ -963,8 +963,8 @@ func TestSemaphoreAddPermitsConcurrent(t *testing.T) {
 }
 
 // TestSemaphoreLimitRespectedWhileItChanges: workers of several Clients
-// acquire and release while the limit goes up and down by AddPermits. The
-// permits out never
+// acquire and release while the limit goes up and down by AddPermits, and
+// ReleaseN gives part of what they hold back early. The permits out never
 // exceed the highest limit in force so far, and once the limit stops
 // changing, not the final one either.
 func TestSemaphoreLimitRespectedWhileItChanges(t *testing.T) {
@@ -1005,7 +1005,13 @@ func TestSemaphoreLimitRespectedWhileItChanges(t *testing.T) {
 					}
 					// Hold them a while, as work would.
 					time.Sleep(time.Duration(rng.Intn(2000)) * time.Microsecond)
-					out.Add(-int64(n)) // before Release: never undercounts what is out
+					if n == 2 {
+						out.Add(-1) // before ReleaseN: never undercounts what is out
+						if err := p.ReleaseN(ctx, 1); err != nil {
+							t.Errorf("ReleaseN(1) of 2: %v", err)
+						}
+					}
+					out.Add(-int64(p.N()))
 					if err := p.Release(ctx); err != nil {
 						t.Errorf("Release: %v", err)
 						return
@@ -1055,9 +1061,263 @@ func TestSemaphoreLimitRespectedWhileItChanges(t *testing.T) {
 	<-workersDone
 }
 
+func TestSemaphoreReleaseN(t *testing.T) {
+	srv := redistest.Shared(t)
+	rdb, counter := countingClient(t, srv)
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := testCtx(t)
+	name := uniqueName(t)
+	s := c.Semaphore(name, 5)
+	p := mustAcquire(t, s, 4)
+	token, owner, done := p.Token(), p.Owner(), p.Done()
+
+	before := counter.n.Load()
+	for _, n := range []int{0, -1, 5} {
+		if err := p.ReleaseN(ctx, n); !errors.Is(err, dlock.ErrInvalidArgument) {
+			t.Errorf("ReleaseN(%d) of 4: got %v, want ErrInvalidArgument", n, err)
+		}
+	}
+	if sent := counter.n.Load() - before; sent != 0 {
+		t.Errorf("rejected ReleaseN sent %d commands", sent)
+	}
+
+	// Part given back: the rest stay under the same lease.
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := p.ReleaseN(cancelled, 1); err != nil { // detached, as Release
+		t.Fatalf("ReleaseN(1) of 4 with a cancelled ctx: %v", err)
+	}
+	if err := p.ReleaseN(ctx, 2); err != nil {
+		t.Fatalf("ReleaseN(2) of 3: %v", err)
+	}
+	if p.N() != 1 || p.Token() != token || p.Owner() != owner || p.Done() != done || p.Err() != nil {
+		t.Errorf("after ReleaseN: N() %d, token %d (was %d), owner %q (was %q), Err %v; want 1 permit under the same lease",
+			p.N(), p.Token(), token, p.Owner(), owner, p.Err())
+	}
+	if got, want := srv.Client(t).HGet(ctx, semKey(name)+":n", srv.Client(t).ZRange(ctx, semKey(name), 0, 0).Val()[0]).Val(), fmt.Sprintf("1 %d", token); got != want {
+		t.Errorf("count entry %q, want %q", got, want)
+	}
+	if n, err := s.Available(ctx); err != nil || n != 4 {
+		t.Errorf("Available() = %d, %v; want 4", n, err)
+	}
+	// Operators see what is left.
+	list, err := c.List(ctx, name)
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	for what, infos := range map[string][]dlock.LockInfo{"Inspect": mustInspect(t, c, name), "List": list} {
+		info := infoOf(t, infos, dlock.KindSemaphore)
+		if len(info.Holders) != 1 || info.Holders[0].Permits != 1 || info.Holders[0].Token != token || info.Holders[0].Owner != owner {
+			t.Errorf("%s holders %+v, want the owner with 1 permit and token %d", what, info.Holders, token)
+		}
+	}
+	if err := p.Extend(ctx, time.Minute); err != nil {
+		t.Errorf("Extend after ReleaseN: %v", err)
+	}
+	if d, err := p.TTL(ctx); err != nil || d < 50*time.Second {
+		t.Errorf("TTL() after ReleaseN and Extend = %v, %v", d, err)
+	}
+
+	// ReleaseN(N()) is Release.
+	if err := p.ReleaseN(ctx, 1); err != nil {
+		t.Fatalf("ReleaseN(1) of 1: %v", err)
+	}
+	select {
+	case <-done:
+	default:
+		t.Error("Done not closed by ReleaseN of every permit")
+	}
+	if err := p.Err(); !errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("Err() after ReleaseN of every permit = %v, want ErrNotHeld only", err)
+	}
+	if n := srv.Client(t).Exists(ctx, semKey(name), semKey(name)+":n").Val(); n != 0 {
+		t.Errorf("holder keys left after every permit was released")
+	}
+	if err := p.ReleaseN(ctx, 1); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("ReleaseN after the end: got %v, want ErrNotHeld", err)
+	}
+	if err := p.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release after ReleaseN of every permit: got %v, want ErrNotHeld", err)
+	}
+
+	// Several at once on one Permits: each gives back its own.
+	q := mustAcquire(t, s, 5)
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := q.ReleaseN(ctx, 1); err != nil {
+				t.Errorf("concurrent ReleaseN(1): %v", err)
+			}
+			_ = q.N()
+		}()
+	}
+	wg.Wait()
+	if q.N() != 1 {
+		t.Errorf("N() = %d after four ReleaseN(1) of 5", q.N())
+	}
+	if n, err := s.Available(ctx); err != nil || n != 4 {
+		t.Errorf("Available() = %d, %v; want 4", n, err)
+	}
+	if err := q.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSemaphoreReleaseNServesWaitersInOrder: permits given back by ReleaseN
+// go to the waiters at once, in arrival order, stopping at the first that
+// does not fit, as after Release.
+func TestSemaphoreReleaseNServesWaitersInOrder(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := newClient(t, srv)
+	ctx := testCtx(t)
+	name := uniqueName(t)
+	p := mustAcquire(t, c.Semaphore(name, 4), 4)
+	var waiters []<-chan acquired
+	for i, n := range []int{2, 1, 2} {
+		waiters = append(waiters, acquireAsync(ctx, patientSem(t, srv, name, 4), n))
+		waitSemQueued(t, srv, name, int64(i+1))
+	}
+	// Each ReleaseN grants in its script: the queue tells who was served
+	// as soon as it returns.
+	for i, step := range []struct{ n, queued int }{
+		{1, 3}, // 1 free: the first wants 2
+		{1, 2}, // 2 free: the first's 2
+		{1, 1}, // 1 free: the second's 1
+		{1, 1}, // every permit back (Release), 1 free: the third wants 2
+	} {
+		if err := p.ReleaseN(ctx, step.n); err != nil {
+			t.Fatalf("step %d: ReleaseN(%d) of %d: %v", i, step.n, p.N(), err)
+		}
+		if n := srv.Client(t).ZCard(ctx, semKey(name)+":q").Val(); n != int64(step.queued) {
+			t.Fatalf("step %d: %d waiters still queued, want %d", i, n, step.queued)
+		}
+	}
+	if p.Err() == nil {
+		t.Error("the permits are still held after the last ReleaseN")
+	}
+	first := awaitServed(t, waiters[0], "waiter 1")
+	second := awaitServed(t, waiters[1], "waiter 2")
+	if err := first.ReleaseN(ctx, 1); err != nil { // 2 free: the third's 2
+		t.Fatal(err)
+	}
+	third := awaitServed(t, waiters[2], "waiter 3")
+	if !(p.Token() < first.Token() && first.Token() < second.Token() && second.Token() < third.Token()) {
+		t.Errorf("tokens %d, %d, %d after %d: the waiters were not served in arrival order",
+			first.Token(), second.Token(), third.Token(), p.Token())
+	}
+}
+
+// TestSemaphoreReleaseNOfLostPermits: ReleaseN of permits that are gone
+// returns Release's ErrNotHeld, and the permits are then lost.
+func TestSemaphoreReleaseNOfLostPermits(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx := testCtx(t)
+	rdb := srv.Client(t)
+
+	// Removed by hand, found by ReleaseN itself (nothing renews them).
+	c := newClient(t, srv, dlock.WithAutoRenew(false))
+	name := uniqueName(t)
+	p := mustAcquire(t, c.Semaphore(name, 3), 2)
+	keep := mustAcquire(t, c.Semaphore(name, 3), 1)
+	defer keep.Release(ctx)
+	for _, h := range rdb.ZRange(ctx, semKey(name), 0, -1).Val() {
+		if strings.HasSuffix(rdb.HGet(ctx, semKey(name)+":n", h).Val(), fmt.Sprintf(" %d", p.Token())) {
+			rdb.ZRem(ctx, semKey(name), h)
+		}
+	}
+	if err := p.ReleaseN(ctx, 1); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("ReleaseN of removed permits: got %v, want ErrNotHeld", err)
+	}
+	select {
+	case <-p.Done():
+	default:
+		t.Error("Done not closed when ReleaseN found the permits gone")
+	}
+	if err := p.Err(); !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("Err() = %v, want ErrLockLost", err)
+	}
+	if p.N() != 2 {
+		t.Errorf("N() = %d after a failed ReleaseN(1) of 2", p.N())
+	}
+	if err := p.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release of lost permits: got %v, want ErrNotHeld", err)
+	}
+	if err := keep.Err(); err != nil {
+		t.Errorf("the other holder was affected: %v", err)
+	}
+
+	// Expired: lost here at their deadline, so ReleaseN sends nothing.
+	name = uniqueName(t)
+	crdb, counter := countingClient(t, srv)
+	c2, err := dlock.New(crdb, dlock.WithAutoRenew(false), dlock.WithTTL(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	q, err := c2.Semaphore(name, 3).Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-q.Done()
+	before := counter.n.Load()
+	if err := q.ReleaseN(ctx, 1); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("ReleaseN of expired permits: got %v, want ErrNotHeld", err)
+	}
+	if sent := counter.n.Load() - before; sent != 0 {
+		t.Errorf("ReleaseN of permits lost here sent %d commands", sent)
+	}
+	// The local deadline comes a little before the server's expiry, when
+	// Release would still find them.
+	waitFor(t, 5*time.Second, func() bool { return rdb.Exists(ctx, semKey(name)).Val() == 0 }, "the permits to expire on the server")
+	if err := q.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release of expired permits: got %v, want ErrNotHeld", err)
+	}
+}
+
+// TestSemaphoreReleaseNKeyConflict: a foreign key fails ReleaseN with
+// ErrKeyConflict and changes nothing: the permits are still held, all of
+// them.
+func TestSemaphoreReleaseNKeyConflict(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := newClient(t, srv)
+	rdb := srv.Client(t)
+	ctx := testCtx(t)
+	name := uniqueName(t)
+	s := c.Semaphore(name, 3)
+	p := mustAcquire(t, s, 3)
+	rdb.RPush(ctx, semKey(name)+":q", "a", "b")
+	if err := p.ReleaseN(ctx, 1); !errors.Is(err, dlock.ErrKeyConflict) {
+		t.Errorf("ReleaseN with a list at :q: got %v, want ErrKeyConflict", err)
+	}
+	if _, err := s.AddPermits(ctx, 1); !errors.Is(err, dlock.ErrKeyConflict) {
+		t.Errorf("AddPermits with a list at :q: got %v, want ErrKeyConflict", err)
+	}
+	if p.N() != 3 || p.Err() != nil {
+		t.Errorf("N() = %d, Err() = %v after a conflict; want 3, nil", p.N(), p.Err())
+	}
+	rdb.Del(ctx, semKey(name)+":q")
+	rdb.Set(ctx, semKey(name)+":calls", "x", time.Minute)
+	if _, err := s.AddPermits(ctx, 1); !errors.Is(err, dlock.ErrKeyConflict) {
+		t.Errorf("AddPermits with a string at :calls: got %v, want ErrKeyConflict", err)
+	}
+	if v := semLimit(t, srv, name); v != "" {
+		t.Errorf("a limit (%s) was stored despite the conflict", v)
+	}
+	if err := p.ReleaseN(ctx, 1); err != nil || p.N() != 2 {
+		t.Errorf("ReleaseN once the conflict is gone: %v, N() %d", err, p.N())
+	}
+	_ = p.Release(ctx)
+}
+
 // TestSemaphoreChangesSentTwiceCountOnce: go-redis sends a command again
 // when it lost the reply, and the server may run it twice. An AddPermits
-// adds once.
+// adds once, and a ReleaseN gives back its permits once.
 func TestSemaphoreChangesSentTwiceCountOnce(t *testing.T) {
 	t.Parallel()
 	c, srv, proxy := clientWithLostReplies(t)
@@ -1077,5 +1337,23 @@ func TestSemaphoreChangesSentTwiceCountOnce(t *testing.T) {
 	}
 	if v := semLimit(t, srv, name); v != "5" {
 		t.Errorf("stored limit %s after AddPermits(2) of 3 sent twice, want 5", v)
+	}
+
+	p := mustAcquire(t, s, 4)
+	if err := p.ReleaseN(ctx, 1); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	count := func() string {
+		return srv.Client(t).HGet(ctx, semKey(name)+":n", srv.Client(t).ZRange(ctx, semKey(name), 0, 0).Val()[0]).Val()
+	}
+	want := fmt.Sprintf("1 %d", p.Token())
+	if err := afterLostReply(t, []*redistest.Proxy{proxy}, func() bool { return count() == want }, func() error { return p.ReleaseN(ctx, 2) }); err != nil {
+		t.Errorf("ReleaseN(2) of 3 sent twice: %v", err)
+	}
+	if got := count(); got != want || p.N() != 1 {
+		t.Errorf("count entry %q and N() %d after ReleaseN(2) of 3 sent twice; want %q and 1", got, p.N(), want)
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -148,8 +148,8 @@ var (
 	// SemAcquire takes a semaphore's permits or joins its queue
 	// (sem_acquire.lua).
 	SemAcquire = withLib(lockLib+"\n"+semLib, semAcquire)
-	// SemRelease gives permits back and serves waiters, or leaves the queue
-	// (sem_release.lua).
+	// SemRelease gives permits back, all or some, and serves waiters, or
+	// leaves the queue (sem_release.lua).
 	SemRelease = withLib(lockLib+"\n"+semLib, semRelease)
 	// SemSetPermits sets a semaphore's limit or adds to it
 	// (sem_set_permits.lua).

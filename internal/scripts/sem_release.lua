@@ -1,23 +1,44 @@
--- sem_release.lua: give a holder's permits back and serve the waiters they
--- make room for; also how a waiter that gives up leaves the queue (which may
--- let smaller requests behind it through).
+-- sem_release.lua: give a holder's permits back, all of them or all but
+-- some, and serve the waiters they make room for; also how a waiter that
+-- gives up leaves the queue (which may let smaller requests behind it
+-- through).
 -- KEYS: 1 holders, 2 counts, 3 limit, 4 fence, 5 queue, 6 waiters
 --       (see sem_lib.lua)
 -- ARGV: 1 owner value, 2 permits (the limit unless SetPermits stored one),
 --       3 limit retention ms, 4 fence retention ms, 5 publish command,
---       6 channel
+--       6 channel, 7 (optional) how many permits owner keeps (ReleaseN):
+--       it gives back the rest and stays a holder, with its token and
+--       expiry
 -- Returns: {held, fence, px, owner, fence, px, owner, ...}: held is 1 when
 --          owner held permits (now released), 0 when it did not (its queue
---          entry, if any, is gone); then each grant this call made to a
---          waiter, with its fencing token and claim window.
+--          entry, if any, is gone); with ARGV[7], the permits owner holds
+--          now, or 0. Then each grant this call made to a waiter, with its
+--          fencing token and claim window.
 local owner = ARGV[1]
 sem_check(6)
 local now_us, now_ms = sem_now()
 local limit = sem_limit(ARGV[2], ARGV[3])
 sem_drop_expired(now_ms)
 dlock_dequeue(KEYS[5], KEYS[6], owner)
-local reply = {redis.call('ZREM', KEYS[1], owner)}
-redis.call('HDEL', KEYS[2], owner)
+local reply
+if ARGV[7] then
+  -- The count is set to what is kept, not decreased, so the same call sent
+  -- again after its reply was lost gives nothing back a second time.
+  local keep = tonumber(ARGV[7])
+  local n, fence = sem_held(redis.call('HGET', KEYS[2], owner))
+  if n and redis.call('ZSCORE', KEYS[1], owner) then
+    if n > keep then
+      redis.call('HSET', KEYS[2], owner, string.format('%.0f %.0f', keep, fence))
+      n = keep
+    end
+    reply = {n}
+  else
+    reply = {0}
+  end
+else
+  reply = {redis.call('ZREM', KEYS[1], owner)}
+  redis.call('HDEL', KEYS[2], owner)
+end
 if redis.call('EXISTS', KEYS[5]) == 1 then
   local _, grants = sem_grant_queued(now_us, limit, sem_used(), ARGV[4], ARGV[5], ARGV[6])
   for _, v in ipairs(grants) do

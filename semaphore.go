@@ -26,7 +26,7 @@ const MaxPermits = 1<<31 - 1
 // The limit is the permits given to Client.Semaphore, unless SetPermits or
 // AddPermits stored another one in Redis, which then applies to every
 // process. Every user of a name should pass the same permits (or rely on
-// SetPermits).
+// the stored limit).
 //
 // Each acquisition's permits are a lease like a lock's: the Client's
 // watchdog renews them every TTL/3, and they expire one TTL after the last
@@ -55,7 +55,7 @@ type Semaphore struct {
 type semKeys struct {
 	holders string // zset owner -> expiry of its permits (server ms)
 	counts  string // hash owner -> "<permits> <fence>"
-	limit   string // SetPermits's limit, if any
+	limit   string // the limit SetPermits or AddPermits stored, if any
 	fence   string // last fencing token issued
 	queue   string // waiting owners by arrival
 	waiters string // waiting owners' leases and requests
@@ -85,9 +85,9 @@ func newSemKeys(prefix, name string) semKeys {
 func (k *semKeys) channel() string { return k.holders }
 
 // Semaphore returns the semaphore called name with permits permits (between
-// 1 and MaxPermits) unless SetPermits stored another limit. opts override
-// the Client's defaults for it; WithTTL is the lifetime of held permits
-// without renewal. It sends nothing and never fails: an invalid name,
+// 1 and MaxPermits) unless SetPermits or AddPermits stored another limit.
+// opts override the Client's defaults for it; WithTTL is the lifetime of
+// held permits without renewal. It sends nothing and never fails: an invalid name,
 // permits or option is reported as ErrInvalidArgument by the first call that
 // would reach Redis. A semaphore's keys are apart from those of a Mutex of
 // the same name.
@@ -118,7 +118,8 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int) (*Permits, error) {
 // it is served once every earlier waiter was and n permits are free. n must
 // be between 1 and the limit in force; asking for more can never succeed,
 // and Acquire says so at once with ErrInvalidArgument (also when a lower
-// limit set by SetPermits while it waited makes it impossible). When ctx
+// limit stored by SetPermits or AddPermits while it waited makes it
+// impossible). When ctx
 // ends first, the error matches both ErrNotObtained and ctx's error, and the
 // waiter has left the queue. Failures to reach Redis are retried while ctx
 // allows; other errors are returned at once: ErrInvalidArgument,

@@ -20,7 +20,7 @@ type lockJSON struct {
 	Name      string       `json:"name"`
 	Kind      string       `json:"kind"`       // mutex, reentrant, rwmutex, semaphore, latch
 	LastToken int64        `json:"last_token"` // last fencing token issued; 0: no longer known
-	Limit     int          `json:"limit"`      // semaphore: limit stored by SetPermits; 0: none
+	Limit     int          `json:"limit"`      // semaphore: limit stored by SetPermits or AddPermits; 0: none
 	Count     int64        `json:"count"`      // latch: its count
 	TTLMillis int64        `json:"ttl_ms"`     // latch: time until it expires
 	Holders   []holderJSON `json:"holders"`    // in grant order; [] when free

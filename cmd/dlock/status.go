@@ -119,7 +119,7 @@ func statusLine(info dlock.LockInfo) string {
 	}
 	if info.Kind == dlock.KindSemaphore {
 		if info.Permits > 0 {
-			parts = append(parts, fmt.Sprintf("limit %d (set by SetPermits)", info.Permits))
+			parts = append(parts, fmt.Sprintf("limit %d (stored by SetPermits or AddPermits)", info.Permits))
 		} else {
 			parts = append(parts, "limit set by its users")
 		}

@@ -20,10 +20,14 @@ import (
 func TestMain(m *testing.M) {
 	// Run as "dlock" or "hold" by the scripts, this binary is that command;
 	// otherwise it runs the tests, then looks for leaked goroutines.
-	os.Exit(testscript.RunMain(leakChecked{m}, map[string]func() int{
-		"dlock": dlockMain,
-		"hold":  holdMain,
-	}))
+	os.Exit(testscript.RunMain(leakChecked{m}, testCommands))
+}
+
+// testCommands are the commands this binary is when run by those names
+// (testscript.RunMain puts them in $PATH). Tests for one platform add theirs.
+var testCommands = map[string]func() int{
+	"dlock": dlockMain,
+	"hold":  holdMain,
 }
 
 // leakChecked runs the tests as redistest.Main does: stopping the shared

@@ -58,9 +58,16 @@ func startDlock(t *testing.T, srv *redistest.Server, args ...string) *dlockProce
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &dlockProcess{exited: make(chan struct{})}
-	p.cmd = exec.Command(exe, args...)
-	p.cmd.Args[0] = "dlock" // testscript.RunMain runs dlockMain for it
+	cmd := exec.Command(exe, args...)
+	cmd.Args[0] = "dlock" // testscript.RunMain runs dlockMain for it
+	return startProcess(t, srv, cmd)
+}
+
+// startProcess starts cmd, which runs dlock (itself, or under a wrapper), as
+// startDlock does.
+func startProcess(t *testing.T, srv *redistest.Server, cmd *exec.Cmd) *dlockProcess {
+	t.Helper()
+	p := &dlockProcess{cmd: cmd, exited: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), redisURLEnv+"="+srv.URL(), "GORACE="+goraceNoExitSleep())
 	p.cmd.Stdout = &p.stderr
 	p.cmd.Stderr = &p.stderr

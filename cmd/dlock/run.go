@@ -104,6 +104,11 @@ ends. On Linux the command's own process is killed if dlock itself dies
 without cleaning up (SIGKILL, out of memory), since nothing renews the lock
 then; processes it started are not (exec the job from a wrapper script).
 
+Containers: as a container's entrypoint (PID 1), or a child subreaper,
+dlock also reaps the orphaned processes the kernel hands it, as an init
+does. As PID 1, whatever the command leaves running is killed by the
+kernel when dlock exits.
+
 Job control: dlock is not suspended while its command runs. A stopped dlock
 would not renew the lock, which would expire while the command (in its own
 group, not stopped) went on, and another host's run would start beside it.
@@ -228,6 +233,10 @@ func (a *app) run(ctx context.Context, o *runOptions, name string, argv []string
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwardedSignals...)
 	defer signal.Stop(sigs)
+	// As a container's PID 1, dlock is init: it reaps orphans, from the
+	// start, as they may come while it waits (from "kubectl exec").
+	reap := startReaper()
+	defer reap.stop()
 
 	info := o.ownerInfo
 	if info == "" {
@@ -278,7 +287,7 @@ func (a *app) run(ctx context.Context, o *runOptions, name string, argv []string
 	}
 	cmd.SysProcAttr = commandAttr(!o.foreground)
 	cmd.WaitDelay = time.Second // output copied through pipes (tests) may outlive the command
-	code, lost, err := a.supervise(cmd, h, o, sigs)
+	code, lost, err := a.supervise(cmd, h, o, sigs, reap)
 	if err != nil {
 		a.release(name, h, o, false)
 		if ierr := checkInterpreter(cmd.Path); ierr != nil {
@@ -525,8 +534,8 @@ func holderList(holders []dlock.Holder) string {
 // supervise starts the command and waits for it, passing signals on and
 // acting on a lost lock. It returns the command's exit status and the loss,
 // or why the command could not be started.
-func (a *app) supervise(cmd *exec.Cmd, h *held, o *runOptions, sigs <-chan os.Signal) (code int, lost error, err error) {
-	cmd, exited, err := startCommand(cmd)
+func (a *app) supervise(cmd *exec.Cmd, h *held, o *runOptions, sigs <-chan os.Signal, reap *reaper) (code int, lost error, err error) {
+	cmd, exited, err := startCommand(cmd, reap)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -623,16 +632,17 @@ func (a *app) endGroup(cmd *exec.Cmd, graceC <-chan time.Time, sigs <-chan os.Si
 // as long as the command. The returned channel yields Wait's result for
 // the command started: cmd, or, for a file the kernel will not execute (a
 // script without a #! line), /bin/sh running it, as execvp(3), flock(1)
-// and shells do.
-func startCommand(cmd *exec.Cmd) (*exec.Cmd, <-chan error, error) {
+// and shells do. reap, when dlock reaps orphans, starts it and is told when
+// Wait has reaped it.
+func startCommand(cmd *exec.Cmd, reap *reaper) (*exec.Cmd, <-chan error, error) {
 	started := make(chan error, 1)
 	exited := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		err := cmd.Start()
+		err := reap.start(cmd)
 		if sh := shellFallback(cmd, err); sh != nil {
 			cmd = sh
-			err = cmd.Start()
+			err = reap.start(cmd)
 		}
 		if err != nil {
 			runtime.UnlockOSThread()
@@ -642,7 +652,9 @@ func startCommand(cmd *exec.Cmd) (*exec.Cmd, <-chan error, error) {
 		started <- nil
 		// Never unlocked: the thread ends with this goroutine, once the
 		// command has exited.
-		exited <- cmd.Wait()
+		err = cmd.Wait()
+		reap.commandReaped()
+		exited <- err
 	}()
 	if err := <-started; err != nil {
 		return cmd, nil, err

@@ -608,13 +608,24 @@ func (a *app) endGroup(cmd *exec.Cmd, graceC <-chan time.Time, sigs <-chan os.Si
 	if !groupAlive(pid) {
 		return
 	}
-	fmt.Fprintln(a.stderr, "dlock: the command exited, but processes it started are still running without the lock; SIGKILL to them when the grace ends")
+	// Processes that got the SIGTERM with the command may be ending right
+	// now: they are reported only if they outlive a first look.
+	told := false
+	tell := func() {
+		if !told {
+			told = true
+			fmt.Fprintln(a.stderr, "dlock: the command exited, but processes it started are still running without the lock; SIGKILL to them when the grace ends")
+		}
+	}
 	tick := time.NewTicker(50 * time.Millisecond) // a group's end signals nothing: look
 	defer tick.Stop()
 	for {
 		select {
 		case <-graceC:
-			signalCommand(cmd.Process, sigKILL, true)
+			if groupAlive(pid) {
+				tell()
+				signalCommand(cmd.Process, sigKILL, true)
+			}
 			return
 		case sig := <-sigs:
 			signalCommand(cmd.Process, sig, true)
@@ -622,6 +633,7 @@ func (a *app) endGroup(cmd *exec.Cmd, graceC <-chan time.Time, sigs <-chan os.Si
 			if !groupAlive(pid) {
 				return
 			}
+			tell()
 		}
 	}
 }

@@ -238,3 +238,30 @@ func TestPercentile(t *testing.T) {
 		}
 	}
 }
+
+// uniqueLockName is a lock name of the test's own, apart from other runs'.
+func uniqueLockName(t *testing.T) string {
+	return fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
+}
+
+// inspector returns a dlock Client to look at srv's locks.
+func inspector(t *testing.T, srv *redistest.Server) *dlock.Client {
+	c, err := dlock.New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// waitUntil polls cond until it holds, failing the test after 30 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

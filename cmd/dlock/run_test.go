@@ -113,27 +113,6 @@ func waitForFile(t *testing.T, path string) string {
 	return string(b)
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// inspector returns a dlock Client to look at srv's locks.
-func inspector(t *testing.T, srv *redistest.Server) *dlock.Client {
-	c, err := dlock.New(srv.Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
 // state returns the number of holders and waiters of name's mutex.
 func state(t *testing.T, c *dlock.Client, name string) (holders, waiters int) {
 	t.Helper()
@@ -147,10 +126,6 @@ func state(t *testing.T, c *dlock.Client, name string) (holders, waiters int) {
 		}
 	}
 	return 0, 0
-}
-
-func uniqueLockName(t *testing.T) string {
-	return fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
 }
 
 // TestRunForwardsSignals sends signals to dlock alone, as kill(1) or a

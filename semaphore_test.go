@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
@@ -1313,6 +1315,33 @@ func TestSemaphoreReleaseNKeyConflict(t *testing.T) {
 		t.Errorf("ReleaseN once the conflict is gone: %v, N() %d", err, p.N())
 	}
 	_ = p.Release(ctx)
+}
+
+// A sorted set without an expiry at :sem:calls is no key of dlock's (it
+// always sets one): AddPermits must report ErrKeyConflict and leave it
+// alone, as sem_check does for every other key.
+func TestSemaphoreAddPermitsForeignCallsZset(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := newClient(t, srv)
+	rdb := srv.Client(t)
+	ctx := testCtx(t)
+	name := uniqueName(t)
+	calls := semKey(name) + ":calls"
+	rdb.ZAdd(ctx, calls, redis.Z{Score: 1, Member: "someone else's"})
+	defer rdb.Del(ctx, calls)
+	_, err := c.Semaphore(name, 2).AddPermits(ctx, 1)
+	if !errors.Is(err, dlock.ErrKeyConflict) {
+		t.Errorf("AddPermits with a foreign zset at :calls: got %v, want ErrKeyConflict", err)
+	}
+	if d := rdb.PTTL(ctx, calls).Val(); d != -1 {
+		t.Errorf("the foreign zset was given an expiry (%v)", d)
+	}
+	if m := rdb.ZRange(ctx, calls, 0, -1).Val(); len(m) != 1 || m[0] != "someone else's" {
+		t.Errorf("the foreign zset holds %q now", m)
+	}
+	if v := semLimit(t, srv, name); v != "" {
+		t.Errorf("a limit (%s) was stored despite the conflict", v)
+	}
 }
 
 // TestSemaphoreChangesSentTwiceCountOnce: go-redis sends a command again

@@ -25,6 +25,11 @@ local now_us, now_ms = sem_now()
 if ARGV[6] then
   -- Inline rather than in sem_lib.lua: a helper there would be defined by
   -- every semaphore script, renewals included (docs/design.md).
+  -- AddPermits always gives the calls key an expiry: one without is not
+  -- ours (another type raises WRONGTYPE at ZSCORE, still before any write).
+  if redis.call('PTTL', KEYS[7]) == -1 then
+    error('DLOCK_CONFLICT ' .. KEYS[7] .. ' has no expiry: AddPermits did not write it')
+  end
   local current = tonumber(redis.call('GET', KEYS[3]) or ARGV[6])
   if redis.call('ZSCORE', KEYS[7], ARGV[8]) then -- raises WRONGTYPE first
     return {current}

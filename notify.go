@@ -44,9 +44,14 @@ type channelState struct {
 	// waiters by the owner grants name; a few goroutines may share one
 	// owner (a reentrant lock's), and the first of them takes a grant.
 	waiters   map[string][]*waiter
-	confirmed bool          // the server confirmed the subscription
-	pending   chan struct{} // closed when a subscribe in flight ends
-	idle      *time.Timer   // unsubscribes after the linger, when no waiter is left
+	confirmed bool // the server confirmed the subscription
+	// unsure: the last subscribe failed, but its SUBSCRIBE may have
+	// reached the server (a wait that ended before the confirmation did),
+	// and the driver keeps the channel: it is unsubscribed as a confirmed
+	// one is, after the linger, or it would stay subscribed for good.
+	unsure  bool
+	pending chan struct{} // closed when a subscribe in flight ends
+	idle    *time.Timer   // unsubscribes after the linger, when no waiter is left
 }
 
 // waiter is one Lock call waiting for a lock. The notifier sets its grant and
@@ -117,7 +122,13 @@ func (n *notifier) unregister(channel string, w *waiter) {
 	if len(cs.waiters) > 0 || cs.pending != nil {
 		return
 	}
-	if !cs.confirmed || n.closed {
+	n.idleLocked(channel, cs)
+}
+
+// idleLocked lets go of a channel without waiters: at once when it was
+// never subscribed, after the linger otherwise.
+func (n *notifier) idleLocked(channel string, cs *channelState) {
+	if !cs.confirmed && !cs.unsure || n.closed {
 		delete(n.channels, channel)
 		return
 	}
@@ -156,7 +167,7 @@ func (n *notifier) expire(channel string, cs *channelState) {
 		return
 	}
 	done := make(chan struct{})
-	cs.pending, cs.confirmed = done, false
+	cs.pending, cs.confirmed, cs.unsure = done, false, false
 	sub := n.sub
 	n.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -244,8 +255,9 @@ func (n *notifier) subscribe(ctx context.Context, channel string) error {
 		n.mu.Lock()
 		cs.pending = nil
 		cs.confirmed = err == nil
+		cs.unsure = err != nil
 		if len(cs.waiters) == 0 && n.channels[channel] == cs && !cs.confirmed {
-			delete(n.channels, channel)
+			n.idleLocked(channel, cs)
 		}
 		close(done)
 		n.mu.Unlock()

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/goredis"
@@ -66,5 +68,68 @@ func TestWaiterPollsWhenItsSubscriptionIsNeverConfirmed(t *testing.T) {
 		t.Logf("got the lock %v after the release, by polling", time.Since(released))
 	case <-time.After(15 * time.Second):
 		t.Fatal("the waiter did not get the lock within 15 s of its release: it is stuck waiting for a subscription that is never confirmed")
+	}
+}
+
+// A wait that ends while its SUBSCRIBE is out but not yet confirmed (here:
+// granted by a poll; also a ctx that ends, or a confirmation slower than
+// the waiter gives it) must not leave the channel subscribed: the notifier
+// forgot the channel while the driver kept it, so the server went on
+// sending its messages for good, where a confirmed channel is unsubscribed
+// after the 30 s linger.
+func TestUnconfirmedSubscriptionIsUnsubscribedAfterTheWait(t *testing.T) {
+	t.Parallel() // it waits out the 30 s linger
+	srv := redistest.Shared(t)
+	opts := []dlock.Option{dlock.WithTTL(10 * time.Second), dlock.WithWaiterLease(600 * time.Millisecond)}
+	ctx := testCtx(t)
+	name := uniqueName(t)
+	rdb := srv.Client(t)
+	holder := newClient(t, srv, opts...)
+	ps := redistest.StartProxy(t, srv.Addr())
+	cmd := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	sub := redis.NewClient(&redis.Options{Addr: ps.Addr()})
+	t.Cleanup(func() { _ = cmd.Close(); _ = sub.Close() })
+	first, err := dlock.New(splitClient{Client: cmd, sub: sub}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = first.Close() })
+
+	// first's subscription connection, made by a wait for another lock.
+	warm := name + "-warm"
+	warmHeld := mustLock(t, holder, warm)
+	wctx, wcancel := context.WithCancel(ctx)
+	warmed := make(chan error, 1)
+	go func() { _, err := first.Mutex(warm).Lock(wctx); warmed <- err }()
+	waitFor(t, 10*time.Second, func() bool { return rdb.PubSubNumSub(ctx, lockKey(warm)).Val()[lockKey(warm)] == 1 }, "first subscribed for another lock")
+	wcancel()
+	<-warmed
+	_ = warmHeld.Unlock(ctx)
+	ps.HoldOpenReplies(true)
+
+	held := mustLock(t, holder, name)
+	got := make(chan error, 1)
+	go func() {
+		l, err := first.Mutex(name).Lock(ctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waitFor(t, 5*time.Second, func() bool { return rdb.PubSubNumSub(ctx, lockKey(name)).Val()[lockKey(name)] == 1 }, "the SUBSCRIBE reached the server")
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("Lock by poll: %v", err)
+	}
+	ps.HoldOpenReplies(false)
+	t.Log("waiting out the subscription linger")
+	deadline := time.Now().Add(40 * time.Second)
+	for rdb.PubSubNumSub(ctx, lockKey(name)).Val()[lockKey(name)] != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the channel is still subscribed 40 s after its last waiter left: nothing will unsubscribe it")
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

@@ -1171,6 +1171,59 @@ func TestSemaphoreReleaseN(t *testing.T) {
 	}
 }
 
+// ReleaseN racing Release, renewals (a 300 ms TTL renews every 100 ms),
+// Extend and TTL on one Permits: the permits are never taken for lost, and
+// the other holder's are untouched.
+func TestSemaphoreReleaseNBesideReleaseRenewalExtendAndTTL(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := newClient(t, srv, dlock.WithTTL(300*time.Millisecond))
+	ctx := testCtx(t)
+	name := uniqueName(t)
+	s := c.Semaphore(name, 8)
+	other := mustAcquire(t, s, 1)
+	defer other.Release(ctx)
+	for i := 0; i < 40; i++ {
+		p := mustAcquire(t, s, 6)
+		var wg sync.WaitGroup
+		for j := 0; j < 3; j++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := p.ReleaseN(ctx, 1); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+					t.Errorf("ReleaseN: %v", err)
+				}
+			}()
+		}
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			if err := p.Extend(ctx, 300*time.Millisecond); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("Extend: %v", err)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			if _, err := p.TTL(ctx); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("TTL: %v", err)
+			}
+		}()
+		time.Sleep(time.Duration(i%4) * 40 * time.Millisecond) // some rounds span a renewal
+		if err := p.Release(ctx); err != nil {
+			t.Errorf("round %d: Release: %v", i, err)
+		}
+		wg.Wait()
+		if err := p.Err(); errors.Is(err, dlock.ErrLockLost) {
+			t.Fatalf("round %d: permits taken for lost: %v", i, err)
+		}
+	}
+	if n, err := s.Available(ctx); err != nil || n != 7 {
+		t.Errorf("Available = %d, %v; want 7", n, err)
+	}
+	if err := other.Err(); err != nil {
+		t.Errorf("other holder: %v", err)
+	}
+}
+
 // TestSemaphoreReleaseNServesWaitersInOrder: permits given back by ReleaseN
 // go to the waiters at once, in arrival order, stopping at the first that
 // does not fit, as after Release.

@@ -678,3 +678,40 @@ func mustCountDown(ctx context.Context, t *testing.T, l *dlock.Latch) {
 		t.Fatalf("CountDown: %v", err)
 	}
 }
+
+// TestLatchForeignCallsZset: a sorted set without an expiry at the latch's
+// calls key is not one a latch wrote (every call gives it one): TrySetCount
+// and CountDown report ErrKeyConflict and leave it, and the count, as they
+// are. They gave it an expiry and dropped its old members. Found beside the
+// same gap in Semaphore.AddPermits.
+func TestLatchForeignCallsZset(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := newClient(t, srv)
+	rdb := srv.Client(t)
+	ctx := testCtx(t)
+	name := uniqueName(t)
+	l := c.Latch(name)
+	if ok, err := l.TrySetCount(ctx, 2); err != nil || !ok {
+		t.Fatalf("TrySetCount: %v, %v", ok, err)
+	}
+	calls := latchKey(name) + ":calls"
+	rdb.Del(ctx, calls)
+	rdb.ZAdd(ctx, calls, redis.Z{Score: 1, Member: "someone else's"})
+	defer rdb.Del(ctx, calls)
+
+	if err := l.CountDown(ctx); !errors.Is(err, dlock.ErrKeyConflict) {
+		t.Errorf("CountDown with a foreign zset at :calls: got %v, want ErrKeyConflict", err)
+	}
+	if _, err := l.TrySetCount(ctx, 3); !errors.Is(err, dlock.ErrKeyConflict) {
+		t.Errorf("TrySetCount with a foreign zset at :calls: got %v, want ErrKeyConflict", err)
+	}
+	if d := rdb.PTTL(ctx, calls).Val(); d != -1 {
+		t.Errorf("the foreign zset was given an expiry (%v)", d)
+	}
+	if m := rdb.ZRange(ctx, calls, 0, -1).Val(); len(m) != 1 || m[0] != "someone else's" {
+		t.Errorf("the foreign zset holds %q now", m)
+	}
+	if v := rdb.Get(ctx, latchKey(name)).Val(); v != "2" {
+		t.Errorf("the count is %q, want 2 (unchanged)", v)
+	}
+}

@@ -38,8 +38,14 @@ end
 -- would count twice. Entries older than the memory are dropped by the next
 -- call; the key expires one memory after the last.
 
--- latch_applied reports whether call id already took effect.
+-- latch_applied reports whether call id already took effect. Every call
+-- gives the calls key an expiry, so one without is not a latch's: it raises
+-- DLOCK_CONFLICT (another type raises WRONGTYPE at ZSCORE), before any
+-- write, as every caller asks this first.
 local function latch_applied(calls, id)
+  if redis.call('PTTL', calls) == -1 then
+    error('DLOCK_CONFLICT ' .. calls .. ' has no expiry: no latch wrote it')
+  end
   return redis.call('ZSCORE', calls, id) ~= false
 end
 

@@ -207,6 +207,13 @@ func (l *Lease) releasedByUnlock() bool {
 	return l.state == leaseReleased && l.err == nil
 }
 
+// unlocking reports whether an Unlock of the lease is under way.
+func (l *Lease) unlocking() bool {
+	l.wd.mu.Lock()
+	defer l.wd.mu.Unlock()
+	return l.state == leaseUnlocking
+}
+
 // lostWhileHeld returns the loss, if any, unless a failed Unlock declared
 // it: the lock was then held until the release was sent.
 func (l *Lease) lostWhileHeld() error {

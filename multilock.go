@@ -417,6 +417,15 @@ func (m *MultiLock) combine(parts []*Lease) (*Lease, *multiHolder) {
 	for _, p := range parts {
 		p := p
 		p.onLoss(func(err error) {
+			if l.unlocking() {
+				// The holder's Unlock is releasing every lock, and tells
+				// how that went: a lock whose release failed is lost, and
+				// so is the lease then. Releasing the others from here
+				// too raced that Unlock, whose own release of them then
+				// answered ErrNotHeld, and it reported the whole lease
+				// taken over instead of the failure.
+				return
+			}
 			// The release first: a holder woken by the loss may Unlock at
 			// once, and must find the release begun, to wait for it.
 			h.releaseRest(p)

@@ -36,6 +36,23 @@ local function dlock_now_us_digits()
   return t[1] .. string.sub('00000' .. t[2], -6)
 end
 
+-- dlock_fence_refused is called when INCR of the fencing key failed. Only a
+-- key that holds something other than a counter is a conflict (GET raises
+-- WRONGTYPE for a list or a hash). Otherwise the server refused INCR
+-- itself: at maxmemory with a policy that evicts nothing, Redis refuses a
+-- script's first write that may grow memory (INCR is one), and an ACL may
+-- deny it. Sending INCR again with redis.call raises that refusal as the
+-- server words it ("OOM ...", "NOPERM ..."), which the caller must see as
+-- what it is: reported as a foreign key, it told operators to delete the
+-- fencing key. Should the second INCR succeed, its token is returned.
+local function dlock_fence_refused(fence_key)
+  local v = redis.call('GET', fence_key)
+  if v and not string.match(v, '^%-?%d+$') then
+    error('DLOCK_CONFLICT the fencing key ' .. fence_key .. ' does not hold a number')
+  end
+  return redis.call('INCR', fence_key)
+end
+
 -- dlock_issue_fence returns the next fencing token: one more than the
 -- last. A fresh counter (never used, or expired after retention_ms) starts
 -- at the server clock in µs instead of 1, so tokens keep increasing across
@@ -48,10 +65,11 @@ end
 -- the key holds something else, and a script's earlier writes would not be
 -- rolled back. (Conflicts are raised as plain strings: Redis and miniredis
 -- both keep the text of those.) now_us may be nil.
+-- An INCR refused for another reason is no conflict: see dlock_fence_refused.
 local function dlock_issue_fence(fence_key, now_us, retention_ms)
   local token = redis.pcall('INCR', fence_key)
   if type(token) ~= 'number' then
-    error('DLOCK_CONFLICT the fencing key ' .. fence_key .. ' does not hold a number')
+    token = dlock_fence_refused(fence_key)
   end
   if token == 1 then
     local digits

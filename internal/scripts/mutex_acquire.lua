@@ -42,6 +42,12 @@ if (not strict or redis.call('EXISTS', KEYS[3]) == 0) and redis.call('SET', KEYS
   local token = redis.pcall('INCR', KEYS[2])
   if type(token) ~= 'number' then
     redis.call('DEL', KEYS[1]) -- undo, within this same atomic script
+    -- A counter (or none) there: the server refused INCR itself (an
+    -- ACL), and says so (see dlock_fence_refused in lock_lib.lua).
+    local v = redis.call('GET', KEYS[2])
+    if not v or string.match(v, '^%-?%d+$') then
+      return token
+    end
     return redis.error_reply('DLOCK_CONFLICT the fencing key ' .. KEYS[2] .. ' does not hold a number')
   end
   if token == 1 then -- a fresh counter starts at the clock (see dlock_issue_fence)

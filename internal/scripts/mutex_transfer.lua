@@ -10,7 +10,8 @@
 --          new owner value is fresh, so nothing else can have set it).
 --          {0}: the holder no longer holds the lock; nothing was changed.
 --          Error DLOCK_CONFLICT when the fencing key holds something that
---          is not a counter; nothing was changed.
+--          is not a counter, or the server's own error when it refused
+--          INCR (OOM at maxmemory); nothing was changed either way.
 local cur = redis.call('GET', KEYS[1])
 if cur ~= ARGV[1] then
   if cur == ARGV[2] then
@@ -20,6 +21,13 @@ if cur ~= ARGV[1] then
 end
 local token = redis.pcall('INCR', KEYS[2])
 if type(token) ~= 'number' then
+  -- A counter (or none) under the fencing key: the server refused INCR
+  -- itself (OOM at maxmemory, an ACL), and its error goes back as it is
+  -- (see dlock_fence_refused in lock_lib.lua). GET raises WRONGTYPE.
+  local v = redis.call('GET', KEYS[2])
+  if not v or string.match(v, '^%-?%d+$') then
+    return token
+  end
   return redis.error_reply('DLOCK_CONFLICT the fencing key ' .. KEYS[2] .. ' does not hold a number')
 end
 if token == 1 then -- a fresh counter starts at the clock (see dlock_issue_fence)

@@ -1,0 +1,138 @@
+package dlock_test
+
+// Redis server configurations production teams run into: maxmemory with
+// each eviction policy, and ACL users with too few permissions. Each test
+// starts a server of its own, since it changes the server's configuration.
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// startOutOfMemory starts a server with the default maxmemory-policy,
+// noeviction, for a test to fill with fillMemory.
+func startOutOfMemory(t *testing.T) *redistest.Server {
+	t.Helper()
+	return redistest.Start(t, redistest.WithArgs("--maxmemory-policy", "noeviction"))
+}
+
+// fillMemory writes a big key and then lowers maxmemory to half of what the
+// server uses, as if the data had grown to the limit: from then on the
+// server refuses every command that may grow memory (and a script whose
+// first write is one) with OOM, and frees nothing by itself.
+func fillMemory(t *testing.T, srv *redistest.Server) {
+	t.Helper()
+	srv.Do(t, "SET", "filler", strings.Repeat("x", 4<<20))
+	srv.Do(t, "CONFIG", "SET", "maxmemory", strconv.FormatInt(usedMemory(t, srv)/2, 10))
+}
+
+// usedMemory is the server's used_memory.
+func usedMemory(t *testing.T, srv *redistest.Server) int64 {
+	t.Helper()
+	info, _ := srv.Do(t, "INFO", "memory").(string)
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("used_memory %q: %v", v, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no used_memory in INFO memory: %q", info)
+	return 0
+}
+
+// isOOM reports whether err carries the server's OOM reply.
+func isOOM(err error) bool {
+	var rerr *driver.ReplyError
+	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Msg, "OOM")
+}
+
+// TestOutOfMemoryIsNotAKeyConflict: at maxmemory with noeviction, Redis
+// refuses a script whose first write may grow memory. Every acquire says
+// so, with the server's OOM reply, at once (a Lock does not wait out its
+// deadline for an operator to free memory). Before, the acquires whose
+// first write is the fencing counter's INCR (Semaphore, ReentrantMutex,
+// MultiLock) read the refusal as a foreign fencing key and returned
+// ErrKeyConflict, telling the caller to delete that key.
+func TestOutOfMemoryIsNotAKeyConflict(t *testing.T) {
+	srv := startOutOfMemory(t)
+	c := newClient(t, srv)
+	ctx := testCtx(t)
+	// Every script loaded and every counter started before memory runs out.
+	warm := []func() error{
+		func() error { l, err := c.Mutex("m").TryLock(ctx); return unlockIf(ctx, l, err) },
+		func() error {
+			l, err := c.ReentrantMutex("re").TryLock(dlock.WithOwner(ctx, "o"))
+			return unlockIf(ctx, l, err)
+		},
+		func() error { l, err := c.RWMutex("rw").TryLock(ctx); return unlockIf(ctx, l, err) },
+		func() error { l, err := c.MultiLock("a", "b").TryLock(ctx); return unlockIf(ctx, l, err) },
+		func() error {
+			p, err := c.Semaphore("sem", 2).TryAcquire(ctx, 1)
+			if err != nil {
+				return err
+			}
+			return p.Release(ctx)
+		},
+	}
+	for _, f := range warm {
+		if err := f(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fillMemory(t, srv)
+
+	short := func() context.Context {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	calls := map[string]func() error{
+		"Mutex.TryLock":          func() error { _, err := c.Mutex("m").TryLock(ctx); return err },
+		"Mutex.Lock":             func() error { _, err := c.Mutex("m").Lock(short()); return err },
+		"FairMutex.Lock":         func() error { _, err := c.FairMutex("m").Lock(short()); return err },
+		"ReentrantMutex.TryLock": func() error { _, err := c.ReentrantMutex("re").TryLock(dlock.WithOwner(ctx, "o")); return err },
+		"ReentrantMutex.Lock":    func() error { _, err := c.ReentrantMutex("re").Lock(dlock.WithOwner(short(), "o")); return err },
+		"RWMutex.TryLock":        func() error { _, err := c.RWMutex("rw").TryLock(ctx); return err },
+		"RWMutex.RLock":          func() error { _, err := c.RWMutex("rw").RLock(short()); return err },
+		"MultiLock.TryLock":      func() error { _, err := c.MultiLock("a", "b").TryLock(ctx); return err },
+		"MultiLock.Lock":         func() error { _, err := c.MultiLock("a", "b").Lock(short()); return err },
+		"Semaphore.TryAcquire":   func() error { _, err := c.Semaphore("sem", 2).TryAcquire(ctx, 1); return err },
+		"Semaphore.Acquire":      func() error { _, err := c.Semaphore("sem", 2).Acquire(short(), 1); return err },
+	}
+	for name, call := range calls {
+		start := time.Now()
+		err := call()
+		took := time.Since(start)
+		switch {
+		case err == nil:
+			t.Errorf("%s: nil error at maxmemory", name)
+		case errors.Is(err, dlock.ErrKeyConflict):
+			t.Errorf("%s: %v: matches ErrKeyConflict, but no key is foreign: Redis is out of memory", name, err)
+		case errors.Is(err, dlock.ErrNotObtained):
+			t.Errorf("%s: %v: matches ErrNotObtained, but nobody holds the lock", name, err)
+		case !isOOM(err):
+			t.Errorf("%s: %v: no OOM reply in the error", name, err)
+		case took > 5*time.Second:
+			t.Errorf("%s: returned after %v; want at once", name, took)
+		}
+	}
+}
+
+// unlockIf unlocks l when err is nil, returning err or Unlock's error.
+func unlockIf(ctx context.Context, l *dlock.Lease, err error) error {
+	if err != nil {
+		return err
+	}
+	return l.Unlock(ctx)
+}

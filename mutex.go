@@ -226,6 +226,18 @@ func (m *Mutex) unlock(ctx context.Context, owner string) error {
 	}
 	g := &localGrant{px: w.m.cfg.initialPX(), from: time.Now()}
 	g.fence, err = m.transfer(ctx, owner, next, g.px)
+	if err != nil && isReplyError(err) {
+		// The script refused before writing anything: Redis at
+		// maxmemory refuses a script whose first write may grow memory,
+		// as the hand-off's INCR does, and a foreign fencing key is
+		// reported before any write. The lock is still owner's, so the
+		// waiter starts over and the release through the queue in Redis
+		// frees the lock: its first write frees memory, and it reports a
+		// foreign key after releasing. (Before, Unlock failed and the
+		// lock stayed held until its TTL, however often it was retried.)
+		w.wake <- localTurn{restart: true}
+		return m.release(ctx, owner)
+	}
 	if err != nil {
 		// The waiter starts its Lock over. After a failure that leaves
 		// it unknown whether the script ran, next may hold the key, for

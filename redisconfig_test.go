@@ -136,3 +136,49 @@ func unlockIf(ctx context.Context, l *dlock.Lease, err error) error {
 	}
 	return l.Unlock(ctx)
 }
+
+// TestUnlockAtMaxMemoryWithLocalWaiters: a holder can Unlock at maxmemory
+// when goroutines of its own Client wait for the lock. The local hand-off's
+// script starts with the fencing counter's INCR, which Redis refuses then;
+// Unlock now releases through the queue in Redis instead, whose first write
+// frees memory. Before, Unlock failed (as a key conflict), a retried Unlock
+// failed the same way, and the lock stayed held for its whole TTL.
+func TestUnlockAtMaxMemoryWithLocalWaiters(t *testing.T) {
+	srv := startOutOfMemory(t)
+	c := newClient(t, srv)
+	ctx := testCtx(t)
+	const name = "local-handoff"
+	held := mustLock(t, c, name)
+	waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	results := make(chan error, 2)
+	for i := 0; i < 2; i++ {
+		go func() {
+			l, err := c.Mutex(name).Lock(waitCtx)
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			results <- err
+		}()
+		waitUntil(t, 10*time.Second, "the waiter in line", func() bool { return dlock.LocalWaiters(c, name) == i+1 })
+	}
+	fillMemory(t, srv)
+
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock at maxmemory with local waiters: %v", err)
+	}
+	if err := held.Err(); !errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("after Unlock, Err = %v; want ErrNotHeld (released), not a loss", err)
+	}
+	if v := srv.Do(t, "GET", lockKey(name)); v == dlock.LeaseOwner(held) {
+		t.Errorf("the lock key still holds the released lease's owner")
+	}
+	// The waiters end by themselves, well before their deadline: the one
+	// handed the lock takes and releases it, and an acquire that Redis
+	// refuses for want of memory fails at once.
+	for i := 0; i < 2; i++ {
+		if err := <-results; err != nil && !isOOM(err) {
+			t.Errorf("waiter: %v; want nil or Redis's OOM refusal", err)
+		}
+	}
+}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/redistest"
@@ -180,5 +182,122 @@ func TestUnlockAtMaxMemoryWithLocalWaiters(t *testing.T) {
 		if err := <-results; err != nil && !isOOM(err) {
 			t.Errorf("waiter: %v; want nil or Redis's OOM refusal", err)
 		}
+	}
+}
+
+// aclClient creates the ACL user name with rules (after "reset on >pw")
+// and returns a go-redis client that logs in as it.
+func aclClient(t *testing.T, srv *redistest.Server, name string, rules ...any) *redis.Client {
+	t.Helper()
+	srv.Do(t, append([]any{"ACL", "SETUSER", name, "reset", "on", ">pw"}, rules...)...)
+	opts := srv.Options()
+	opts.Username, opts.Password = name, "pw"
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// pubsubDenied are ACL users that may run every command on every key but
+// cannot publish or subscribe: one denied the commands, and one given no
+// channels, which is what Redis 7 gives a user created with ACL SETUSER
+// unless acl-pubsub-default says otherwise.
+var pubsubDenied = map[string][]any{
+	"no-pubsub-commands": {"~*", "&*", "+@all", "-publish", "-spublish", "-subscribe", "-ssubscribe"},
+	"no-channels":        {"~*", "resetchannels", "+@all"},
+}
+
+// TestReleaseWhenPublishIsDenied: a holder whose Redis user may not publish
+// still releases, hands the lock to the next waiter (who learns of it by
+// polling), and counts a latch down to zero. The scripts wrote the grant and
+// then failed on PUBLISH: Unlock and Release returned an error, their
+// leases were reported lost although the release had landed, and the last
+// CountDown failed although it had counted.
+func TestReleaseWhenPublishIsDenied(t *testing.T) {
+	srv := redistest.Start(t)
+	for user, rules := range pubsubDenied {
+		t.Run(user, func(t *testing.T) {
+			c, err := dlock.New(aclClient(t, srv, user, rules...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			other := newClient(t, srv)
+			ctx := testCtx(t)
+
+			kinds := []struct {
+				kind  string
+				queue string
+				hold  func() (release func() error, l *dlock.Lease)
+				wait  func(context.Context) error
+			}{
+				{"Mutex", "dlock:{" + user + "-m}:q",
+					func() (func() error, *dlock.Lease) {
+						l := mustLock(t, c, user+"-m")
+						return func() error { return l.Unlock(ctx) }, l
+					},
+					func(ctx context.Context) error {
+						l, err := other.Mutex(user + "-m").Lock(ctx)
+						return unlockIf(ctx, l, err)
+					}},
+				{"RWMutex", "dlock:{" + user + "-rw}:rw:q",
+					func() (func() error, *dlock.Lease) {
+						l, err := c.RWMutex(user + "-rw").Lock(ctx)
+						if err != nil {
+							t.Fatal(err)
+						}
+						return func() error { return l.Unlock(ctx) }, l
+					},
+					func(ctx context.Context) error {
+						l, err := other.RWMutex(user + "-rw").RLock(ctx)
+						return unlockIf(ctx, l, err)
+					}},
+				{"Semaphore", "dlock:{" + user + "-sem}:sem:q",
+					func() (func() error, *dlock.Lease) {
+						p, err := c.Semaphore(user+"-sem", 1).Acquire(ctx, 1)
+						if err != nil {
+							t.Fatal(err)
+						}
+						return func() error { return p.Release(ctx) }, dlock.PermitsLease(p)
+					},
+					func(ctx context.Context) error {
+						p, err := other.Semaphore(user+"-sem", 1).Acquire(ctx, 1)
+						if err != nil {
+							return err
+						}
+						return p.Release(ctx)
+					}},
+			}
+			for _, k := range kinds {
+				release, l := k.hold()
+				waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+				waited := make(chan error, 1)
+				go func() { waited <- k.wait(waitCtx) }()
+				waitUntil(t, 10*time.Second, k.kind+" waiter queued", func() bool {
+					n, _ := srv.Do(t, "ZCARD", k.queue).(int64)
+					return n == 1
+				})
+				if err := release(); err != nil {
+					t.Errorf("%s: release with a waiter: %v", k.kind, err)
+				}
+				if err := l.Err(); errors.Is(err, dlock.ErrLockLost) {
+					t.Errorf("%s: after the release, Err = %v; want no loss", k.kind, err)
+				}
+				if err := <-waited; err != nil {
+					t.Errorf("%s: the waiter: %v", k.kind, err)
+				}
+				cancel()
+			}
+
+			latch := c.Latch(user + "-latch")
+			if ok, err := latch.TrySetCount(ctx, 1); !ok || err != nil {
+				t.Fatalf("TrySetCount = %v, %v", ok, err)
+			}
+			if err := latch.CountDown(ctx); err != nil {
+				t.Errorf("the last CountDown: %v", err)
+			}
+			if n, err := other.Latch(user + "-latch").Count(ctx); n != 0 || err != nil {
+				t.Errorf("Count after the last CountDown = %d, %v; want 0", n, err)
+			}
+		})
 	}
 }

@@ -20,7 +20,9 @@ if n == 1 then
   r.open = false
   latch_save_round(KEYS[4], r, ARGV[6])
   -- Not a grant: the notifier wakes every waiter on the channel.
-  redis.call(ARGV[2], ARGV[3], 'zero')
+  -- pcall: a wake-up only (waiters poll too), which an ACL may refuse
+  -- after the writes above (see dlock_grant in lock_lib.lua).
+  redis.pcall(ARGV[2], ARGV[3], 'zero')
   return 0
 end
 r.open = true

@@ -150,12 +150,18 @@ end
 -- of the grant) and is told on the lock's channel as "<fence> <px> <granted at µs> <owner>".
 -- owner comes from dlock_live_head, which has read both queue keys, so only
 -- the fencing key can still raise, and it does before anything is written.
+-- Every publish of dlock's scripts goes through redis.pcall: it is only a
+-- wake-up (waiters also poll), and a server that refuses it, as an ACL
+-- without PUBLISH or without the channel does (Redis 7 gives new users no
+-- channels unless acl-pubsub-default says so), must not fail the grant after
+-- its writes. Before, such a release handed the lock over and then failed,
+-- and its lease was reported lost.
 local function dlock_grant(lock_key, fence_key, queue_key, waiters_key, owner, px, now_us, retention_ms, publish, channel)
   local token = dlock_issue_fence(fence_key, now_us, retention_ms)
   redis.call('ZREM', queue_key, owner)
   redis.call('HDEL', waiters_key, owner)
   redis.call('SET', lock_key, owner, 'PX', px)
-  redis.call(publish, channel, dlock_grant_message(token, px, now_us, owner))
+  redis.pcall(publish, channel, dlock_grant_message(token, px, now_us, owner))
   return token
 end
 

@@ -11,8 +11,9 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   if ARGV[2] == '1' then
     -- Any payload that is not a grant makes every waiter ask again
     -- (notify.go). With nobody subscribed, PUBLISH costs the server a
-    -- dictionary lookup.
-    redis.call('PUBLISH', KEYS[1], 'free')
+    -- dictionary lookup. pcall: a wake-up only, which an ACL may refuse
+    -- after the DEL (see dlock_grant in lock_lib.lua).
+    redis.pcall('PUBLISH', KEYS[1], 'free')
   end
   return 1
 end

@@ -22,6 +22,6 @@ local function reentrant_grant(keys, member, px, now_us, retention_ms, publish, 
   redis.call('DEL', keys[5])
   redis.call('SADD', keys[5], string.sub(member, 1, 32))
   redis.call('PEXPIRE', keys[5], px)
-  redis.call(publish, channel, dlock_grant_message(token, px, now_us, member))
+  redis.pcall(publish, channel, dlock_grant_message(token, px, now_us, member)) -- see dlock_grant
   return token
 end

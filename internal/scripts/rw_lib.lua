@@ -115,7 +115,7 @@ local function rw_grant_heads(keys, now_us, now_ms, retention_ms, publish, chann
       rw_hold(keys, head, self_px, now_us, now_ms, retention_ms)
     else
       local token = rw_hold(keys, head, px, now_us, now_ms, retention_ms)
-      redis.call(publish, channel, dlock_grant_message(token, px, now_us, string.sub(head, 2)))
+      redis.pcall(publish, channel, dlock_grant_message(token, px, now_us, string.sub(head, 2))) -- see dlock_grant
       table.insert(granted, head)
       table.insert(granted, token)
       table.insert(granted, tonumber(px))

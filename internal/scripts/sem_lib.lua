@@ -155,7 +155,7 @@ local function sem_grant_queued(now_us, limit, used, fence_retention_ms, publish
         sem_add_holder(head, n, token, now_ms, tonumber(self_px))
       else
         sem_add_holder(head, n, token, now_ms, tonumber(px))
-        redis.call(publish, channel, dlock_grant_message(token, px, now_us, head))
+        redis.pcall(publish, channel, dlock_grant_message(token, px, now_us, head)) -- see dlock_grant
         grants[#grants + 1] = token
         grants[#grants + 1] = tonumber(px)
         grants[#grants + 1] = head
@@ -164,7 +164,7 @@ local function sem_grant_queued(now_us, limit, used, fence_retention_ms, publish
     end
   end
   if dropped then
-    redis.call(publish, channel, 'limit')
+    redis.pcall(publish, channel, 'limit')
   end
   return used, grants
 end

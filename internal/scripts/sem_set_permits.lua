@@ -45,7 +45,7 @@ end
 redis.call('SET', KEYS[3], string.format('%.0f', limit), 'PX', ARGV[2])
 sem_drop_expired(now_ms)
 if sem_drop_oversized(limit) then
-  redis.call(ARGV[4], ARGV[5], 'limit')
+  redis.pcall(ARGV[4], ARGV[5], 'limit') -- a wake-up only: see dlock_grant
 end
 local _, grants = sem_grant_queued(now_us, limit, sem_used(), ARGV[3], ARGV[4], ARGV[5])
 local reply = {limit}

@@ -301,3 +301,55 @@ func TestReleaseWhenPublishIsDenied(t *testing.T) {
 		})
 	}
 }
+
+// TestRenewalAtMaxMemory: at maxmemory with noeviction, every kind of lease
+// can still be renewed, downgraded and released, since none of these grows
+// memory. Before, a read-write lock's and a semaphore's renewal began with
+// ZADD, which Redis refuses as a script's first write then: Extend failed,
+// the watchdog's renewals too, and such leases were lost one TTL after
+// memory ran out while Mutexes renewed on.
+func TestRenewalAtMaxMemory(t *testing.T) {
+	srv := startOutOfMemory(t)
+	c := newClient(t, srv)
+	ctx := testCtx(t)
+	m := mustLock(t, c, "m")
+	re, err := c.ReentrantMutex("re").Lock(dlock.WithOwner(ctx, "o"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.RWMutex("r").RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.RWMutex("w").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.Semaphore("sem", 3).Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fillMemory(t, srv)
+
+	leases := map[string]*dlock.Lease{"Mutex": m, "ReentrantMutex": re, "RWMutex.RLock": r, "RWMutex.Lock": w, "Semaphore": dlock.PermitsLease(p)}
+	for kind, l := range leases {
+		if err := l.Extend(ctx, time.Minute); err != nil {
+			t.Errorf("%s: Extend at maxmemory: %v", kind, err)
+		}
+	}
+	if err := p.ReleaseN(ctx, 1); err != nil {
+		t.Errorf("Semaphore: ReleaseN at maxmemory: %v", err)
+	}
+	down, err := c.RWMutex("w").Downgrade(ctx, w)
+	if err != nil {
+		t.Errorf("RWMutex: Downgrade at maxmemory: %v", err)
+	} else {
+		leases["RWMutex.RLock after Downgrade"] = down
+	}
+	delete(leases, "RWMutex.Lock")
+	for kind, l := range leases {
+		if err := l.Unlock(ctx); err != nil {
+			t.Errorf("%s: Unlock at maxmemory: %v", kind, err)
+		}
+	}
+}

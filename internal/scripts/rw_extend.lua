@@ -13,6 +13,14 @@ if tonumber(score) <= now_ms then
   return 0
 end
 local until_ms = now_ms + tonumber(ARGV[2])
+-- At maxmemory with a policy that evicts nothing, Redis refuses a script
+-- whose first write may grow memory, and ZADD is such a command, although
+-- replacing a member's score grows nothing: renewals failed there, and
+-- every read-write lock and semaphore lease was lost one TTL later while
+-- Mutexes renewed on. A ZREM of a member that never exists (members are
+-- never empty) writes nothing but counts as the script's first write, after
+-- which Redis lets the script finish: it may not stop one half-way.
+redis.call('ZREM', KEYS[1], '')
 if ARGV[3] or tonumber(score) < until_ms then
   redis.call('ZADD', KEYS[1], string.format('%.0f', until_ms), ARGV[1])
 end

@@ -11,6 +11,14 @@ local expiry = redis.call('ZSCORE', KEYS[1], owner)
 if not expiry or tonumber(expiry) <= now_ms or redis.call('HEXISTS', KEYS[2], owner) == 0 then
   return 0
 end
+-- At maxmemory with a policy that evicts nothing, Redis refuses a script
+-- whose first write may grow memory, and ZADD is such a command, although
+-- replacing a member's score grows nothing: renewals failed there, and
+-- every read-write lock and semaphore lease was lost one TTL later while
+-- Mutexes renewed on. A ZREM of a member that never exists (members are
+-- never empty) writes nothing but counts as the script's first write, after
+-- which Redis lets the script finish: it may not stop one half-way.
+redis.call('ZREM', KEYS[1], '')
 if ARGV[4] or tonumber(expiry) < now_ms + px then
   redis.call('ZADD', KEYS[1], string.format('%.0f', now_ms + px), owner)
 end

@@ -7,6 +7,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
@@ -351,5 +352,253 @@ func TestRenewalAtMaxMemory(t *testing.T) {
 		if err := l.Unlock(ctx); err != nil {
 			t.Errorf("%s: Unlock at maxmemory: %v", kind, err)
 		}
+	}
+}
+
+// TestEvictedLockIsReportedLost: under a maxmemory-policy that evicts, a
+// lock's keys can go like any other (volatile-* policies too: every key of
+// dlock has an expiry). A holder whose key was evicted learns it at its next
+// renewal (Done closes, Err matches ErrLockLost); a waiter whose queue was
+// evicted with it takes the lock by polling; and its fencing token is still
+// higher than the evicted holder's, since a fencing counter that is gone
+// starts again at the server clock in µs, far ahead of any counter.
+func TestEvictedLockIsReportedLost(t *testing.T) {
+	for _, policy := range []string{"allkeys-lru", "allkeys-random", "volatile-lru", "volatile-ttl"} {
+		t.Run(policy, func(t *testing.T) {
+			srv := redistest.Start(t, redistest.WithArgs("--maxmemory-policy", policy))
+			const name = "evicted"
+			ttl := dlock.WithTTL(900 * time.Millisecond)
+			c := newClient(t, srv, ttl)
+			other := newClient(t, srv, ttl)
+			ctx := testCtx(t)
+			held := mustLock(t, c, name)
+			waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			next := make(chan *dlock.Lease, 1)
+			go func() {
+				l, err := other.Mutex(name).Lock(waitCtx)
+				for isOOM(err) {
+					// A poll that came while maxmemory was 1, below: Redis
+					// refuses an acquire then, and Lock says so at once.
+					l, err = other.Mutex(name).Lock(waitCtx)
+				}
+				if err != nil {
+					t.Errorf("waiter: %v", err)
+				}
+				next <- l
+			}()
+			waitUntil(t, 10*time.Second, "the waiter queued", func() bool {
+				n, _ := srv.Do(t, "ZCARD", "dlock:{"+name+"}:q").(int64)
+				return n == 1
+			})
+
+			// A limit below what an empty server uses: the next command
+			// makes Redis evict every key the policy allows, then the
+			// limit goes back. Keys are counted before that: the waiter's
+			// next poll may write again afterwards.
+			srv.Do(t, "CONFIG", "SET", "maxmemory", "1")
+			_ = srv.Client(t).Ping(ctx).Err()
+			left, _ := srv.Do(t, "DBSIZE").(int64)
+			srv.Do(t, "CONFIG", "SET", "maxmemory", "0")
+			if left != 0 {
+				t.Fatalf("%d keys left after eviction; want none", left)
+			}
+
+			waitDone(t, held, 10*time.Second)
+			if err := held.Err(); !errors.Is(err, dlock.ErrLockLost) {
+				t.Errorf("Err after the key was evicted = %v; want ErrLockLost", err)
+			}
+			l := <-next
+			if l == nil {
+				return
+			}
+			if l.Token() <= held.Token() {
+				t.Errorf("token after the fencing counter was evicted = %d; want more than the evicted holder's %d", l.Token(), held.Token())
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Errorf("Unlock: %v", err)
+			}
+		})
+	}
+}
+
+// TestACLDeniedFailsAtOnce: a Redis user that may not run dlock's scripts,
+// or not on dlock's keys, gets the server's NOPERM reply from the first
+// call, at once: a Lock does not retry it until its deadline, and nothing
+// reads it as contention. With WithKeyPrefix matching the user's key
+// pattern, the same user takes the lock.
+func TestACLDeniedFailsAtOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	users := map[string][]any{
+		"no-scripts": {"~*", "&*", "+@all", "-evalsha", "-eval"},
+		"app-keys":   {"~app:*", "&app:*", "+@all"},
+	}
+	for user, rules := range users {
+		t.Run(user, func(t *testing.T) {
+			rdb := aclClient(t, srv, user, rules...)
+			c, err := dlock.New(rdb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			ctx := testCtx(t)
+			waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			calls := map[string]func() error{
+				"TryLock":    func() error { _, err := c.Mutex("x").TryLock(ctx); return err },
+				"Lock":       func() error { _, err := c.Mutex("x").Lock(waitCtx); return err },
+				"Acquire":    func() error { _, err := c.Semaphore("x", 1).Acquire(waitCtx, 1); return err },
+				"Latch.Wait": func() error { return c.Latch("x").Wait(waitCtx) },
+			}
+			for op, call := range calls {
+				start := time.Now()
+				err := call()
+				var rerr *driver.ReplyError
+				switch took := time.Since(start); {
+				case errors.Is(err, dlock.ErrNotObtained):
+					t.Errorf("%s: %v: matches ErrNotObtained; want the refusal alone", op, err)
+				case !errors.As(err, &rerr) || !strings.HasPrefix(rerr.Msg, "NOPERM"):
+					t.Errorf("%s: %v; want the server's NOPERM reply", op, err)
+				case took > 5*time.Second:
+					t.Errorf("%s: returned after %v; want at once", op, took)
+				}
+			}
+			if user != "app-keys" {
+				return
+			}
+			app, err := dlock.New(rdb, dlock.WithKeyPrefix("app:"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = app.Close() })
+			l, err := app.Mutex("x").TryLock(ctx)
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			if err != nil {
+				t.Errorf("with WithKeyPrefix(\"app:\"): %v", err)
+			}
+		})
+	}
+}
+
+// TestWaitWithoutPubSubPollsAndWarns: a waiter whose Redis user may not
+// subscribe logs that it waits by polling, and gets the lock when it is
+// released.
+func TestWaitWithoutPubSubPollsAndWarns(t *testing.T) {
+	srv := redistest.Start(t)
+	for user, rules := range pubsubDenied {
+		t.Run(user, func(t *testing.T) {
+			h := &blockingHandler{}
+			c, err := dlock.New(aclClient(t, srv, user, rules...), dlock.WithLogger(slog.New(h)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			other := newClient(t, srv)
+			ctx := testCtx(t)
+			name := user + "-polls"
+			held := mustLock(t, other, name)
+			waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			got := make(chan error, 1)
+			go func() {
+				l, err := c.Mutex(name).Lock(waitCtx)
+				got <- unlockIf(ctx, l, err)
+			}()
+			waitUntil(t, 10*time.Second, "the warning", func() bool {
+				_, ok := h.find("dlock: cannot subscribe; waiting by polling")
+				return ok
+			})
+			if err := held.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-got; err != nil {
+				t.Errorf("the polling waiter: %v", err)
+			}
+		})
+	}
+}
+
+// minimalACL is the ACL rule list that README.md gives for a Redis user of
+// dlock with the default key prefix, on one server or with Sentinel.
+var minimalACL = strings.Fields(`resetkeys ~dlock:* resetchannels &dlock:* -@all
+	+hello +auth +ping
+	+evalsha +eval +publish +spublish +subscribe +unsubscribe +ssubscribe +sunsubscribe +wait +scan
+	+get +set +del +incr +pexpire +pttl +exists +time +type
+	+zadd +zcard +zrange +zrangebyscore +zrank +zrem +zremrangebyscore +zscore
+	+hdel +hexists +hget +hset +sadd +scard +smembers +srem`)
+
+// TestMinimalACLRunsEveryPrimitive: a Redis user with no more than the
+// documented rules runs every primitive, hand-offs, inspection and List.
+func TestMinimalACLRunsEveryPrimitive(t *testing.T) {
+	srv := redistest.Start(t)
+	rules := make([]any, len(minimalACL))
+	for i, r := range minimalACL {
+		rules[i] = r
+	}
+	h := &blockingHandler{}
+	newLimited := func() *dlock.Client {
+		c, err := dlock.New(aclClient(t, srv, "locks", rules...), dlock.WithLogger(slog.New(h)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	c, other := newLimited(), newLimited()
+	ctx := testCtx(t)
+	check := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+
+	held := mustLock(t, c, "m")
+	waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		l, err := other.Mutex("m").Lock(waitCtx)
+		got <- unlockIf(ctx, l, err)
+	}()
+	waitUntil(t, 10*time.Second, "the waiter queued", func() bool {
+		n, _ := srv.Do(t, "ZCARD", "dlock:{m}:q").(int64)
+		return n == 1
+	})
+	check("Extend", held.Extend(ctx, time.Minute))
+	check("Unlock with a waiter", held.Unlock(ctx))
+	check("the waiter", <-got)
+
+	re, err := c.ReentrantMutex("re").Lock(dlock.WithOwner(ctx, "o"))
+	check("ReentrantMutex.Lock", unlockIf(ctx, re, err))
+	w, err := c.RWMutex("rw").Lock(ctx)
+	if err == nil {
+		var r *dlock.Lease
+		r, err = c.RWMutex("rw").Downgrade(ctx, w)
+		check("RWMutex.Downgrade", unlockIf(ctx, r, err))
+	}
+	check("RWMutex.Lock", err)
+	p, err := c.Semaphore("sem", 2).Acquire(ctx, 1)
+	if err == nil {
+		check("Semaphore.Release", p.Release(ctx))
+	}
+	check("Semaphore.Acquire", err)
+	_, err = c.Semaphore("sem", 2).AddPermits(ctx, 1)
+	check("Semaphore.AddPermits", err)
+	l := c.Latch("latch")
+	_, err = l.TrySetCount(ctx, 1)
+	check("Latch.TrySetCount", err)
+	check("Latch.CountDown", l.CountDown(ctx))
+	check("Latch.Wait", l.Wait(ctx))
+	_, err = c.Inspect(ctx, "m")
+	check("Inspect", err)
+	_, err = c.List(ctx, "*")
+	check("List", err)
+	_, err = c.ForceUnlock(ctx, "m")
+	check("ForceUnlock", err)
+	if r, ok := h.find("dlock: cannot subscribe; waiting by polling"); ok {
+		t.Errorf("logged %q", r.Message)
 	}
 }

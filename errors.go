@@ -169,7 +169,26 @@ func redisError(op, name string, err error) error {
 		return errorf("dlock: %s %q: %w: %s (%s: use another name or key prefix, or delete the key if it is stale)",
 			op, name, ErrKeyConflict, detail, whose)
 	}
+	if rerr != nil {
+		if hint := replyHint(rerr.Msg); hint != "" {
+			return errorf("dlock: %s %q: %w (%s)", op, name, err, hint)
+		}
+	}
 	return errorf("dlock: %s %q: %w", op, name, err)
+}
+
+// replyHint says what to do about the refusals that come from how the
+// server is set up rather than from the lock: retrying changes nothing.
+func replyHint(msg string) string {
+	switch {
+	case strings.HasPrefix(msg, "OOM"):
+		return "Redis is at its maxmemory and evicts nothing: free memory or raise maxmemory; " +
+			"held locks can still be renewed and released (README: Redis configuration)"
+	case strings.HasPrefix(msg, "NOPERM"):
+		return "the Redis user lacks a permission dlock needs: " +
+			"see the ACL rules in the README's Redis configuration section"
+	}
+	return ""
 }
 
 // isConflictReply recognises a foreign key in an error reply. Servers wrap

@@ -126,6 +126,8 @@ func TestOutOfMemoryIsNotAKeyConflict(t *testing.T) {
 			t.Errorf("%s: %v: matches ErrNotObtained, but nobody holds the lock", name, err)
 		case !isOOM(err):
 			t.Errorf("%s: %v: no OOM reply in the error", name, err)
+		case !strings.Contains(err.Error(), "raise maxmemory"):
+			t.Errorf("%s: %v: the error does not say what to do", name, err)
 		case took > 5*time.Second:
 			t.Errorf("%s: returned after %v; want at once", name, took)
 		}
@@ -459,6 +461,8 @@ func TestACLDeniedFailsAtOnce(t *testing.T) {
 					t.Errorf("%s: %v: matches ErrNotObtained; want the refusal alone", op, err)
 				case !errors.As(err, &rerr) || !strings.HasPrefix(rerr.Msg, "NOPERM"):
 					t.Errorf("%s: %v; want the server's NOPERM reply", op, err)
+				case !strings.Contains(err.Error(), "ACL rules"):
+					t.Errorf("%s: %v: the error does not say what to do", op, err)
 				case took > 5*time.Second:
 					t.Errorf("%s: returned after %v; want at once", op, took)
 				}

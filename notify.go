@@ -24,6 +24,7 @@ const subscriptionLinger = 30 * time.Second
 type notifier struct {
 	drv    driver.Driver // opens the subscription, at the first wait
 	logger *slog.Logger
+	linger time.Duration // subscriptionLinger; tests shorten it (export_test.go)
 
 	mu       sync.Mutex
 	sub      driver.Subscription
@@ -72,7 +73,7 @@ type handoff struct {
 }
 
 func newNotifier(drv driver.Driver, logger *slog.Logger) *notifier {
-	return &notifier{drv: drv, logger: logger, channels: make(map[string]*channelState)}
+	return &notifier{drv: drv, logger: logger, linger: subscriptionLinger, channels: make(map[string]*channelState)}
 }
 
 // register adds a waiter for owner on channel. Register before the first
@@ -133,7 +134,7 @@ func (n *notifier) idleLocked(channel string, cs *channelState) {
 		return
 	}
 	n.lingers.Add(1)
-	cs.idle = time.AfterFunc(subscriptionLinger, func() { n.expire(channel, cs) })
+	cs.idle = time.AfterFunc(n.linger, func() { n.expire(channel, cs) })
 }
 
 // removeWaiter deletes w from its owner's list; false if it was not there.

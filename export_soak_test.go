@@ -1,0 +1,86 @@
+package dlock
+
+import "time"
+
+// Hooks for the soak tests (soak_test.go): what a long-running Client keeps
+// in memory, so that they can check it all goes once the work is done.
+
+// SetSubscriptionLinger sets how long c keeps a channel subscribed after its
+// last waiter left (30 s otherwise). Call it before c is used.
+func SetSubscriptionLinger(c *Client, d time.Duration) {
+	c.notify.mu.Lock()
+	c.notify.linger = d
+	c.notify.mu.Unlock()
+}
+
+// SetRedlockSubscriptionLinger is SetSubscriptionLinger for every node of r.
+func SetRedlockSubscriptionLinger(r *Redlock, d time.Duration) {
+	for _, n := range r.nodes {
+		n.notify.mu.Lock()
+		n.notify.linger = d
+		n.notify.mu.Unlock()
+	}
+}
+
+// Retained counts what a Client (or a Redlock) keeps per lock name or per
+// call: each must fall back to zero once nothing is held or waited for and
+// the subscription linger has passed.
+type Retained struct {
+	Channels   int // channels the notifier(s) know, subscribed or lingering
+	Waiters    int // waiters registered on them
+	Expected   int // owners whose first attempt's grant the notifier keeps
+	Queues     int // local queues (Client) or Redlock gates
+	Anchors    int // reentrant owners' shared renewals
+	Leases     int // leases the watchdog watches
+	LossFuncs  int // loss callbacks on the leases watched
+	LeaseSlots int // capacity of the watchdog's heap
+}
+
+// ClientRetained returns what c retains now.
+func ClientRetained(c *Client) Retained {
+	var r Retained
+	notifierRetained(c.notify, &r)
+	c.local.mu.Lock()
+	r.Queues = len(c.local.queues)
+	c.local.mu.Unlock()
+	c.anchors.mu.Lock()
+	r.Anchors = len(c.anchors.anchors)
+	c.anchors.mu.Unlock()
+	watchdogRetained(c.wd, &r)
+	return r
+}
+
+// RedlockRetained returns what r retains now.
+func RedlockRetained(rl *Redlock) Retained {
+	var r Retained
+	for _, n := range rl.nodes {
+		notifierRetained(n.notify, &r)
+	}
+	rl.gates.mu.Lock()
+	r.Queues = len(rl.gates.gates)
+	rl.gates.mu.Unlock()
+	watchdogRetained(rl.wd, &r)
+	return r
+}
+
+func notifierRetained(n *notifier, r *Retained) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	r.Channels += len(n.channels)
+	r.Expected += len(n.expected)
+	for _, cs := range n.channels {
+		for _, ws := range cs.waiters {
+			r.Waiters += len(ws)
+		}
+	}
+}
+
+func watchdogRetained(w *watchdog, r *Retained) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r.Leases = len(w.leases)
+	r.LeaseSlots = cap(w.leases)
+	for _, l := range w.leases {
+		r.LossFuncs += len(l.lossFuncs)
+	}
+}

@@ -111,7 +111,8 @@ type Lease struct {
 	done       chan struct{} // made by the first Done: most holders never ask
 	doneClosed bool
 	lostInEnd  bool // err was declared by a failed Unlock (endUnlock), not while held
-	lossFuncs  []func(error)
+	lossFuncs  []lossFunc
+	lossSeq    lossID // the last id onLoss gave
 	heapIndex  int
 	eventAt    time.Time
 }
@@ -226,17 +227,49 @@ func (l *Lease) lostWhileHeld() error {
 }
 
 // onLoss arranges for f to be called with the loss error if the lease is
-// lost; at once if it already was.
-func (l *Lease) onLoss(f func(error)) {
+// lost; at once if it already was. It returns the id dropLoss takes.
+func (l *Lease) onLoss(f func(error)) lossID {
 	l.wd.mu.Lock()
 	if err := l.err; err != nil {
 		l.wd.mu.Unlock()
 		f(err)
+		return 0
+	}
+	l.lossSeq++
+	id := l.lossSeq
+	l.lossFuncs = append(l.lossFuncs, lossFunc{id: id, f: f})
+	l.wd.mu.Unlock()
+	return id
+}
+
+// dropLoss cancels what onLoss arranged, if it is still to come. A lease
+// that outlives many of the things that watch it (a reentrant owner's
+// renewal, under nested holds that come and go) must not keep them all.
+func (l *Lease) dropLoss(id lossID) {
+	if id == 0 {
 		return
 	}
-	l.lossFuncs = append(l.lossFuncs, f)
-	l.wd.mu.Unlock()
+	l.wd.mu.Lock()
+	defer l.wd.mu.Unlock()
+	for i, lf := range l.lossFuncs {
+		if lf.id == id {
+			last := len(l.lossFuncs) - 1
+			copy(l.lossFuncs[i:], l.lossFuncs[i+1:])
+			l.lossFuncs[last] = lossFunc{} // the slice's tail must not keep f
+			l.lossFuncs = l.lossFuncs[:last]
+			return
+		}
+	}
 }
+
+// lossFunc is a loss callback, with the id that onLoss gave it.
+type lossFunc struct {
+	id lossID
+	f  func(error)
+}
+
+// lossID names a loss callback of a lease; 0 none.
+type lossID uint64
 
 // Unlock releases the lock and ends the lease. It first stops renewal and
 // waits for a renewal in flight, so no renewal can follow the release. It

@@ -191,6 +191,7 @@ type reentrantHold struct {
 	hold     string
 	anchor   *anchor // the owner's shared renewal, once the hold is granted
 	attached bool    // counted in the anchor's holds
+	onLoss   lossID  // the hold's loss callback on the anchor's lease
 }
 
 var (
@@ -246,6 +247,8 @@ func (h *reentrantHold) release(ctx context.Context, member string) error {
 	ended, err := h.sendRelease(ctx, member)
 	if ended {
 		h.attached = false
+		// The anchor may renew the owner's other holds for long yet.
+		h.anchor.lease.dropLoss(h.onLoss)
 	}
 	anchors.endRelease(h.anchor, ended)
 	return err
@@ -338,7 +341,7 @@ func (h *reentrantHold) makeLease(ctx context.Context, cfg *config, member strin
 		grantedAt: time.Now(),
 		heapIndex: -1,
 	}
-	anchor.lease.onLoss(func(err error) { m.c.wd.lose(l, fmt.Sprintf("the owner's hold ended: %v", err)) })
+	h.onLoss = anchor.lease.onLoss(func(err error) { m.c.wd.lose(l, fmt.Sprintf("the owner's hold ended: %v", err)) })
 	return l, nil
 }
 

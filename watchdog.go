@@ -325,7 +325,10 @@ func (w *watchdog) loseLocked(l *Lease, reason string) []func(error) {
 		heap.Remove(&w.leases, l.heapIndex)
 	}
 	l.closeDoneLocked()
-	funcs := l.lossFuncs
+	funcs := make([]func(error), 0, len(l.lossFuncs)+2)
+	for _, lf := range l.lossFuncs {
+		funcs = append(funcs, lf.f)
+	}
 	l.lossFuncs = nil
 	if o := l.cfg.observer; o != nil {
 		info := l.info()

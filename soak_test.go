@@ -195,6 +195,35 @@ func soakCycle(ctx context.Context, t *testing.T, i int, c, rival *dlock.Client,
 		<-done
 	case 7:
 		ignore(c.Do(ctx, name, func(context.Context) error { return nil }))
+	case 8: // a multi-lock whose second name another process holds; one wait times out
+		held, err := rival.Mutex(name + ":b").Lock(ctx)
+		if err != nil {
+			ignore(err)
+			return
+		}
+		ml := c.MultiLock(name+":a", name+":b")
+		tctx, cancel := context.WithTimeout(ctx, time.Duration(1+rnd.Intn(10))*time.Millisecond)
+		unlock(ml.Lock(tctx))
+		cancel()
+		unlock(ml.TryLock(ctx))
+		ignore(held.Unlock(ctx))
+		unlock(ml.Lock(ctx))
+	case 9: // a latch counted down while a waiter waits, one wait cancelled
+		l := c.Latch(name, dlock.WithTTL(time.Minute))
+		if _, err := l.TrySetCount(ctx, 1); err != nil {
+			ignore(err)
+			return
+		}
+		waited := make(chan struct{})
+		go func() {
+			defer close(waited)
+			ignore(l.Wait(ctx))
+		}()
+		wctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+		ignore(l.Wait(wctx))
+		cancel()
+		ignore(l.CountDown(ctx))
+		<-waited
 	default:
 		if i%2 == 0 {
 			unlock(c.Mutex(name).TryLock(ctx))
@@ -294,21 +323,8 @@ func TestSoakDistinctNames(t *testing.T) {
 	waitUntil(t, 10*time.Second, "channels unsubscribed on the server", func() bool {
 		return len(admin.PubSubChannels(ctx, "*").Val()) == 0
 	})
-	keys, noTTL := 0, []string{}
-	iter := admin.Scan(ctx, 0, "*", 1000).Iterator()
-	for iter.Next(ctx) {
-		keys++
-		if admin.PTTL(ctx, iter.Val()).Val() < 0 && admin.Exists(ctx, iter.Val()).Val() == 1 {
-			noTTL = append(noTTL, iter.Val())
-		}
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if len(noTTL) > 0 {
-		t.Errorf("%d keys without an expiry, such as %q", len(noTTL), noTTL[:min(5, len(noTTL))])
-	}
-	t.Logf("server: %d keys left (all expiring), %d clients connected", keys, countClients(t, admin, false))
+	checkServerKeys(t, admin)
+	t.Logf("server: %d clients connected", countClients(t, admin, false))
 
 	heapAfter := liveHeap()
 	goAfter := ourGoroutines()
@@ -391,4 +407,255 @@ func countClients(t *testing.T, admin *redis.Client, subscribed bool) int {
 		}
 	}
 	return n
+}
+
+// A service that builds a Client per request by mistake, over one go-redis
+// client, must get back every goroutine and connection of each at Close:
+// its subscription's, its watchdog's and its workers'.
+func TestSoakClientsCreatedAndClosed(t *testing.T) {
+	cycles := max(100, soakCycles(t, 100)/100)
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	rdb := srv.Client(t)
+	ctx := testCtx(t)
+	name := uniqueName(t)
+	holder := newClient(t, srv)
+	held := mustLock(t, holder, name+"held")
+	defer held.Unlock(ctx)
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	goBefore := settledGoroutines(0)
+	connsBefore := countClients(t, admin, false)
+	heapBefore := liveHeap()
+	for i := 0; i < cycles; i++ {
+		c, err := dlock.New(rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A wait subscribes, a lease is renewed by the watchdog, and a
+		// cancelled wait is cleaned up by a worker.
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		if _, err := c.Mutex(name + "held").Lock(wctx); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("Lock of a held lock: %v", err)
+		}
+		cancel()
+		l, err := c.Mutex(name + strconv.Itoa(i)).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// Closed with a lease held and a wait in progress.
+		kept, err := c.Mutex(name + "kept" + strconv.Itoa(i)).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiting := make(chan error, 1)
+		go func() { _, err := c.Mutex(name + "held").Lock(ctx); waiting <- err }()
+		waitFor(t, 10*time.Second, func() bool { return dlock.LocalWaiters(c, name+"held") == 1 }, "the wait")
+		if err := c.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if err := <-waiting; !errors.Is(err, dlock.ErrClosed) {
+			t.Fatalf("a wait in progress at Close: %v, want ErrClosed", err)
+		}
+		<-kept.Done()
+		_ = kept.Unlock(ctx) // still releases after Close
+	}
+	if n := settledGoroutines(goBefore); n > goBefore {
+		t.Errorf("%d goroutines after %d Clients were made and closed, %d before:\n%s", n, cycles, goBefore, goroutineDump())
+	}
+	waitUntil(t, 5*time.Second, "subscribed connections closed", func() bool { return countClients(t, admin, true) == 0 })
+	waitUntil(t, 5*time.Second, "channels unsubscribed", func() bool { return len(admin.PubSubChannels(ctx, "*").Val()) == 0 })
+	conns := countClients(t, admin, false)
+	heapAfter := liveHeap()
+	t.Logf("%d Clients made and closed: goroutines %d before, %d after; connections %d before, %d after; live heap %d KiB before, %d KiB after",
+		cycles, goBefore, ourGoroutines(), connsBefore, conns, heapBefore>>10, heapAfter>>10)
+	if conns > connsBefore+10 { // go-redis's pool (10 per CPU) may grow, no more
+		t.Errorf("%d connections to the server after %d Clients, %d before", conns, cycles, connsBefore)
+	}
+}
+
+// TestSoakRedlockDistinctNames is TestSoakDistinctNames for a Redlock over
+// three nodes behind proxies that reset their connections now and then:
+// its gates and its nodes' notifiers must empty once the linger passed.
+func TestSoakRedlockDistinctNames(t *testing.T) {
+	cycles := soakCycles(t, 1500) / 2
+	nodes := redistest.StartNodes(t, 3)
+	proxies, addrs := proxied(t, nodes)
+	ctx := testCtx(t)
+	if cycles > 10000 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+	}
+	opts := []dlock.Option{dlock.WithTTL(2 * time.Second), dlock.WithNodeTimeout(200 * time.Millisecond)}
+	goBefore := settledGoroutines(0)
+	r := newRedlock(t, addrs, opts...)
+	rival := newRedlock(t, addrsOf(nodes), opts...)
+	dlock.SetRedlockSubscriptionLinger(r, soakLinger)
+	dlock.SetRedlockSubscriptionLinger(rival, soakLinger)
+
+	var (
+		ops  soakOps
+		next atomic.Int64
+		wg   sync.WaitGroup
+	)
+	unlock := func(l *dlock.Lease, err error) {
+		switch {
+		case err == nil:
+			ops.locked.Add(1)
+			_ = l.Unlock(ctx)
+		case errors.Is(err, context.DeadlineExceeded):
+			ops.timedOut.Add(1)
+		case errors.Is(err, context.Canceled):
+			ops.cancelled.Add(1)
+		case errors.Is(err, dlock.ErrNotObtained):
+			ops.tryFailed.Add(1)
+		}
+	}
+	prefix := "order:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+	start := time.Now()
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(seed int64) {
+			defer wg.Done()
+			rnd := rand.New(rand.NewSource(seed))
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= cycles || ctx.Err() != nil {
+					return
+				}
+				if i > 0 && i%499 == 0 {
+					proxies[i%len(proxies)].ResetAll()
+					ops.resets.Add(1)
+				}
+				name := prefix + strconv.Itoa(i)
+				switch i % 4 {
+				case 0: // held by another process: a waiter gets it, one times out, a TryLock fails
+					held, err := rival.Mutex(name).Lock(ctx)
+					if err != nil {
+						continue
+					}
+					limit := time.Duration(1+rnd.Intn(20)) * time.Millisecond
+					var cw sync.WaitGroup
+					cw.Add(2)
+					go func() {
+						defer cw.Done()
+						l, err := r.Mutex(name).Lock(ctx)
+						if err == nil {
+							ops.waitedAndGot.Add(1)
+						}
+						unlock(l, err)
+					}()
+					go func() {
+						defer cw.Done()
+						tctx, cancel := context.WithTimeout(ctx, limit)
+						defer cancel()
+						unlock(r.Mutex(name).Lock(tctx))
+					}()
+					unlock(r.Mutex(name).TryLock(ctx))
+					time.Sleep(time.Duration(rnd.Intn(5)) * time.Millisecond)
+					_ = held.Unlock(ctx)
+					cw.Wait()
+				case 1: // cancelled mid-flight
+					cctx, cancel := context.WithCancel(ctx)
+					time.AfterFunc(time.Duration(rnd.Intn(1500))*time.Microsecond, cancel)
+					unlock(r.Mutex(name).Lock(cctx))
+					cancel()
+				case 2: // goroutines of this process take turns (local hand-offs)
+					var cw sync.WaitGroup
+					for g := 0; g < 3; g++ {
+						cw.Add(1)
+						go func() { defer cw.Done(); unlock(r.Mutex(name).Lock(ctx)) }()
+					}
+					cw.Wait()
+				default:
+					_ = r.Do(ctx, name, func(context.Context) error { return nil })
+				}
+			}
+		}(int64(w))
+	}
+	wg.Wait()
+	t.Logf("%d cycles in %v: %s", cycles, time.Since(start).Round(time.Millisecond), &ops)
+
+	var got, rv dlock.Retained
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, rv = dlock.RedlockRetained(r), dlock.RedlockRetained(rival)
+		if got.Channels+got.Waiters+got.Expected+got.Queues+got.Leases+got.LossFuncs == 0 &&
+			rv.Channels+rv.Waiters+rv.Expected+rv.Queues+rv.Leases+rv.LossFuncs == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("10 s after the last cycle the Redlock retains %+v, the rival %+v; want nothing", got, rv)
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i, s := range nodes {
+		admin := s.Client(t)
+		waitUntil(t, 10*time.Second, fmt.Sprintf("channels unsubscribed on node %d", i), func() bool {
+			return len(admin.PubSubChannels(ctx, "*").Val()) == 0
+		})
+	}
+	if err := r.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if err := rival.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if n := settledGoroutines(goBefore); n > goBefore {
+		t.Errorf("%d goroutines after Close, %d before the Redlocks:\n%s", n, goBefore, goroutineDump())
+	}
+}
+
+// checkServerKeys fails t for any key without an expiry, and logs how many
+// keys of each kind (the part after the name's braces) are left, and the
+// longest time one has yet to live.
+func checkServerKeys(t *testing.T, admin *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
+	type kind struct {
+		n       int
+		longest time.Duration
+	}
+	kinds := map[string]*kind{}
+	var noTTL []string
+	iter := admin.Scan(ctx, 0, "*", 1000).Iterator()
+	for iter.Next(ctx) {
+		key := iter.Val()
+		suffix := key
+		if i := strings.LastIndex(key, "}"); i >= 0 {
+			suffix = key[i+1:]
+		}
+		pttl, err := admin.PTTL(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pttl == -2 { // expired meanwhile
+			continue
+		}
+		if pttl < 0 {
+			noTTL = append(noTTL, key)
+		}
+		k := kinds[suffix]
+		if k == nil {
+			k = &kind{}
+			kinds[suffix] = k
+		}
+		k.n++
+		k.longest = max(k.longest, pttl)
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for suffix, k := range kinds {
+		t.Logf("server: %d keys %q left, the last expiring in %v", k.n, suffix, k.longest.Round(time.Second))
+	}
+	if len(noTTL) > 0 {
+		t.Errorf("%d keys without an expiry, such as %q", len(noTTL), noTTL[:min(5, len(noTTL))])
+	}
 }

@@ -241,16 +241,24 @@ func (h *reentrantHold) release(ctx context.Context, member string) error {
 		return err
 	}
 	anchors := &h.m.c.anchors
-	if err := anchors.beginRelease(ctx, h.anchor); err != nil {
-		return err
+	err := anchors.beginRelease(ctx, h.anchor)
+	ended := false
+	if err == nil {
+		ended, err = h.sendRelease(ctx, member)
 	}
-	ended, err := h.sendRelease(ctx, member)
-	if ended {
+	if ended || err != nil {
+		// Gone, or its lease ends lost with the failure (Lease.end), as
+		// any lease whose release fails: either way it no longer counts
+		// on the anchor, which may renew the owner's other holds for long
+		// yet, and must not renew the lock for this one.
 		h.attached = false
-		// The anchor may renew the owner's other holds for long yet.
 		h.anchor.lease.dropLoss(h.onLoss)
 	}
-	anchors.endRelease(h.anchor, ended)
+	var failed error // the release may not have landed
+	if !ended {
+		failed = err
+	}
+	anchors.endRelease(h.anchor, ended, failed)
 	return err
 }
 
@@ -439,8 +447,8 @@ func (s *anchorSet) join(key anchorKey) *anchor {
 // a is then being released, any of these releases may be the owner's last:
 // a's renewals stop (waiting for one in flight) before it is sent.
 // endRelease resumes them when a release leaves a hold that is not being
-// released. It fails, counting nothing, when ctx ends while a renewal in
-// flight is waited for.
+// released. It fails when ctx ends while a renewal in flight is waited for;
+// endRelease follows it either way.
 func (s *anchorSet) beginRelease(ctx context.Context, a *anchor) error {
 	a.pauseMu.Lock()
 	defer a.pauseMu.Unlock()
@@ -457,24 +465,26 @@ func (s *anchorSet) beginRelease(ctx context.Context, a *anchor) error {
 	case err == nil:
 		a.paused = true
 	case errors.As(err, &pending):
-		s.mu.Lock()
-		a.releasing--
-		s.mu.Unlock()
 		return err
 	}
 	return nil // lost or retired meanwhile: the release finds out
 }
 
-// endRelease counts a release done, and with ended one hold less on a: the
-// last hold retires a. A hold granted meanwhile keeps it: the anchor renews
-// the key by owner, whichever grant put the owner there (and renews again
-// if it was paused).
-func (s *anchorSet) endRelease(a *anchor, ended bool) {
+// endRelease counts a release done, and with ended (the hold is gone) or
+// failed (its release may not have landed) one hold less on a: the last
+// hold retires a. A hold granted meanwhile keeps it: the
+// anchor renews the key by owner, whichever grant put the owner there (and
+// renews again if it was paused). When the last hold's release failed, the
+// release may not have landed: a ends lost, unrenewed, and the lock expires
+// within its TTL, as a Mutex's does after a failed release. (Counted on,
+// the failed hold kept the lock renewed for as long as the process lived,
+// with no Lease left to release it.)
+func (s *anchorSet) endRelease(a *anchor, ended bool, failed error) {
 	a.pauseMu.Lock()
 	defer a.pauseMu.Unlock()
 	s.mu.Lock()
 	a.releasing--
-	if ended {
+	if ended || failed != nil {
 		a.holds--
 	}
 	current := s.anchors[a.key] == a
@@ -486,6 +496,12 @@ func (s *anchorSet) endRelease(a *anchor, ended bool) {
 	s.mu.Unlock()
 	wd := a.lease.wd
 	switch {
+	case last && failed != nil && a.paused:
+		wd.endUnlock(a.lease, failed) // ends it lost
+	case last && failed != nil:
+		// Not retire, which would wait for the renewal in flight that a
+		// silent server has kept from returning.
+		wd.lose(a.lease, fmt.Sprintf("releasing the owner's last hold failed (%v), and the release may still reach Redis", failed))
 	case last && a.paused:
 		wd.endUnlock(a.lease, nil)
 	case last:

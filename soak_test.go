@@ -659,3 +659,130 @@ func checkServerKeys(t *testing.T, admin *redis.Client) {
 		t.Errorf("%d keys without an expiry, such as %q", len(noTTL), noTTL[:min(5, len(noTTL))])
 	}
 }
+
+// TestSoakHiccups is the mix under Redis hiccups: replies held back and
+// dropped, latency, connection resets, with every cycle bounded by a short
+// deadline, so that calls are abandoned in flight and cleaned up later.
+// Once the faults stop, the clean-ups end and the linger passes, nothing
+// may be left: in memory, in goroutines, on the server.
+func TestSoakHiccups(t *testing.T) {
+	cycles := soakCycles(t, 1500) / 2
+	srv := redistest.Start(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	admin := srv.Client(t)
+	ctx := testCtx(t)
+	if cycles > 10000 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	opts := []dlock.Option{dlock.WithTTL(2 * time.Second), dlock.WithReleaseTimeout(time.Second)}
+	goBefore := settledGoroutines(0)
+	c, err := dlock.New(rdb, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rival, err := dlock.New(srv.Client(t), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rival.Close()
+	dlock.SetSubscriptionLinger(c, soakLinger)
+	dlock.SetSubscriptionLinger(rival, soakLinger)
+
+	stop := make(chan struct{})
+	faulted := make(chan struct{})
+	var faults atomic.Int64
+	go func() {
+		defer close(faulted)
+		rnd := rand.New(rand.NewSource(1))
+		tick := time.NewTicker(40 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				proxy.HoldReplies(false)
+				proxy.Blackhole(false)
+				proxy.SetLatency(0)
+				return
+			case <-tick.C:
+			}
+			faults.Add(1)
+			switch rnd.Intn(5) {
+			case 0:
+				proxy.HoldReplies(true)
+				time.Sleep(time.Duration(rnd.Intn(150)) * time.Millisecond)
+				proxy.HoldReplies(false)
+			case 1:
+				proxy.Blackhole(true)
+				time.Sleep(time.Duration(rnd.Intn(100)) * time.Millisecond)
+				proxy.Blackhole(false)
+			case 2:
+				proxy.ResetAll()
+			case 3:
+				proxy.SetLatency(time.Duration(rnd.Intn(20)) * time.Millisecond)
+			default:
+				proxy.SetLatency(0)
+			}
+		}
+	}()
+
+	var (
+		ops  soakOps
+		next atomic.Int64
+		wg   sync.WaitGroup
+	)
+	prefix := "order:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+	start := time.Now()
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func(seed int64) {
+			defer wg.Done()
+			rnd := rand.New(rand.NewSource(seed))
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= cycles || ctx.Err() != nil {
+					return
+				}
+				cctx, cancel := context.WithTimeout(ctx, time.Duration(50+rnd.Intn(250))*time.Millisecond)
+				soakCycle(cctx, t, i, c, rival, prefix+strconv.Itoa(i), &ops, rnd)
+				cancel()
+			}
+		}(int64(w))
+	}
+	wg.Wait()
+	close(stop)
+	<-faulted
+	t.Logf("%d cycles in %v under %d faults: %s", cycles, time.Since(start).Round(time.Millisecond), faults.Load(), &ops)
+
+	var got, rv dlock.Retained
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got, rv = dlock.ClientRetained(c), dlock.ClientRetained(rival)
+		if got.Channels+got.Waiters+got.Expected+got.Queues+got.Anchors+got.Leases+got.LossFuncs == 0 &&
+			rv.Channels+rv.Waiters+rv.Expected+rv.Queues+rv.Anchors+rv.Leases+rv.LossFuncs == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("20 s after the last cycle the service's Client retains %+v, the rival's %+v; want nothing", got, rv)
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	waitUntil(t, 10*time.Second, "channels unsubscribed on the server", func() bool {
+		return len(admin.PubSubChannels(ctx, "*").Val()) == 0
+	})
+	checkServerKeys(t, admin)
+	if err := c.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if err := rival.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if n := settledGoroutines(goBefore); n > goBefore {
+		t.Errorf("%d goroutines after Close, %d before the Clients:\n%s", n, goBefore, goroutineDump())
+	}
+	waitUntil(t, 5*time.Second, "subscribed connections closed", func() bool { return countClients(t, admin, true) == 0 })
+}

@@ -112,7 +112,6 @@ type Lease struct {
 	doneClosed bool
 	lostInEnd  bool // err was declared by a failed Unlock (endUnlock), not while held
 	lossFuncs  []lossFunc
-	lossSeq    lossID // the last id onLoss gave
 	heapIndex  int
 	eventAt    time.Time
 }
@@ -235,8 +234,8 @@ func (l *Lease) onLoss(f func(error)) lossID {
 		f(err)
 		return 0
 	}
-	l.lossSeq++
-	id := l.lossSeq
+	l.wd.lossSeq++
+	id := l.wd.lossSeq
 	l.lossFuncs = append(l.lossFuncs, lossFunc{id: id, f: f})
 	l.wd.mu.Unlock()
 	return id

@@ -30,6 +30,9 @@ type watchdog struct {
 	idleLead time.Duration
 	started  bool
 	closed   bool
+	// lossSeq is the last id Lease.onLoss gave, for any lease of the
+	// Client (a counter per lease would grow every Lease).
+	lossSeq lossID
 
 	wake    chan struct{}
 	pokes   atomic.Int64 // wake-ups sent to the loop, for tests

@@ -60,6 +60,7 @@ func newSubscription(rdb Client, h driver.Handler) *subscription {
 		ctx:      ctx,
 		cancel:   cancel,
 		channels: make(map[string]struct{}),
+		unsent:   make(map[string]struct{}),
 		waiting:  confirm.Waiters{},
 		send:     newSendGate(),
 		stop:     make(chan struct{}),
@@ -105,8 +106,15 @@ type subscription struct {
 	ps       *redis.PubSub // swapped by the loop only
 	channels map[string]struct{}
 	waiting  confirm.Waiters // confirmations awaited, per channel
-	started  bool
-	closed   bool
+	// unsent holds channels no longer wanted that may still be subscribed
+	// on the connection in use: their UNSUBSCRIBE was never sent (its
+	// caller left while the gate was taken) or failed, or a reconnection
+	// subscribed them again as it was sent. The loop sends it (flushUnsent).
+	// Left there, the server would send their messages to this client for
+	// the connection's life.
+	unsent  map[string]struct{}
+	started bool
+	closed  bool
 
 	stop chan struct{}
 }
@@ -170,7 +178,60 @@ func (s *subscription) Unsubscribe(ctx context.Context, channels ...string) erro
 	if ps == nil {
 		return nil
 	}
-	return s.send.do(ctx, s.stop, func(ctx context.Context) error { return ps.Unsubscribe(ctx, channels...) })
+	err := s.send.do(ctx, s.stop, func(ctx context.Context) error { return ps.Unsubscribe(ctx, channels...) })
+	if err != nil {
+		s.mu.Lock()
+		s.markUnsentLocked(channels)
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// markUnsentLocked adds to unsent those of channels no longer wanted.
+func (s *subscription) markUnsentLocked(channels []string) {
+	for _, ch := range channels {
+		if _, wanted := s.channels[ch]; !wanted {
+			s.unsent[ch] = struct{}{}
+		}
+	}
+}
+
+// flushUnsent sends UNSUBSCRIBE on ps, the PubSub in use, for the channels
+// in unsent that are still not wanted. It takes the gate, so that a caller's
+// SUBSCRIBE for one of them goes after it, but never waits for it: a caller
+// holds it, and the loop tries again after its next read.
+func (s *subscription) flushUnsent(ps *redis.PubSub) {
+	s.mu.Lock()
+	empty := len(s.unsent) == 0
+	s.mu.Unlock()
+	if empty {
+		return
+	}
+	select {
+	case s.send <- struct{}{}:
+	default:
+		return
+	}
+	defer func() { <-s.send }()
+	s.mu.Lock()
+	var chs []string
+	for ch := range s.unsent {
+		if _, wanted := s.channels[ch]; !wanted {
+			chs = append(chs, ch)
+		}
+	}
+	clear(s.unsent)
+	s.mu.Unlock()
+	if len(chs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.health)
+	defer cancel()
+	if err := ps.Unsubscribe(ctx, chs...); err != nil {
+		s.mu.Lock()
+		s.markUnsentLocked(chs)
+		s.mu.Unlock()
+	}
 }
 
 // Close implements driver.Subscription. From its start no Handler method is
@@ -207,6 +268,7 @@ func (s *subscription) loop(ps *redis.PubSub) {
 	pinged := false
 	backoff := newBackoff()
 	for {
+		s.flushUnsent(ps)
 		msg, err := ps.ReceiveTimeout(s.ctx, s.health)
 		if s.stopped() {
 			return
@@ -274,6 +336,10 @@ func (s *subscription) replace(old *redis.PubSub) (*redis.PubSub, bool) {
 		ctx, cancel := context.WithTimeout(s.ctx, s.health)
 		_ = ps.Subscribe(ctx, channels...) // on failure the next receive fails and we come back here
 		cancel()
+		// A caller's UNSUBSCRIBE of one of them may have gone first.
+		s.mu.Lock()
+		s.markUnsentLocked(channels)
+		s.mu.Unlock()
 	}
 	return ps, true
 }

@@ -36,6 +36,27 @@ local function dlock_now_us_digits()
   return t[1] .. string.sub('00000' .. t[2], -6)
 end
 
+-- dlock_counter reports whether v, a fencing key's value, is a counter
+-- INCR counts on from: an integer as Redis writes one ("0", or digits
+-- without a leading zero after an optional '-') that leaves room for one
+-- more. INCR refuses anything else, including strings Lua's tonumber reads
+-- ("007", "1.5", "1e3", 20 digits), so a check before a script's writes
+-- must use this, not tonumber, or the INCR after them raises.
+local function dlock_counter(v)
+  if v == '0' then
+    return true
+  end
+  local sign, digits = string.match(v, '^(%-?)([1-9]%d*)$')
+  if not digits or #digits > 19 then
+    return false
+  elseif #digits < 19 then
+    return true
+  elseif sign == '-' then
+    return digits <= '9223372036854775808'
+  end
+  return digits < '9223372036854775807' -- INCR of the largest overflows
+end
+
 -- dlock_fence_refused is called when INCR of the fencing key failed. Only a
 -- key that holds something other than a counter is a conflict (GET raises
 -- WRONGTYPE for a list or a hash). Otherwise the server refused INCR
@@ -47,7 +68,7 @@ end
 -- fencing key. Should the second INCR succeed, its token is returned.
 local function dlock_fence_refused(fence_key)
   local v = redis.call('GET', fence_key)
-  if v and not string.match(v, '^%-?%d+$') then
+  if v and not dlock_counter(v) then
     error('DLOCK_CONFLICT the fencing key ' .. fence_key .. ' does not hold a number')
   end
   return redis.call('INCR', fence_key)

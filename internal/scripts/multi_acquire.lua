@@ -27,7 +27,8 @@ for i = 0, n - 1 do
   if dlock_live_head(KEYS[k + 3], KEYS[k + 4], now_ms) then
     return {0, i + 1, 0}
   end
-  if tonumber(redis.call('GET', KEYS[k + 2]) or '0') == nil then
+  local fence = redis.call('GET', KEYS[k + 2])
+  if fence and not dlock_counter(fence) then -- INCR, below, would raise
     return redis.error_reply('DLOCK_CONFLICT the fencing key ' .. KEYS[k + 2] .. ' does not hold a number')
   end
 end

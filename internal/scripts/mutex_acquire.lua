@@ -44,8 +44,14 @@ if (not strict or redis.call('EXISTS', KEYS[3]) == 0) and redis.call('SET', KEYS
     redis.call('DEL', KEYS[1]) -- undo, within this same atomic script
     -- A counter (or none) there: the server refused INCR itself (an
     -- ACL), and says so (see dlock_fence_refused in lock_lib.lua).
+    local function fence_counter(v) -- dlock_counter of lock_lib.lua, which this script does not load
+      if v == '0' then return true end
+      local sign, digits = string.match(v, '^(%-?)([1-9]%d*)$')
+      if not digits or #digits ~= 19 then return digits ~= nil and #digits < 19 end
+      return digits < (sign == '-' and '9223372036854775809' or '9223372036854775807')
+    end
     local v = redis.call('GET', KEYS[2])
-    if not v or string.match(v, '^%-?%d+$') then
+    if not v or fence_counter(v) then
       return token
     end
     return redis.error_reply('DLOCK_CONFLICT the fencing key ' .. KEYS[2] .. ' does not hold a number')

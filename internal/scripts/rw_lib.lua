@@ -34,7 +34,7 @@ end
 -- and a foreign key must be left exactly as it was.
 local function rw_check_keys(keys)
   local fence = redis.call('TYPE', keys[2]).ok
-  if fence ~= 'none' and (fence ~= 'string' or tonumber(redis.call('GET', keys[2])) == nil) then
+  if fence ~= 'none' and (fence ~= 'string' or not dlock_counter(redis.call('GET', keys[2]))) then
     error('DLOCK_CONFLICT the fencing key ' .. keys[2] .. ' does not hold a number')
   end
   local tokens = redis.call('TYPE', keys[5]).ok

@@ -225,8 +225,9 @@ func (m *Mutex) unlock(ctx context.Context, owner string) error {
 		return m.release(ctx, owner)
 	}
 	g := &localGrant{px: w.m.cfg.initialPX(), from: time.Now()}
-	g.fence, err = m.transfer(ctx, owner, next, g.px)
-	if err != nil && isReplyError(err) {
+	var resent bool
+	g.fence, resent, err = m.transfer(ctx, owner, next, g.px)
+	if err != nil && isReplyError(err) && !resent {
 		// The script refused before writing anything: Redis at
 		// maxmemory refuses a script whose first write may grow memory,
 		// as the hand-off's INCR does, and a foreign fencing key is
@@ -235,6 +236,8 @@ func (m *Mutex) unlock(ctx context.Context, owner string) error {
 		// frees the lock: its first write frees memory, and it reports a
 		// foreign key after releasing. (Before, Unlock failed and the
 		// lock stayed held until its TTL, however often it was retried.)
+		// Not when the Redis client sent the script twice: the error may
+		// be the second sending's, after the first moved the lock to next.
 		w.wake <- localTurn{restart: true}
 		return m.release(ctx, owner)
 	}
@@ -257,8 +260,9 @@ func (m *Mutex) unlock(ctx context.Context, owner string) error {
 }
 
 // transfer moves the lock from owner to next for px, and returns next's
-// fencing token (mutex_transfer.lua).
-func (m *Mutex) transfer(ctx context.Context, owner, next string, px time.Duration) (int64, error) {
+// fencing token (mutex_transfer.lua), and whether the Redis client sent
+// the script more than once (driver.Call.Resent).
+func (m *Mutex) transfer(ctx context.Context, owner, next string, px time.Duration) (fence int64, resent bool, err error) {
 	call := &driver.Call{
 		Script: scripts.MutexTransfer,
 		Keys:   []string{m.keys.lock, m.keys.fence},
@@ -266,21 +270,21 @@ func (m *Mutex) transfer(ctx context.Context, owner, next string, px time.Durati
 	}
 	m.c.drv.Run(ctx, call)
 	if call.Err != nil {
-		return 0, call.Err
+		return 0, call.Resent, call.Err
 	}
 	items, ok := call.Reply.([]any)
 	if !ok || len(items) == 0 {
-		return 0, unexpectedReply(call.Reply)
+		return 0, call.Resent, unexpectedReply(call.Reply)
 	}
 	switch code, _ := items[0].(int64); {
 	case code == 0:
-		return 0, ErrNotHeld
+		return 0, call.Resent, ErrNotHeld
 	case code == 1 && len(items) >= 2:
 		if fence, ok := items[1].(int64); ok {
-			return fence, nil
+			return fence, call.Resent, nil
 		}
 	}
-	return 0, unexpectedReply(call.Reply)
+	return 0, call.Resent, unexpectedReply(call.Reply)
 }
 
 // release is Unlock's script, and how an abandoned waiter leaves the queue.

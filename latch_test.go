@@ -715,3 +715,33 @@ func TestLatchForeignCallsZset(t *testing.T) {
 		t.Errorf("the count is %q, want 2 (unchanged)", v)
 	}
 }
+
+// TestLatchForeignRoundKeyChangesNothing: a CountDown that meets a foreign
+// value under the latch's round key reports ErrKeyConflict and changes
+// nothing. It remembered its call id first, so the same call sent again
+// (go-redis resends after a lost reply) would have counted as done without
+// the decrement.
+func TestLatchForeignRoundKeyChangesNothing(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := newClient(t, srv)
+	rdb := srv.Client(t)
+	ctx := testCtx(t)
+	name := uniqueName(t)
+	l := c.Latch(name)
+	if ok, err := l.TrySetCount(ctx, 2); err != nil || !ok {
+		t.Fatalf("TrySetCount: %v, %v", ok, err)
+	}
+	calls, round := latchKey(name)+":calls", latchKey(name)+":round"
+	before := rdb.ZCard(ctx, calls).Val()
+	rdb.Set(ctx, round, "not a round", time.Minute)
+	defer rdb.Del(ctx, round)
+	if err := l.CountDown(ctx); !errors.Is(err, dlock.ErrKeyConflict) {
+		t.Fatalf("CountDown with a foreign round key: got %v, want ErrKeyConflict", err)
+	}
+	if n := rdb.ZCard(ctx, calls).Val(); n != before {
+		t.Errorf("the calls key went from %d to %d ids: the failed CountDown counts as done", before, n)
+	}
+	if v := rdb.Get(ctx, latchKey(name)).Val(); v != "2" {
+		t.Errorf("the count is %q, want 2 (unchanged)", v)
+	}
+}

@@ -10,9 +10,11 @@ local n = latch_count(KEYS[1])
 if n == 0 or latch_applied(KEYS[2], ARGV[4]) then
   return n
 end
-latch_remember(KEYS[2], ARGV[4], ARGV[5])
 -- None when an older dlock set the count, or the record lapsed: begin one.
+-- Read before the call is remembered: a foreign key there raises, and the
+-- call must not count as done without the decrement.
 local r = latch_round(KEYS[4]) or latch_new_round(nil)
+latch_remember(KEYS[2], ARGV[4], ARGV[5])
 if n == 1 then
   redis.call('DEL', KEYS[1])
   redis.call('SET', KEYS[3], '1', 'PX', ARGV[1]) -- counted down, not expired

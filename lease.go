@@ -277,8 +277,10 @@ type lossID uint64
 // together are bounded by WithReleaseTimeout (an error matching
 // context.DeadlineExceeded then). A release that fails ends the lease as lost
 // (Done closes, Err matches ErrLockLost), since its request may still reach
-// Redis and free the lock; Unlock may then be called again to make sure the
-// lock is released. A ctx that can never be cancelled (context.Background()) is
+// Redis and free the lock; so does one never sent because the renewal in
+// flight did not return in time, and nothing renews the lock after either:
+// it expires within its TTL. Unlock may then be called again to make sure
+// the lock is released. A ctx that can never be cancelled (context.Background()) is
 // used as it is, without a timer: the Redis client's own timeouts bound the
 // release then, as they bound any command sent with such a context (go-redis:
 // ReadTimeout, WriteTimeout and MaxRetries). It returns ErrNotHeld if the
@@ -297,7 +299,7 @@ func (l *Lease) end(ctx context.Context, op, lost string) error {
 	name := l.Name()
 	rctx, cancel := detach(ctx, l.cfg.releaseTimeout)
 	defer cancel()
-	if err := l.wd.beginUnlock(rctx, l); err != nil {
+	if err := l.wd.beginUnlock(rctx, l, false); err != nil {
 		return errorf("dlock: %s %q: %w", op, name, err)
 	}
 	sent := time.Now()

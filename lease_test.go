@@ -297,37 +297,61 @@ func TestCloseEndsWaitsAndLeases(t *testing.T) {
 
 // TestUnlockBehindAStuckRenewalIsBounded: Unlock waits for a renewal in
 // flight before it sends the release, but no longer than the release
-// timeout; the lease is then still held (and renewed again), and a later
-// Unlock releases it.
+// timeout; the lease then ends lost, unrenewed, and a later Unlock still
+// releases the lock. Without that later Unlock, the lock expires within its
+// TTL: the lease went back to the watchdog, which renewed the lock for as
+// long as the process lived, although its holder had given it up.
 func TestUnlockBehindAStuckRenewalIsBounded(t *testing.T) {
-	ctx := dlock.WithOwner(testCtx(t), "job") // the helper warms up with a ReentrantMutex
-	c, hook := clientWithHeldRenewals(t, ctx)
-	// Far shorter than what is left of the lease's validity when its
-	// renewal starts (2 s of the 3 s TTL), which bounds the renewal itself.
-	const releaseTimeout = 200 * time.Millisecond
-	l, err := c.Mutex(t.Name(), dlock.WithTTL(3*time.Second), dlock.WithReleaseTimeout(releaseTimeout)).Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hook.holdRenewal(t)
-	cancelled, cancel := context.WithCancel(ctx)
-	cancel() // a request that ended: Unlock still runs, bounded by the release timeout
-	start := time.Now()
-	err = l.Unlock(cancelled)
-	took := time.Since(start)
-	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "renewal") {
-		t.Errorf("Unlock behind a stuck renewal: got %v, want the release timeout, saying a renewal is pending", err)
-	}
-	if took < releaseTimeout/2 || took > releaseTimeout+time.Second {
-		t.Errorf("Unlock returned after %v; want about the release timeout (%v)", took, releaseTimeout)
-	}
-	hook.hold.Store(false)
-	close(hook.resume)
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatalf("Unlock once the renewal returned: %v", err)
-	}
-	if err := l.Err(); errors.Is(err, dlock.ErrLockLost) {
-		t.Errorf("the lease reads as lost after a successful Unlock: %v", err)
+	for _, retry := range []bool{true, false} {
+		t.Run(map[bool]string{true: "retried", false: "not retried"}[retry], func(t *testing.T) {
+			ctx := dlock.WithOwner(testCtx(t), "job") // the helper warms up with a ReentrantMutex
+			c, hook := clientWithHeldRenewals(t, ctx)
+			// Far shorter than what is left of the lease's validity when its
+			// renewal starts (2 s of the 3 s TTL), which bounds the renewal itself.
+			const releaseTimeout = 200 * time.Millisecond
+			const ttl = 3 * time.Second
+			name := uniqueName(t)
+			l, err := c.Mutex(name, dlock.WithTTL(ttl), dlock.WithReleaseTimeout(releaseTimeout)).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hook.holdRenewal(t)
+			cancelled, cancel := context.WithCancel(ctx)
+			cancel() // a request that ended: Unlock still runs, bounded by the release timeout
+			start := time.Now()
+			err = l.Unlock(cancelled)
+			took := time.Since(start)
+			if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "renewal") {
+				t.Errorf("Unlock behind a stuck renewal: got %v, want the release timeout, saying a renewal is pending", err)
+			}
+			if took < releaseTimeout/2 || took > releaseTimeout+time.Second {
+				t.Errorf("Unlock returned after %v; want about the release timeout (%v)", took, releaseTimeout)
+			}
+			if err := l.Err(); !errors.Is(err, dlock.ErrLockLost) {
+				t.Errorf("after the failed Unlock, Err = %v; want ErrLockLost", err)
+			}
+			hook.hold.Store(false)
+			close(hook.resume)
+			rdb := redistest.Shared(t).Client(t)
+			if retry {
+				if err := l.Unlock(ctx); err != nil {
+					t.Fatalf("Unlock once the renewal returned: %v", err)
+				}
+				if n := rdb.Exists(ctx, lockKey(name)).Val(); n != 0 {
+					t.Error("the lock is still held after the retried Unlock")
+				}
+				return
+			}
+			// The renewal held back extends the key once more when it
+			// lands; nothing renews it after that.
+			deadline := time.Now().Add(2*ttl + 2*time.Second)
+			for rdb.Exists(ctx, lockKey(name)).Val() != 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("the lock is still held %v after an Unlock that gave up (PTTL %v): still renewed", 2*ttl+2*time.Second, rdb.PTTL(ctx, lockKey(name)).Val())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
 	}
 }
 

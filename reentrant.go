@@ -459,7 +459,7 @@ func (s *anchorSet) beginRelease(ctx context.Context, a *anchor) error {
 	if !pause {
 		return nil
 	}
-	err := a.lease.wd.beginUnlock(ctx, a.lease)
+	err := a.lease.wd.beginUnlock(ctx, a.lease, true)
 	var pending *renewalPendingError
 	switch {
 	case err == nil:

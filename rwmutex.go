@@ -236,7 +236,7 @@ func (rw *RWMutex) Downgrade(ctx context.Context, write *Lease) (*Lease, error) 
 	}
 	// Stop renewing write and wait for a renewal in flight, as Unlock does:
 	// no renewal of the writer may follow the downgrade.
-	if err := wd.beginUnlock(ctx, write); err != nil {
+	if err := wd.beginUnlock(ctx, write, true); err != nil {
 		return nil, errorf("dlock: Downgrade %q: %w", rw.name, err)
 	}
 

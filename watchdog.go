@@ -359,7 +359,7 @@ func (w *watchdog) lose(l *Lease, reason string) {
 // hold of a reentrant lock, released through a nested lease): it stops
 // watching it and closes Done, sending nothing.
 func (w *watchdog) retire(l *Lease) {
-	if w.beginUnlock(context.Background(), l) == nil {
+	if w.beginUnlock(context.Background(), l, true) == nil {
 		w.endUnlock(l, nil)
 	}
 }
@@ -375,11 +375,14 @@ func (l *Lease) closeDoneLocked() {
 
 // beginUnlock stops watching a lease and waits for its renewal in flight, so
 // that the release that follows is the last command for this lease. When
-// ctx ends first (the release timeout of an Unlock), the lease goes back to
-// the watchdog, unchanged, and the error matches ctx's: the renewal was
-// sent to a server that has not answered since, and the release would
-// fare no better.
-func (w *watchdog) beginUnlock(ctx context.Context, l *Lease) error {
+// ctx ends first (the release timeout of an Unlock), the error matches
+// ctx's: the renewal was sent to a server that has not answered since, and
+// the release would fare no better. With keep (a Downgrade, a reentrant
+// owner's renewal) the lease then goes back to the watchdog, unchanged;
+// without it (an Unlock) it ends lost, unrenewed, so that the lock expires
+// within its TTL unless Unlock is called again (renewed on, it stayed held
+// for as long as the process lived when the holder did not retry).
+func (w *watchdog) beginUnlock(ctx context.Context, l *Lease, keep bool) error {
 	w.mu.Lock()
 	switch l.state {
 	case leaseUnlocking:
@@ -403,8 +406,13 @@ func (w *watchdog) beginUnlock(ctx context.Context, l *Lease) error {
 		select {
 		case <-renewing:
 		case <-ctx.Done():
-			w.resume(l)
-			return &renewalPendingError{err: ctx.Err()}
+			err := &renewalPendingError{err: ctx.Err()}
+			if keep {
+				w.resume(l)
+			} else {
+				w.endUnlock(l, err)
+			}
+			return err
 		}
 	}
 	return nil
@@ -474,7 +482,12 @@ func (w *watchdog) endUnlock(l *Lease, err error) {
 		// take the lock under a lease that said it was held.
 		l.state = leaseHeld // for the Unlock called again
 		l.lostInEnd = l.lostInEnd || l.err == nil
-		funcs = w.loseLocked(l, fmt.Sprintf("releasing it failed (%v), and the release may still reach Redis", err))
+		reason := fmt.Sprintf("releasing it failed (%v), and the release may still reach Redis", err)
+		var pending *renewalPendingError
+		if errors.As(err, &pending) {
+			reason = fmt.Sprintf("Unlock gave up (%v): nothing renews the lock any more, and it expires within its TTL unless Unlock is called again", pending.err)
+		}
+		funcs = w.loseLocked(l, reason)
 	}
 	w.mu.Unlock()
 	runLossFuncs(funcs, l)

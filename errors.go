@@ -180,13 +180,17 @@ func redisError(op, name string, err error) error {
 // replyHint says what to do about the refusals that come from how the
 // server is set up rather than from the lock: retrying changes nothing.
 // The codes are searched anywhere: Redis 6 prefixes errors raised inside a
-// script with "ERR Error running script".
+// script with "ERR Error running script". An ACL refusal of a command a
+// script runs carries no NOPERM at all: Redis 6 and 7.0 word it "The user
+// executing the script can't ...", 7.2 on "ACL failure in script".
 func replyHint(msg string) string {
 	switch {
 	case strings.Contains(msg, "OOM command not allowed"):
 		return "Redis is at its maxmemory and evicts nothing: free memory or raise maxmemory; " +
 			"held locks can still be renewed and released (README: Redis configuration)"
-	case strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, ": NOPERM "):
+	case strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, ": NOPERM "),
+		strings.Contains(msg, "The user executing the script can't"),
+		strings.Contains(msg, "ACL failure in script"):
 		return "the Redis user lacks a permission dlock needs: " +
 			"see the ACL rules in the README's Redis configuration section"
 	}

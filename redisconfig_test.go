@@ -486,6 +486,32 @@ func TestACLDeniedFailsAtOnce(t *testing.T) {
 	}
 }
 
+// TestACLDeniedInsideAScriptSaysWhatToDo: a user that may run dlock's
+// scripts but not a command one of them runs (here INCR, which issues the
+// fencing token) gets an error that points at the ACL rules. Redis words
+// that refusal without NOPERM ("ERR The user executing the script can't
+// run this command or subcommand script: ..." in 7.0, "ERR ACL failure in
+// script: ..." in 7.2, and after "ERR Error running script" in 6), so the
+// hint, which looked for NOPERM, was left out.
+func TestACLDeniedInsideAScriptSaysWhatToDo(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := dlock.New(aclClient(t, srv, "no-incr", "~*", "&*", "+@all", "-incr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_, err = c.Mutex("x").TryLock(testCtx(t))
+	var rerr *driver.ReplyError
+	switch {
+	case !errors.As(err, &rerr):
+		t.Fatalf("TryLock: %v; want the server's refusal", err)
+	case errors.Is(err, dlock.ErrKeyConflict), errors.Is(err, dlock.ErrNotObtained):
+		t.Fatalf("TryLock: %v; want the refusal alone", err)
+	case !strings.Contains(err.Error(), "ACL rules"):
+		t.Errorf("TryLock: %v: the error does not say what to do", err)
+	}
+}
+
 // TestWaitWithoutPubSubPollsAndWarns: a waiter whose Redis user may not
 // subscribe logs that it waits by polling, and gets the lock when it is
 // released.

@@ -72,6 +72,7 @@ var driverTests = []struct {
 	{"SubscribeConfirmsBeforeReturning", testSubscribeConfirmsBeforeReturning},
 	{"SubscriptionReconnectsAndResets", testSubscriptionReconnectsAndResets},
 	{"UnsubscribeStopsDelivery", testUnsubscribeStopsDelivery},
+	{"UnsubscribeGivenUpStillReachesTheServer", testUnsubscribeGivenUpStillReachesTheServer},
 	{"CloseStopsTheSubscription", testCloseStopsTheSubscription},
 }
 
@@ -519,6 +520,42 @@ func testUnsubscribeStopsDelivery(t *testing.T, newDriver NewDriverFunc) {
 		t.Errorf("PUBLISH %s after subscribing again reached %d subscribers, want 1", a, n)
 	}
 	rec.expect(t, a, "back")
+}
+
+// testUnsubscribeGivenUpStillReachesTheServer: an Unsubscribe whose
+// caller leaves before it could be sent (the server stopped answering
+// while another call was in flight) must still reach the server once it
+// answers again, or the channel stays subscribed, and its messages keep
+// coming to a client that wants none of them.
+func testUnsubscribeGivenUpStillReachesTheServer(t *testing.T, newDriver NewDriverFunc) {
+	srv := redistest.Start(t) // Pause would stop the shared server's other users
+	d := newDriver(t, target(srv))
+	rdb := inspector(t, srv)
+	ctx := testCtx(t)
+	sub := d.Subscribe(newRecorder())
+	defer sub.Close()
+	a, b := key(t, "a"), key(t, "b")
+	if err := sub.Subscribe(ctx, a); err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+
+	srv.Pause()
+	subscribed := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		subscribed <- sub.Subscribe(sctx, b)
+	}()
+	time.Sleep(200 * time.Millisecond) // the Subscribe is on its way
+	uctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err := sub.Unsubscribe(uctx, a)
+	cancel()
+	t.Logf("Unsubscribe while the server is stopped: %v", err)
+	srv.Resume()
+	t.Logf("Subscribe while the server is stopped: %v", <-subscribed)
+
+	waitFor(t, 15*time.Second, func() bool { return rdb.PubSubNumSub(ctx, a).Val()[a] == 0 },
+		"the server to drop "+a+", unsubscribed while it was stopped")
 }
 
 func testCloseStopsTheSubscription(t *testing.T, newDriver NewDriverFunc) {

@@ -66,10 +66,10 @@ type PubSubConn interface {
 // the dial timeout only, a Cluster's dedicated client connects on its first
 // command the same way, and closing a connection waits up to 1 s for the
 // server. So the loop makes those calls in a helper goroutine (see connect
-// and drop) and itself only ever waits in selects that Close ends. At most
-// one helper outlives Close: it belongs to the subscription, holds the
-// last connection, and ends by itself once the library returns, after
-// closing that connection.
+// and drop) and itself only ever waits in selects that Close ends. The
+// helpers that outlive Close belong to the subscription and end by
+// themselves once the library returns: the one that holds the last
+// connection, after closing it, and one sending UNSUBSCRIBE (flush).
 type subscription struct {
 	dial func(Hooks) PubSubConn
 	h    *handlergate.Handler // one call at a time; none after Close
@@ -89,9 +89,15 @@ type subscription struct {
 	conn     PubSubConn // the connection in use; nil while (re)connecting
 	channels map[string]struct{}
 	waiting  confirm.Waiters // confirmations awaited, per channel
-	failed   chan struct{}   // closed when the current connection (attempt) fails
-	started  bool
-	closed   bool
+	// unsent holds channels no longer wanted that may still be subscribed
+	// on conn: their UNSUBSCRIBE was never sent (its caller left while the
+	// gate was taken) or failed. The loop has them sent (flush); a new
+	// connection subscribes to the set only, and forgets them.
+	unsent  map[string]struct{}
+	kick    chan struct{} // capacity 1: unsent has channels
+	failed  chan struct{} // closed when the current connection (attempt) fails
+	started bool
+	closed  bool
 
 	stop chan struct{}
 	done chan struct{}
@@ -106,6 +112,8 @@ func newSubscription(dial func(Hooks) PubSubConn, h driver.Handler) *subscriptio
 		cancel:   cancel,
 		send:     make(chan struct{}, 1),
 		channels: make(map[string]struct{}),
+		unsent:   make(map[string]struct{}),
+		kick:     make(chan struct{}, 1),
 		waiting:  confirm.Waiters{},
 		failed:   make(chan struct{}),
 		stop:     make(chan struct{}),
@@ -175,6 +183,14 @@ func (s *subscription) Unsubscribe(ctx context.Context, channels ...string) erro
 		return nil
 	}
 	if err := s.lockSend(ctx); err != nil {
+		// Left in the set, the channel stayed subscribed on this
+		// connection and on every one after it.
+		s.mu.Lock()
+		for _, ch := range channels {
+			delete(s.channels, ch)
+		}
+		s.markUnsentLocked(channels)
+		s.mu.Unlock()
 		return err
 	}
 	defer s.unlockSend()
@@ -191,7 +207,69 @@ func (s *subscription) Unsubscribe(ctx context.Context, channels ...string) erro
 	if conn == nil {
 		return nil // the next connection subscribes to the set only
 	}
-	return s.untilClosed(ctx, func(ctx context.Context) error { return conn.Unsubscribe(ctx, channels...) })
+	err := s.untilClosed(ctx, func(ctx context.Context) error { return conn.Unsubscribe(ctx, channels...) })
+	if err != nil {
+		s.mu.Lock()
+		s.markUnsentLocked(channels)
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// markUnsentLocked adds to unsent those of channels no longer wanted, for
+// the loop to have sent (flush).
+func (s *subscription) markUnsentLocked(channels []string) {
+	if s.closed {
+		return
+	}
+	for _, ch := range channels {
+		if _, wanted := s.channels[ch]; !wanted {
+			s.unsent[ch] = struct{}{}
+		}
+	}
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// flush sends UNSUBSCRIBE on conn, through the gate, for the channels in
+// unsent that are still not wanted, if conn is still the connection in
+// use. It runs in a helper goroutine of the loop's (watch), since the
+// library may not end the call with its context; Close ends its wait for
+// the gate.
+func (s *subscription) flush(conn PubSubConn) {
+	if s.lockSend(s.ctx) != nil {
+		return
+	}
+	defer s.unlockSend()
+	s.mu.Lock()
+	var chs []string
+	if s.conn == conn {
+		for ch := range s.unsent {
+			if _, wanted := s.channels[ch]; !wanted {
+				chs = append(chs, ch)
+			}
+		}
+	}
+	clear(s.unsent)
+	s.mu.Unlock()
+	if len(chs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, confirmTimeout)
+	defer cancel()
+	if err := conn.Unsubscribe(ctx, chs...); err != nil {
+		// Kept, but not kicked again: a connection that fails this is
+		// likely lost, and its successor subscribes to the set only.
+		s.mu.Lock()
+		for _, ch := range chs {
+			if _, wanted := s.channels[ch]; !wanted {
+				s.unsent[ch] = struct{}{}
+			}
+		}
+		s.mu.Unlock()
+	}
 }
 
 // untilClosed calls send with a context that ends with ctx or at Close,
@@ -266,14 +344,38 @@ func (s *subscription) loop() {
 			}
 			worked = true
 			backoff.reset()
-			select {
-			case <-conn.Lost():
-			case <-s.stop:
-			}
+			s.watch(conn)
 		}
 		s.drop(conn)
 		if !backoff.sleep(s.stop) {
 			return
+		}
+	}
+}
+
+// watch waits for conn to fail, or Close, meanwhile having the UNSUBSCRIBEs
+// that callers could not send sent by a helper goroutine (flush), which it
+// waits for unless conn fails or Close comes first.
+func (s *subscription) watch(conn PubSubConn) {
+	for {
+		select {
+		case <-conn.Lost():
+			return
+		case <-s.stop:
+			return
+		case <-s.kick:
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				s.flush(conn)
+			}()
+			select {
+			case <-done:
+			case <-conn.Lost(): // its successor subscribes to the set only
+				return
+			case <-s.stop:
+				return
+			}
 		}
 	}
 }
@@ -340,6 +442,7 @@ func (s *subscription) resubscribe(conn PubSubConn) bool {
 	}
 	s.mu.Lock()
 	s.conn = conn
+	clear(s.unsent) // conn subscribes to the set only
 	channels := make([]string, 0, len(s.channels))
 	for ch := range s.channels {
 		channels = append(channels, ch)

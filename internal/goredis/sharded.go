@@ -150,6 +150,11 @@ type shardConn struct {
 	ps   *redis.PubSub
 	send sendGate // orders SSUBSCRIBE and SUNSUBSCRIBE, respecting contexts
 	dead bool     // broken or closed: its channels go elsewhere (guarded by mu)
+	// unsent (guarded by mu) holds channels not wanted here that may still
+	// be subscribed on this connection: their SUNSUBSCRIBE was never sent
+	// (its caller left while the gate was taken) or failed. The reader
+	// sends it (flushUnsent), as subscription's loop does.
+	unsent map[string]struct{}
 }
 
 // shardEvent is what a connection's reader tells the manager: the
@@ -269,7 +274,8 @@ func (s *shardedSubscription) place(ctx context.Context, channels []string) erro
 	for addr, g := range groups {
 		conn := s.conns[addr]
 		if conn == nil {
-			conn = &shardConn{addr: addr, ps: g.node.SSubscribe(context.Background()), send: newSendGate()}
+			conn = &shardConn{addr: addr, ps: g.node.SSubscribe(context.Background()), send: newSendGate(),
+				unsent: make(map[string]struct{})}
 			s.conns[addr] = conn
 			go s.read(conn)
 		}
@@ -325,11 +331,64 @@ func (s *shardedSubscription) Unsubscribe(ctx context.Context, channels ...strin
 	var first error
 	for k, chs := range groups {
 		ps, chs := k.conn.ps, chs
-		if err := k.conn.send.do(ctx, s.stop, func(ctx context.Context) error { return ps.SUnsubscribe(ctx, chs...) }); err != nil && first == nil {
-			first = err
+		if err := k.conn.send.do(ctx, s.stop, func(ctx context.Context) error { return ps.SUnsubscribe(ctx, chs...) }); err != nil {
+			s.mu.Lock()
+			s.markUnsentLocked(k.conn, chs)
+			s.mu.Unlock()
+			if first == nil {
+				first = err
+			}
 		}
 	}
 	return first
+}
+
+// markUnsentLocked adds to conn's unsent those of channels not wanted on it.
+func (s *shardedSubscription) markUnsentLocked(conn *shardConn, channels []string) {
+	for _, ch := range channels {
+		if s.wanted[ch] != conn {
+			conn.unsent[ch] = struct{}{}
+		}
+	}
+}
+
+// flushUnsent sends SUNSUBSCRIBE on conn for the channels in its unsent
+// that are still not wanted there, one command per slot. It takes conn's
+// gate, so that an SSUBSCRIBE placing one of them there goes after it, but
+// never waits for it: a caller holds it, and the reader tries again after
+// its next read.
+func (s *shardedSubscription) flushUnsent(conn *shardConn) {
+	s.mu.Lock()
+	empty := len(conn.unsent) == 0
+	s.mu.Unlock()
+	if empty {
+		return
+	}
+	select {
+	case conn.send <- struct{}{}:
+	default:
+		return
+	}
+	defer func() { <-conn.send }()
+	slots := make(map[int][]string)
+	s.mu.Lock()
+	for ch := range conn.unsent {
+		if s.wanted[ch] != conn {
+			slots[keyslot.Of(ch)] = append(slots[keyslot.Of(ch)], ch)
+		}
+	}
+	clear(conn.unsent)
+	s.mu.Unlock()
+	for _, chs := range slots {
+		ctx, cancel := context.WithTimeout(s.ctx, healthInterval)
+		err := conn.ps.SUnsubscribe(ctx, chs...)
+		cancel()
+		if err != nil {
+			s.mu.Lock()
+			s.markUnsentLocked(conn, chs)
+			s.mu.Unlock()
+		}
+	}
 }
 
 // Close implements driver.Subscription. From its start no Handler method is
@@ -364,6 +423,7 @@ func (s *shardedSubscription) Close() error {
 func (s *shardedSubscription) read(conn *shardConn) {
 	pinged := false
 	for {
+		s.flushUnsent(conn)
 		msg, err := conn.ps.ReceiveTimeout(s.ctx, healthInterval)
 		if s.isDead(conn) {
 			return

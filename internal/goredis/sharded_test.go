@@ -174,3 +174,57 @@ func (h *countingHandler) Reset() {
 		h.late.Add(1)
 	}
 }
+
+// The sharded subscription's SUNSUBSCRIBE whose caller left before it
+// could be sent (another call held the connection's gate) must still reach
+// the master: as with subscription (TestUnsubscribeNeverSentIsSentByTheLoop),
+// the channel stayed subscribed there for the connection's life.
+func TestShardedUnsubscribeNeverSentIsSentByTheReader(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	cc := cl.Client(t)
+	d := New(cc)
+	t.Cleanup(func() { _ = d.Close() })
+	csub := d.Subscribe(&countingHandler{}).(*clusterSubscription)
+	t.Cleanup(func() { _ = csub.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ch := "{" + t.Name() + "}"
+	if err := csub.Subscribe(ctx, ch); err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	sub, ok := csub.sub.(*shardedSubscription)
+	if !ok {
+		t.Skip("the servers have no sharded pub/sub")
+	}
+	master := cl.MasterForSlot(t, keyslot.Of(ch)).Client(t)
+	numSub := func() int64 {
+		v, err := master.Do(ctx, "PUBSUB", "SHARDNUMSUB", ch).Slice()
+		if err != nil || len(v) != 2 {
+			t.Fatalf("PUBSUB SHARDNUMSUB: %v %v", v, err)
+		}
+		return v[1].(int64)
+	}
+	if n := numSub(); n != 1 {
+		t.Fatalf("%d subscribers after Subscribe, want 1", n)
+	}
+
+	sub.mu.Lock()
+	conn := sub.wanted[ch]
+	sub.mu.Unlock()
+	conn.send <- struct{}{} // another call holds the gate
+	uctx, ucancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	err := sub.Unsubscribe(uctx, ch)
+	ucancel()
+	if err == nil {
+		t.Fatalf("Unsubscribe while the gate is held returned nil")
+	}
+	<-conn.send
+
+	deadline := time.Now().Add(3 * healthInterval)
+	for numSub() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the channel is still subscribed on its master %v after its Unsubscribe gave up", 3*healthInterval)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -300,7 +300,12 @@ func (l *Lease) end(ctx context.Context, op, lost string) error {
 	rctx, cancel := detach(ctx, l.cfg.releaseTimeout)
 	defer cancel()
 	if err := l.wd.beginUnlock(rctx, l, false); err != nil {
-		return errorf("dlock: %s %q: %w", op, name, err)
+		err = errorf("dlock: %s %q: %w", op, name, err)
+		var pending *renewalPendingError
+		if errors.As(err, &pending) {
+			l.observeRelease(ctx, err) // it ended the lease, as a failed release does
+		}
+		return err
 	}
 	sent := time.Now()
 	var err error

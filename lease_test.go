@@ -311,7 +311,8 @@ func TestUnlockBehindAStuckRenewalIsBounded(t *testing.T) {
 			const releaseTimeout = 200 * time.Millisecond
 			const ttl = 3 * time.Second
 			name := uniqueName(t)
-			l, err := c.Mutex(name, dlock.WithTTL(ttl), dlock.WithReleaseTimeout(releaseTimeout)).Lock(ctx)
+			rec := &recorder{}
+			l, err := c.Mutex(name, dlock.WithTTL(ttl), dlock.WithReleaseTimeout(releaseTimeout), dlock.WithObserver(rec)).Lock(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -329,6 +330,10 @@ func TestUnlockBehindAStuckRenewalIsBounded(t *testing.T) {
 			}
 			if err := l.Err(); !errors.Is(err, dlock.ErrLockLost) {
 				t.Errorf("after the failed Unlock, Err = %v; want ErrLockLost", err)
+			}
+			// The Observer hears the failed release, as it does any.
+			if got := rec.snapshot(); len(got.relErrs) != 1 || !errors.Is(got.relErrs[0], context.DeadlineExceeded) || len(got.lost) != 1 {
+				t.Errorf("Observer after the failed Unlock: releases %v, losses %d; want one failed release and one loss", got.relErrs, len(got.lost))
 			}
 			hook.hold.Store(false)
 			close(hook.resume)

@@ -28,34 +28,7 @@ func TestSlowSubscriptionKeepsTheWaitersPlace(t *testing.T) {
 	key := lockKey(name)
 
 	holder, later := newClient(t, srv, opts...), newClient(t, srv, opts...)
-	// first's commands go straight to Redis, its pub/sub through a proxy.
-	ps := redistest.StartProxy(t, srv.Addr())
-	cmd := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	sub := redis.NewClient(&redis.Options{Addr: ps.Addr()})
-	t.Cleanup(func() { _ = cmd.Close(); _ = sub.Close() })
-	first, err := dlock.New(splitClient{Client: cmd, sub: sub}, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = first.Close() })
-
-	// first's subscription connection is made by a wait for another lock;
-	// then the proxy holds back every reply on it, so first's SUBSCRIBE
-	// for name is never confirmed while the test watches.
-	warm := name + "-warm"
-	warmHeld := mustLock(t, holder, warm)
-	wctx, wcancel := context.WithCancel(ctx)
-	warmed := make(chan error, 1)
-	go func() { _, err := first.Mutex(warm).Lock(wctx); warmed <- err }()
-	waitFor(t, 10*time.Second, func() bool { return rdb.PubSubNumSub(ctx, lockKey(warm)).Val()[lockKey(warm)] == 1 }, "first subscribed for another lock")
-	wcancel()
-	if err := <-warmed; !errors.Is(err, context.Canceled) {
-		t.Fatalf("the wait for the other lock: %v", err)
-	}
-	if err := warmHeld.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ps.HoldOpenReplies(true)
+	first, ps := clientWithHeldSubscription(t, srv, holder, name, opts...)
 	defer ps.HoldOpenReplies(false)
 
 	held := mustLock(t, holder, name)
@@ -101,4 +74,41 @@ func TestSlowSubscriptionKeepsTheWaitersPlace(t *testing.T) {
 	if err := r.l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// clientWithHeldSubscription returns a Client whose commands go straight to
+// srv and whose pub/sub goes through the returned proxy. Its subscription
+// connection is made first, by a wait for another lock (which holder
+// holds meanwhile); then the proxy holds back every reply on that
+// connection, so a SUBSCRIBE the Client sends is never confirmed until the
+// caller turns HoldOpenReplies off.
+func clientWithHeldSubscription(t *testing.T, srv *redistest.Server, holder *dlock.Client, name string, opts ...dlock.Option) (*dlock.Client, *redistest.Proxy) {
+	t.Helper()
+	ctx := testCtx(t)
+	rdb := srv.Client(t)
+	ps := redistest.StartProxy(t, srv.Addr())
+	cmd := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	sub := redis.NewClient(&redis.Options{Addr: ps.Addr()})
+	t.Cleanup(func() { _ = cmd.Close(); _ = sub.Close() })
+	c, err := dlock.New(splitClient{Client: cmd, sub: sub}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+
+	warm := name + "-warm"
+	warmHeld := mustLock(t, holder, warm)
+	wctx, wcancel := context.WithCancel(ctx)
+	warmed := make(chan error, 1)
+	go func() { _, err := c.Mutex(warm).Lock(wctx); warmed <- err }()
+	waitFor(t, 10*time.Second, func() bool { return rdb.PubSubNumSub(ctx, lockKey(warm)).Val()[lockKey(warm)] == 1 }, "the subscription for another lock")
+	wcancel()
+	if err := <-warmed; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the wait for the other lock: %v", err)
+	}
+	if err := warmHeld.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ps.HoldOpenReplies(true)
+	return c, ps
 }

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/goredis"
@@ -86,27 +84,7 @@ func TestUnconfirmedSubscriptionIsUnsubscribedAfterTheWait(t *testing.T) {
 	name := uniqueName(t)
 	rdb := srv.Client(t)
 	holder := newClient(t, srv, opts...)
-	ps := redistest.StartProxy(t, srv.Addr())
-	cmd := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	sub := redis.NewClient(&redis.Options{Addr: ps.Addr()})
-	t.Cleanup(func() { _ = cmd.Close(); _ = sub.Close() })
-	first, err := dlock.New(splitClient{Client: cmd, sub: sub}, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = first.Close() })
-
-	// first's subscription connection, made by a wait for another lock.
-	warm := name + "-warm"
-	warmHeld := mustLock(t, holder, warm)
-	wctx, wcancel := context.WithCancel(ctx)
-	warmed := make(chan error, 1)
-	go func() { _, err := first.Mutex(warm).Lock(wctx); warmed <- err }()
-	waitFor(t, 10*time.Second, func() bool { return rdb.PubSubNumSub(ctx, lockKey(warm)).Val()[lockKey(warm)] == 1 }, "first subscribed for another lock")
-	wcancel()
-	<-warmed
-	_ = warmHeld.Unlock(ctx)
-	ps.HoldOpenReplies(true)
+	first, ps := clientWithHeldSubscription(t, srv, holder, name, opts...)
 
 	held := mustLock(t, holder, name)
 	got := make(chan error, 1)

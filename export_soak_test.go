@@ -36,6 +36,12 @@ type Retained struct {
 	LeaseSlots int // capacity of the watchdog's heap
 }
 
+// Records counts the per-name and per-lease records r holds: all but the
+// heap's capacity, which keeps its peak.
+func (r Retained) Records() int {
+	return r.Channels + r.Waiters + r.Expected + r.Queues + r.Anchors + r.Leases + r.LossFuncs
+}
+
 // ClientRetained returns what c retains now.
 func ClientRetained(c *Client) Retained {
 	var r Retained

@@ -270,53 +270,24 @@ func TestSoakDistinctNames(t *testing.T) {
 	dlock.SetSubscriptionLinger(c, soakLinger)
 	dlock.SetSubscriptionLinger(rival, soakLinger)
 
-	var (
-		ops  soakOps
-		next atomic.Int64
-		wg   sync.WaitGroup
-	)
+	var ops soakOps
 	const workers = 8
 	start := time.Now()
 	prefix := "order:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func(seed int64) {
-			defer wg.Done()
-			rnd := rand.New(rand.NewSource(seed))
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= cycles || ctx.Err() != nil {
-					return
-				}
-				if i > 0 && i%997 == 0 {
-					proxy.ResetAll()
-					ops.resets.Add(1)
-				}
-				soakCycle(ctx, t, i, c, rival, prefix+strconv.Itoa(i), &ops, rnd)
-			}
-		}(int64(w))
-	}
-	wg.Wait()
+	runSoakCycles(ctx, workers, cycles, func(i int, rnd *rand.Rand) {
+		if i > 0 && i%997 == 0 {
+			proxy.ResetAll()
+			ops.resets.Add(1)
+		}
+		soakCycle(ctx, t, i, c, rival, prefix+strconv.Itoa(i), &ops, rnd)
+	})
 	elapsed := time.Since(start)
 	t.Logf("%d cycles in %v: %s", cycles, elapsed.Round(time.Millisecond), &ops)
 
 	// Once nothing is held or waited for and the linger has passed, every
 	// per-name record goes.
-	var got dlock.Retained
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got = dlock.ClientRetained(c)
-		r := dlock.ClientRetained(rival)
-		if got.Channels+got.Waiters+got.Expected+got.Queues+got.Anchors+got.Leases+got.LossFuncs == 0 &&
-			r.Channels+r.Waiters+r.Expected+r.Queues+r.Anchors+r.Leases+r.LossFuncs == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("10 s after the last cycle the service's Client retains %+v, the rival's %+v; want nothing", got, r)
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	got := awaitNothingRetained(t, 10*time.Second, "the service's Client", func() dlock.Retained { return dlock.ClientRetained(c) },
+		"the rival's", func() dlock.Retained { return dlock.ClientRetained(rival) })
 	t.Logf("retained after the linger: %+v", got)
 
 	// The server: no channel left subscribed, no key without an expiry.
@@ -498,11 +469,7 @@ func TestSoakRedlockDistinctNames(t *testing.T) {
 	dlock.SetRedlockSubscriptionLinger(r, soakLinger)
 	dlock.SetRedlockSubscriptionLinger(rival, soakLinger)
 
-	var (
-		ops  soakOps
-		next atomic.Int64
-		wg   sync.WaitGroup
-	)
+	var ops soakOps
 	unlock := func(l *dlock.Lease, err error) {
 		switch {
 		case err == nil:
@@ -518,83 +485,59 @@ func TestSoakRedlockDistinctNames(t *testing.T) {
 	}
 	prefix := "order:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
 	start := time.Now()
-	for w := 0; w < 4; w++ {
-		wg.Add(1)
-		go func(seed int64) {
-			defer wg.Done()
-			rnd := rand.New(rand.NewSource(seed))
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= cycles || ctx.Err() != nil {
-					return
-				}
-				if i > 0 && i%499 == 0 {
-					proxies[i%len(proxies)].ResetAll()
-					ops.resets.Add(1)
-				}
-				name := prefix + strconv.Itoa(i)
-				switch i % 4 {
-				case 0: // held by another process: a waiter gets it, one times out, a TryLock fails
-					held, err := rival.Mutex(name).Lock(ctx)
-					if err != nil {
-						continue
-					}
-					limit := time.Duration(1+rnd.Intn(20)) * time.Millisecond
-					var cw sync.WaitGroup
-					cw.Add(2)
-					go func() {
-						defer cw.Done()
-						l, err := r.Mutex(name).Lock(ctx)
-						if err == nil {
-							ops.waitedAndGot.Add(1)
-						}
-						unlock(l, err)
-					}()
-					go func() {
-						defer cw.Done()
-						tctx, cancel := context.WithTimeout(ctx, limit)
-						defer cancel()
-						unlock(r.Mutex(name).Lock(tctx))
-					}()
-					unlock(r.Mutex(name).TryLock(ctx))
-					time.Sleep(time.Duration(rnd.Intn(5)) * time.Millisecond)
-					_ = held.Unlock(ctx)
-					cw.Wait()
-				case 1: // cancelled mid-flight
-					cctx, cancel := context.WithCancel(ctx)
-					time.AfterFunc(time.Duration(rnd.Intn(1500))*time.Microsecond, cancel)
-					unlock(r.Mutex(name).Lock(cctx))
-					cancel()
-				case 2: // goroutines of this process take turns (local hand-offs)
-					var cw sync.WaitGroup
-					for g := 0; g < 3; g++ {
-						cw.Add(1)
-						go func() { defer cw.Done(); unlock(r.Mutex(name).Lock(ctx)) }()
-					}
-					cw.Wait()
-				default:
-					_ = r.Do(ctx, name, func(context.Context) error { return nil })
-				}
+	runSoakCycles(ctx, 4, cycles, func(i int, rnd *rand.Rand) {
+		if i > 0 && i%499 == 0 {
+			proxies[i%len(proxies)].ResetAll()
+			ops.resets.Add(1)
+		}
+		name := prefix + strconv.Itoa(i)
+		switch i % 4 {
+		case 0: // held by another process: a waiter gets it, one times out, a TryLock fails
+			held, err := rival.Mutex(name).Lock(ctx)
+			if err != nil {
+				return
 			}
-		}(int64(w))
-	}
-	wg.Wait()
+			limit := time.Duration(1+rnd.Intn(20)) * time.Millisecond
+			var cw sync.WaitGroup
+			cw.Add(2)
+			go func() {
+				defer cw.Done()
+				l, err := r.Mutex(name).Lock(ctx)
+				if err == nil {
+					ops.waitedAndGot.Add(1)
+				}
+				unlock(l, err)
+			}()
+			go func() {
+				defer cw.Done()
+				tctx, cancel := context.WithTimeout(ctx, limit)
+				defer cancel()
+				unlock(r.Mutex(name).Lock(tctx))
+			}()
+			unlock(r.Mutex(name).TryLock(ctx))
+			time.Sleep(time.Duration(rnd.Intn(5)) * time.Millisecond)
+			_ = held.Unlock(ctx)
+			cw.Wait()
+		case 1: // cancelled mid-flight
+			cctx, cancel := context.WithCancel(ctx)
+			time.AfterFunc(time.Duration(rnd.Intn(1500))*time.Microsecond, cancel)
+			unlock(r.Mutex(name).Lock(cctx))
+			cancel()
+		case 2: // goroutines of this process take turns (local hand-offs)
+			var cw sync.WaitGroup
+			for g := 0; g < 3; g++ {
+				cw.Add(1)
+				go func() { defer cw.Done(); unlock(r.Mutex(name).Lock(ctx)) }()
+			}
+			cw.Wait()
+		default:
+			_ = r.Do(ctx, name, func(context.Context) error { return nil })
+		}
+	})
 	t.Logf("%d cycles in %v: %s", cycles, time.Since(start).Round(time.Millisecond), &ops)
 
-	var got, rv dlock.Retained
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got, rv = dlock.RedlockRetained(r), dlock.RedlockRetained(rival)
-		if got.Channels+got.Waiters+got.Expected+got.Queues+got.Leases+got.LossFuncs == 0 &&
-			rv.Channels+rv.Waiters+rv.Expected+rv.Queues+rv.Leases+rv.LossFuncs == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("10 s after the last cycle the Redlock retains %+v, the rival %+v; want nothing", got, rv)
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	awaitNothingRetained(t, 10*time.Second, "the Redlock", func() dlock.Retained { return dlock.RedlockRetained(r) },
+		"the rival", func() dlock.Retained { return dlock.RedlockRetained(rival) })
 	for i, s := range nodes {
 		admin := s.Client(t)
 		waitUntil(t, 10*time.Second, fmt.Sprintf("channels unsubscribed on node %d", i), func() bool {
@@ -729,48 +672,20 @@ func TestSoakHiccups(t *testing.T) {
 		}
 	}()
 
-	var (
-		ops  soakOps
-		next atomic.Int64
-		wg   sync.WaitGroup
-	)
+	var ops soakOps
 	prefix := "order:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
 	start := time.Now()
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func(seed int64) {
-			defer wg.Done()
-			rnd := rand.New(rand.NewSource(seed))
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= cycles || ctx.Err() != nil {
-					return
-				}
-				cctx, cancel := context.WithTimeout(ctx, time.Duration(50+rnd.Intn(250))*time.Millisecond)
-				soakCycle(cctx, t, i, c, rival, prefix+strconv.Itoa(i), &ops, rnd)
-				cancel()
-			}
-		}(int64(w))
-	}
-	wg.Wait()
+	runSoakCycles(ctx, 8, cycles, func(i int, rnd *rand.Rand) {
+		cctx, cancel := context.WithTimeout(ctx, time.Duration(50+rnd.Intn(250))*time.Millisecond)
+		soakCycle(cctx, t, i, c, rival, prefix+strconv.Itoa(i), &ops, rnd)
+		cancel()
+	})
 	close(stop)
 	<-faulted
 	t.Logf("%d cycles in %v under %d faults: %s", cycles, time.Since(start).Round(time.Millisecond), faults.Load(), &ops)
 
-	var got, rv dlock.Retained
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		got, rv = dlock.ClientRetained(c), dlock.ClientRetained(rival)
-		if got.Channels+got.Waiters+got.Expected+got.Queues+got.Anchors+got.Leases+got.LossFuncs == 0 &&
-			rv.Channels+rv.Waiters+rv.Expected+rv.Queues+rv.Anchors+rv.Leases+rv.LossFuncs == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("20 s after the last cycle the service's Client retains %+v, the rival's %+v; want nothing", got, rv)
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	awaitNothingRetained(t, 20*time.Second, "the service's Client", func() dlock.Retained { return dlock.ClientRetained(c) },
+		"the rival's", func() dlock.Retained { return dlock.ClientRetained(rival) })
 	// The proxy's blackhole drops bytes on connections it keeps open, which
 	// TCP never does: an UNSUBSCRIBE it swallowed leaves the channel on a
 	// subscription connection that lives on (its health check passes once
@@ -791,4 +706,49 @@ func TestSoakHiccups(t *testing.T) {
 		t.Errorf("%d goroutines after Close, %d before the Clients:\n%s", n, goBefore, goroutineDump())
 	}
 	waitUntil(t, 5*time.Second, "subscribed connections closed", func() bool { return countClients(t, admin, true) == 0 })
+}
+
+// runSoakCycles runs cycle for each of cycles numbers, from 0, on workers
+// goroutines (each with a random source of its own, seeded by its
+// number), until they are all done or ctx ends.
+func runSoakCycles(ctx context.Context, workers, cycles int, cycle func(i int, rnd *rand.Rand)) {
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+	)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(seed int64) {
+			defer wg.Done()
+			rnd := rand.New(rand.NewSource(seed))
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= cycles || ctx.Err() != nil {
+					return
+				}
+				cycle(i, rnd)
+			}
+		}(int64(w))
+	}
+	wg.Wait()
+}
+
+// awaitNothingRetained polls what two holders retain (a service's Client
+// and a rival's, say; named for the message) until neither keeps any
+// per-name record, and fails the test if that takes longer than limit. It
+// returns the first's last reading.
+func awaitNothingRetained(t *testing.T, limit time.Duration, name string, retained func() dlock.Retained, otherName string, other func() dlock.Retained) dlock.Retained {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		got, rv := retained(), other()
+		if got.Records() == 0 && rv.Records() == 0 {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%v after the last cycle %s retains %+v, %s %+v; want nothing", limit, name, got, otherName, rv)
+			return got
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -543,20 +543,9 @@ func (h *multiHolder) release(ctx context.Context, _ string) error {
 			rest = append(rest, p)
 		}
 	}
+	// A lock whose Unlock failed (its release, or the wait for its
+	// renewal in flight) ends lost and unrenewed: Lease.end.
 	err := h.m.releaseAll(ctx, rest)
-	if err != nil {
-		// The lease ends lost (Lease.end). A lock whose Unlock sent
-		// nothing, because its renewal in flight had not returned within
-		// the release timeout, went back to the watchdog, held: it would
-		// be renewed for as long as the Client lived, under a lease that
-		// says it is lost. It stops being renewed, and expires within its
-		// TTL unless Unlock, called again, releases it first.
-		for _, p := range rest {
-			if p.lossErr() == nil && !p.releasedByUnlock() && !p.unlocking() {
-				p.wd.lose(p, fmt.Sprintf("the Unlock of MultiLock %q failed: %v", h.m.label, err))
-			}
-		}
-	}
 	if errors.Is(err, ErrNotHeld) {
 		return ErrNotHeld
 	}

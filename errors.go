@@ -266,6 +266,13 @@ func releasedDespiteConflict(err error) bool {
 	return errors.As(err, &rerr) && strings.Contains(rerr.Msg, "DLOCK_CONFLICT the lock was released, but ")
 }
 
+// isConflictError reports whether err is (or wraps) an error reply that
+// shows a foreign key.
+func isConflictError(err error) bool {
+	var rerr *driver.ReplyError
+	return errors.As(err, &rerr) && isConflictReply(rerr.Msg)
+}
+
 // isReplyError reports whether err is (or wraps) the server's error reply,
 // as opposed to a transport failure.
 func isReplyError(err error) bool {

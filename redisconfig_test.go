@@ -188,6 +188,45 @@ func TestUnlockAtMaxMemoryWithLocalWaiters(t *testing.T) {
 	}
 }
 
+// TestWaiterRefusedAtMaxMemoryLeavesTheQueue: a waiter whose poll Redis
+// refuses for want of memory gives up with that error and takes its place
+// out of the lock's queue. Before, the clean-up skipped every error reply,
+// so the place its earlier polls took stayed there: the holder's release
+// handed the lock to a waiter that had gone, and the lock sat unused for
+// a claim window.
+func TestWaiterRefusedAtMaxMemoryLeavesTheQueue(t *testing.T) {
+	srv := startOutOfMemory(t)
+	holder := newClient(t, srv)
+	waiter := newClient(t, srv, dlock.WithWaiterLease(time.Minute))
+	ctx := testCtx(t)
+	const name = "refused-waiter"
+	held := mustLock(t, holder, name)
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	result := make(chan error, 1)
+	go func() {
+		l, err := waiter.Mutex(name, dlock.WithWaitStrategy(dlock.SpinWait(10*time.Millisecond, 50*time.Millisecond))).Lock(waitCtx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		result <- err
+	}()
+	queue := lockKey(name) + ":q"
+	waitUntil(t, 10*time.Second, "the waiter in the queue", func() bool { return srv.Do(t, "ZCARD", queue) == int64(1) })
+	fillMemory(t, srv)
+
+	if err := <-result; !isOOM(err) {
+		t.Fatalf("waiter at maxmemory: %v; want Redis's OOM refusal", err)
+	}
+	waitUntil(t, 10*time.Second, "the refused waiter's place removed", func() bool { return srv.Do(t, "ZCARD", queue) == int64(0) })
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock at maxmemory: %v", err)
+	}
+	if v := srv.Do(t, "GET", lockKey(name)); v != nil {
+		t.Errorf("after Unlock the lock key holds %v; want it gone, nobody is waiting", v)
+	}
+}
+
 // aclClient creates the ACL user name with rules (after "reset on >pw")
 // and returns a go-redis client that logs in as it.
 func aclClient(t *testing.T, srv *redistest.Server, name string, rules ...any) *redis.Client {

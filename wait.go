@@ -489,12 +489,15 @@ func newErrorDelay() *spinDelay { return newSpinDelay(SpinWait(5*time.Millisecon
 // meanwhile (or the failed attempt took it after all), releases it to the
 // next waiter. It runs in the background, detached from ctx (which may be
 // cancelled) and bounded by the release timeout, so the caller returns at
-// its deadline even when Redis is slow or down; Close waits for it. An
-// error reply needs no clean-up: the acquire scripts raise their errors
-// (a foreign key's WRONGTYPE or DLOCK_CONFLICT among them) before they
-// queue or grant anything (internal/scripts/lock_lib.lua), and a release
-// would only meet the same foreign key. Nor does a grant too few replicas
-// acknowledged (grantAcked released it before returning).
+// its deadline even when Redis is slow or down; Close waits for it. A
+// foreign key's error reply (WRONGTYPE or DLOCK_CONFLICT) needs no
+// clean-up: the acquire scripts raise them before they queue or grant
+// anything (internal/scripts/lock_lib.lua), and a release would only meet
+// the same foreign key. Nor does a grant too few replicas acknowledged
+// (grantAcked released it before returning). Other error replies do need
+// it: a waiter's later poll that Redis refuses (OOM at maxmemory, an ACL's
+// NOPERM) finds the place its earlier polls took still in the queue, where
+// a release would hand the lock to it for a claim window.
 //
 // When an attempt for owner was still on its way as its caller stopped
 // waiting for it (a driver.InFlightError, as the go-redis driver reports at
@@ -505,7 +508,7 @@ func newErrorDelay() *spinDelay { return newSpinDelay(SpinWait(5*time.Millisecon
 // nobody knows. Close does not wait for that: the clean-up then goes at
 // once.
 func (c *Client) abandon(ctx context.Context, q queuedLock, cfg *config, owner string, cause error, st *ownerWait) {
-	if cause != nil && (isReplyError(cause) || errors.Is(cause, ErrReplicaAck)) {
+	if cause != nil && (isConflictError(cause) || errors.Is(cause, ErrReplicaAck)) {
 		return
 	}
 	var pending []<-chan struct{}

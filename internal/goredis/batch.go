@@ -27,11 +27,15 @@ import (
 
 const (
 	// senders is how many pipelines may be in flight at once: while some
-	// are on the wire, the next batch gathers. 4 was the best of 2, 3, 4,
-	// 6 and 8 for the flushers that preceded the senders, at 8 and at 64
-	// goroutines (BenchmarkUncontended, two cores shared with
-	// redis-server), and fewer starve the server at a handful of callers.
-	senders = 4
+	// are on the wire, the next batch gathers. Fewer starve the server at
+	// a handful of callers; more send most calls alone, one write and one
+	// read each. In interleaved runs of BenchmarkUncontended (two cores
+	// shared with redis-server, an AMD EPYC), 5 and 6 led 4 and 7 at 8
+	// goroutines (median 1.04-1.05x the floor against 0.94x; 6 never
+	// below 0.99x in 6 runs, and 1.15x against 4's 0.97x in 8 more), and
+	// all were level at 64; 4 had been the best of 2, 3, 4, 6 and 8 for
+	// the flushers that preceded the senders, on an Intel Xeon.
+	senders = 6
 	// maxBatch bounds one pipeline, so one slow batch delays few callers.
 	maxBatch = 256
 )

@@ -3,7 +3,7 @@
 //
 // # Quick start
 //
-//	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+//	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
 //	c, err := dlock.New(rdb)
 //	if err != nil { ... }
 //	defer c.Close()

@@ -596,7 +596,15 @@ func (v *view) uncontended() {
 	}
 	v.p("`go test -bench BenchmarkUncontended -benchmem` in bench/ (ns per pair is wall time divided by pairs, across all goroutines; medians over its `-count` runs):\n\n")
 	bt := &table{head: []string{"benchmark", "ns/pair", "B/pair", "allocs/pair", "speed ×floor", "allocs ÷ floor's"}}
+	var rows []string
 	for _, n := range names {
+		rows = append(rows, n)
+		if n == DeadlineVariantOf {
+			rows = append(rows, n+DeadlineSuffix)
+		}
+	}
+	deadlineRows := false
+	for _, n := range rows {
 		for _, g := range p.UncontendedGoroutines {
 			name := fmt.Sprintf("Uncontended/%s/g=%d", n, g)
 			s := v.goBench(name)
@@ -609,9 +617,18 @@ func (v *view) uncontended() {
 				allocs = fmtRatioValue(s.allocs.Median / f.allocs.Median)
 			}
 			bt.add(name, fmtSummary(s.ns, thousands), thousands(s.bytes.Median), thousands(s.allocs.Median), speed, allocs)
+			deadlineRows = deadlineRows || n == DeadlineVariantOf+DeadlineSuffix
 		}
 	}
 	v.p("%s\n", bt)
+	if deadlineRows {
+		v.p("%s%s is %s with a deadline (an hour away) on Lock's context, on the same go-redis client with its default options. "+
+			"Without `ContextTimeoutEnabled` go-redis does not end a call at its context's deadline, so dlock hands each such call to another goroutine "+
+			"and returns at the deadline whatever the server does (docs/design.md, \"Contexts and round trips\"); the floor and the peers ignore the deadline. "+
+			"With `ContextTimeoutEnabled: true` go-redis ends the call itself and a call sent alone runs in the caller again; a batched one still waits on copies. "+
+			"Every other figure in this report gives Lock a context that can be cancelled but has no deadline, as a request's.\n\n",
+			DeadlineVariantOf, DeadlineSuffix, DeadlineVariantOf)
+	}
 }
 
 func (v *view) floorName() string {
@@ -859,6 +876,7 @@ func (v *view) method() {
 	v.p("- All libraries in a scenario run against the same redis-server process, one after another, in an order rotated each repetition; the server is emptied (FLUSHALL, SCRIPT FLUSH) before each library.\n")
 	v.p("- Each run builds fresh clients with go-redis's default options (rueidis's for rueidislock), warms up, then resets Redis's counters (CONFIG RESETSTAT) and reads INFO commandstats when the window closes. The harness's own commands (INFO, CONFIG, FLUSHALL, SCRIPT FLUSH, connection handshakes) are left out.\n")
 	v.p("- \"Commands sent\" and \"round trips\" are counted in the client: a single command is one round trip, a pipeline of n commands is n commands and one round trip. \"Redis executed\" comes from commandstats and also counts what scripts call inside them (an EVALSHA whose script runs GET and DEL counts 3).\n")
+	v.p("- Lock gets a context that can be cancelled but has no deadline, as a request's; Unlock gets `context.Background()`. (With a deadline dlock takes a costlier path on a go-redis client without `ContextTimeoutEnabled`; `go test -bench` measures it apart, in scenario 1.)\n")
 	v.p("- Times come from one monotonic clock in the benchmark process. Hand-off: from just before the releasing goroutine calls unlock to the return of the next different goroutine's `Lock`; it includes the releaser's own unlock work (for dlock, stopping renewal) and the notification to the waiter.\n")
 	v.p("- Peers that give up waiting on their own (redsync after its tries, redislock at its deadline) are called again at once, as a caller that must have the lock would; the wait is measured across those calls.\n")
 	v.p("- A library that gets a run wrong (two holders at once, a lock lost while held, an unexpected error) is listed below, never silently dropped.\n\n")

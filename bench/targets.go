@@ -71,6 +71,18 @@ func Targets() []Target {
 	}, redlockTargets...)
 }
 
+// DeadlineVariantOf is the target that BenchmarkUncontended also runs with
+// a deadline on Lock's context, as DeadlineVariantOf+DeadlineSuffix: dlock,
+// which honours a deadline that its go-redis client would not enforce
+// (without ContextTimeoutEnabled, the default) by handing each call to
+// another goroutine, so as to return at the deadline whatever the server
+// does. The peers and the floor ignore such a deadline, so it costs them
+// nothing.
+const (
+	DeadlineVariantOf = "dlock"
+	DeadlineSuffix    = "-deadline"
+)
+
 // TargetByName returns the target called name from Targets.
 func TargetByName(name string) (Target, bool) {
 	for _, t := range Targets() {

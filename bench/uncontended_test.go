@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock/internal/redistest"
 )
@@ -27,16 +28,28 @@ func BenchmarkUncontended(b *testing.B) {
 		}
 		for _, g := range []int{1, 8, 64} {
 			b.Run(fmt.Sprintf("%s/g=%d", t.Name, g), func(b *testing.B) {
-				benchPairs(b, t, srv, g)
+				benchPairs(b, t, srv, g, false)
 			})
+		}
+		if t.Name == DeadlineVariantOf {
+			for _, g := range []int{1, 8, 64} {
+				b.Run(fmt.Sprintf("%s%s/g=%d", t.Name, DeadlineSuffix, g), func(b *testing.B) {
+					benchPairs(b, t, srv, g, true)
+				})
+			}
 		}
 	}
 }
 
-func benchPairs(b *testing.B, t Target, srv *Servers, g int) {
-	// As in RunUncontended, Lock gets a context that can be cancelled (as
-	// a request's can) and Unlock context.Background.
+// benchPairs runs b.N pairs on g goroutines. As in RunUncontended, Lock
+// gets a context that can be cancelled (as a request's can), with a
+// deadline an hour away when deadline is set, and Unlock
+// context.Background.
+func benchPairs(b *testing.B, t Target, srv *Servers, g int, deadline bool) {
 	ctx, cancel := context.WithCancel(context.Background())
+	if deadline {
+		ctx, cancel = context.WithTimeout(context.Background(), time.Hour)
+	}
 	defer cancel()
 	if err := srv.Flush(ctx); err != nil {
 		b.Fatal(err)

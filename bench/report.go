@@ -69,6 +69,18 @@ func (v *view) isPeer(name string) bool {
 
 func nan() float64 { return math.NaN() }
 
+// ref is a target that a table divides the others' figures by, run by run,
+// in columns labelled with label ("×floor").
+type ref struct{ label, name string }
+
+// floorRef is the floor as the only reference, or none when floor is "".
+func floorRef(floor string) []ref {
+	if floor == "" {
+		return nil
+	}
+	return []ref{{"floor", floor}}
+}
+
 // perRep returns one value per repetition, NaN where the run is missing or
 // failed.
 func (v *view) perRep(f func(rep int) float64) []float64 {
@@ -496,12 +508,14 @@ func (v *view) goBench(name string) *goBenchSummary {
 	return &goBenchSummary{Summarize(ns), Summarize(by), Summarize(al)}
 }
 
-func (v *view) uncontendedTable(nodes int, names []string, gs []int, floor string) *table {
+// uncontendedTable shows names' pairs/s at each of gs goroutines over nodes
+// servers, each followed by its ratio to every one of refs.
+func (v *view) uncontendedTable(nodes int, names []string, gs []int, refs []ref) *table {
 	head := []string{"target"}
 	for _, g := range gs {
 		head = append(head, fmt.Sprintf("g=%d pairs/s", g))
-		if floor != "" {
-			head = append(head, fmt.Sprintf("g=%d ×floor", g))
+		for _, rf := range refs {
+			head = append(head, fmt.Sprintf("g=%d ×%s", g, rf.label))
 		}
 	}
 	t := &table{head: head}
@@ -509,11 +523,58 @@ func (v *view) uncontendedTable(nodes int, names []string, gs []int, floor strin
 		row := []string{n}
 		for _, g := range gs {
 			row = append(row, rate(Summarize(v.uncRate(n, g, nodes))))
-			if floor != "" {
-				row = append(row, ratio(Summarize(Ratios(v.uncRate(n, g, nodes), v.uncRate(floor, g, nodes)))))
+			for _, rf := range refs {
+				row = append(row, ratio(Summarize(Ratios(v.uncRate(n, g, nodes), v.uncRate(rf.name, g, nodes)))))
 			}
 		}
 		t.add(row...)
+	}
+	return t
+}
+
+// uncontendedCommands shows what each of names' pairs cost on one server,
+// summed over every goroutine count and run.
+func (v *view) uncontendedCommands(names []string) *table {
+	return commandsTable("pair", names, func(n string) (Window, float64) {
+		var w Window
+		var pairs float64
+		for _, r := range v.res.Uncontended {
+			if r.Target == n && r.Nodes == 1 && r.Latency == 0 && r.Err == "" {
+				addWindow(&w, r.Window)
+				pairs += float64(r.Pairs)
+			}
+		}
+		return w, pairs
+	})
+}
+
+// goBenchTable shows BenchmarkUncontended's figures for names at each of
+// gs goroutines, with each name's speed and allocations against every one
+// of refs. Names without figures are left out.
+func (v *view) goBenchTable(names []string, gs []int, refs []ref) *table {
+	head := []string{"benchmark", "ns/pair", "B/pair", "allocs/pair"}
+	for _, rf := range refs {
+		head = append(head, "speed ×"+rf.label, "allocs ÷ "+rf.label+"'s")
+	}
+	t := &table{head: head}
+	for _, n := range names {
+		for _, g := range gs {
+			name := fmt.Sprintf("Uncontended/%s/g=%d", n, g)
+			s := v.goBench(name)
+			if s == nil {
+				continue
+			}
+			row := []string{name, fmtSummary(s.ns, thousands), thousands(s.bytes.Median), thousands(s.allocs.Median)}
+			for _, rf := range refs {
+				speed, allocs := "–", "–"
+				if f := v.goBench(fmt.Sprintf("Uncontended/%s/g=%d", rf.name, g)); f != nil {
+					speed = fmtRatioValue(f.ns.Median / s.ns.Median)
+					allocs = fmtRatioValue(s.allocs.Median / f.allocs.Median)
+				}
+				row = append(row, speed, allocs)
+			}
+			t.add(row...)
+		}
 	}
 	return t
 }
@@ -557,7 +618,7 @@ func (v *view) uncontended() {
 	v.p("%v warm-up, then pairs are counted for %v.\n\n", p.UncontendedWarm, p.UncontendedDur)
 	names := v.names(func(t TargetInfo) bool { return t.Single && !t.Tuned })
 	floor := v.floorName()
-	v.p("%s\n", v.uncontendedTable(1, names, p.UncontendedGoroutines, floor))
+	v.p("%s\n", v.uncontendedTable(1, names, p.UncontendedGoroutines, floorRef(floor)))
 
 	dl := v.names(func(t TargetInfo) bool { return t.Kind == KindDlock && t.Single })
 	peers := v.names(func(t TargetInfo) bool { return t.Kind == KindPeer && t.Single && !t.Tuned })
@@ -578,49 +639,25 @@ func (v *view) uncontended() {
 	v.p("dlock against each peer (above 1× means dlock is faster):\n\n%s\n", t)
 
 	v.p("What each pair costs, summed over every goroutine count and run: commands and round trips counted in the client (a go-redis hook or a rueidis wrapper); CPU time of this process (getrusage) and of redis-server (INFO cpu) divided by pairs; what Redis executed from INFO commandstats, which also counts the commands scripts run inside:\n\n")
-	v.p("%s\n", commandsTable("pair", names, func(n string) (Window, float64) {
-		var w Window
-		var pairs float64
-		for _, r := range v.res.Uncontended {
-			if r.Target == n && r.Nodes == 1 && r.Latency == 0 && r.Err == "" {
-				addWindow(&w, r.Window)
-				pairs += float64(r.Pairs)
-			}
-		}
-		return w, pairs
-	}))
+	v.p("%s\n", v.uncontendedCommands(names))
 
 	if len(v.res.GoBench) == 0 {
 		v.p("(`go test -bench` figures were not part of this run.)\n\n")
 		return
 	}
 	v.p("`go test -bench BenchmarkUncontended -benchmem` in bench/ (ns per pair is wall time divided by pairs, across all goroutines; medians over its `-count` runs):\n\n")
-	bt := &table{head: []string{"benchmark", "ns/pair", "B/pair", "allocs/pair", "speed ×floor", "allocs ÷ floor's"}}
 	var rows []string
+	deadlineRows := false
 	for _, n := range names {
 		rows = append(rows, n)
 		if n == DeadlineVariantOf {
 			rows = append(rows, n+DeadlineSuffix)
+			for _, g := range p.UncontendedGoroutines {
+				deadlineRows = deadlineRows || v.goBench(fmt.Sprintf("Uncontended/%s/g=%d", n+DeadlineSuffix, g)) != nil
+			}
 		}
 	}
-	deadlineRows := false
-	for _, n := range rows {
-		for _, g := range p.UncontendedGoroutines {
-			name := fmt.Sprintf("Uncontended/%s/g=%d", n, g)
-			s := v.goBench(name)
-			if s == nil {
-				continue
-			}
-			speed, allocs := "–", "–"
-			if f := v.goBench(fmt.Sprintf("Uncontended/%s/g=%d", floor, g)); f != nil {
-				speed = fmtRatioValue(f.ns.Median / s.ns.Median)
-				allocs = fmtRatioValue(s.allocs.Median / f.allocs.Median)
-			}
-			bt.add(name, fmtSummary(s.ns, thousands), thousands(s.bytes.Median), thousands(s.allocs.Median), speed, allocs)
-			deadlineRows = deadlineRows || n == DeadlineVariantOf+DeadlineSuffix
-		}
-	}
-	v.p("%s\n", bt)
+	v.p("%s\n", v.goBenchTable(rows, p.UncontendedGoroutines, []ref{{"floor", floor}}))
 	if deadlineRows {
 		v.p("%s%s is %s with a deadline (an hour away) on Lock's context, on the same go-redis client with its default options. "+
 			"Without `ContextTimeoutEnabled` go-redis does not end a call at its context's deadline, so dlock hands each such call to another goroutine "+
@@ -640,18 +677,20 @@ func (v *view) floorName() string {
 
 // --- scenario 2 ---
 
-func (v *view) contendedTable(nodes int, names []string, floor string) *table {
+// contendedTable shows names' figures in scenario 2 over nodes servers,
+// with their acquisitions per second against every one of refs.
+func (v *view) contendedTable(nodes int, names []string, refs []ref) *table {
 	head := []string{"target", "acq/s"}
-	if floor != "" {
-		head = append(head, "×floor")
+	for _, rf := range refs {
+		head = append(head, "×"+rf.label)
 	}
 	head = append(head, "hand-off p50", "hand-off p99", "hand-offs counted", "worst goroutine's wait p99", "longest wait", "goroutines starved", "barging", "commands sent / acq")
 	t := &table{head: head}
 	for _, n := range names {
 		acq := v.conFig(n, nodes, func(r *ContendedResult) float64 { return r.AcqPerSec() })
 		row := []string{n, rate(Summarize(acq))}
-		if floor != "" {
-			row = append(row, ratio(Summarize(Ratios(acq, v.conFig(floor, nodes, func(r *ContendedResult) float64 { return r.AcqPerSec() })))))
+		for _, rf := range refs {
+			row = append(row, ratio(Summarize(Ratios(acq, v.conFig(rf.name, nodes, func(r *ContendedResult) float64 { return r.AcqPerSec() })))))
 		}
 		row = append(row,
 			msS(Summarize(v.conFig(n, nodes, func(r *ContendedResult) float64 { return durMs(r.HandoffQuantile(0.5)) }))),
@@ -701,7 +740,7 @@ func (v *view) contended() {
 	v.p("**Hand-off** runs from the moment the releasing goroutine is about to call unlock to the moment a *different* goroutine's `Lock` returns; ")
 	v.p("a grant to the goroutine that released last counts as **barging** instead. **Waits** run from a `Lock` call to its return; a wait still going when the window closes counts as long as it had waited, so a goroutine that never got the lock shows up as a long wait and as **starved**.\n\n")
 	names := v.names(func(t TargetInfo) bool { return t.Single })
-	v.p("%s\n", v.contendedTable(1, names, v.floorName()))
+	v.p("%s\n", v.contendedTable(1, names, floorRef(v.floorName())))
 	v.p("![Hand-off latency and wait distributions per library](%s)\n\n", ChartFile)
 	v.p("The chart pools every run's samples; a line that ends further right has a longer tail, and its lowest point is the single slowest sample. Dashed grey lines mark the targets (hand-off p50 0.1 ms and p99 0.5 ms, waits 20 ms).\n\n")
 	dl := v.names(func(t TargetInfo) bool { return t.Kind == KindDlock && t.Single })
@@ -810,7 +849,7 @@ func (v *view) redlock() {
 	peers := v.names(func(t TargetInfo) bool { return t.Multi && t.Kind != KindDlock })
 	for _, n := range p.RedlockNodes {
 		v.p("### %d nodes\n\n", n)
-		v.p("Uncontended (as scenario 1):\n\n%s\n", v.uncontendedTable(n, untuned, p.RedlockGoroutines, ""))
+		v.p("Uncontended (as scenario 1):\n\n%s\n", v.uncontendedTable(n, untuned, p.RedlockGoroutines, nil))
 		if len(dl) > 0 {
 			head := []string{"ratio"}
 			for _, g := range p.RedlockGoroutines {
@@ -831,7 +870,7 @@ func (v *view) redlock() {
 			}
 			v.p("%s\n", t)
 		}
-		v.p("Contended (as scenario 2):\n\n%s\n", v.contendedTable(n, names, ""))
+		v.p("Contended (as scenario 2):\n\n%s\n", v.contendedTable(n, names, nil))
 		if len(dl) > 0 {
 			v.p("%s\n", v.contendedRatios(n, dl, peers))
 		}

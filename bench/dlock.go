@@ -3,19 +3,33 @@ package bench
 import (
 	"context"
 	"errors"
+	"strconv"
+	"sync/atomic"
 
 	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
 )
 
-// dlockLocker drives dlock through its public API: one Client per Locker,
-// c.Mutex(key).Lock / TryLock, lease.Unlock.
+// dlockLocker drives one of dlock's primitives through its public API: one
+// Client per Locker, take for Lock and TryLock (c.Mutex(key).Lock /
+// TryLock for the Mutex), and the lease's Unlock or the permits' Release.
 type dlockLocker struct {
-	rdb *redis.Client
-	c   *dlock.Client
+	rdb  *redis.Client
+	c    *dlock.Client
+	take takeFunc
 }
 
+// takeFunc takes key on c with one primitive: waiting (Lock, Acquire) when
+// wait is set, in one attempt (TryLock, TryAcquire) otherwise. Its errors
+// are the primitive's own.
+type takeFunc func(ctx context.Context, c *dlock.Client, key string, wait bool) (Unlock, error)
+
 func newDlock(opts ...dlock.Option) func(Config) (Locker, error) {
+	return newDlockTaking(takeMutex, opts...)
+}
+
+// newDlockTaking builds Lockers that take their keys with take.
+func newDlockTaking(take takeFunc, opts ...dlock.Option) func(Config) (Locker, error) {
 	return func(cfg Config) (Locker, error) {
 		rdb := newGoredis(cfg.Addrs[0], cfg.Counter)
 		o := opts
@@ -27,29 +41,90 @@ func newDlock(opts ...dlock.Option) func(Config) (Locker, error) {
 			_ = rdb.Close()
 			return nil, err
 		}
-		return &dlockLocker{rdb: rdb, c: c}, nil
+		return &dlockLocker{rdb: rdb, c: c, take: take}, nil
 	}
 }
 
 func (d *dlockLocker) Lock(ctx context.Context, key string) (Unlock, error) {
-	l, err := d.c.Mutex(key).Lock(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return l.Unlock, nil
+	return d.take(ctx, d.c, key, true)
 }
 
 func (d *dlockLocker) TryLock(ctx context.Context, key string) (Unlock, error) {
-	l, err := d.c.Mutex(key).TryLock(ctx)
+	u, err := d.take(ctx, d.c, key, false)
 	if errors.Is(err, dlock.ErrNotObtained) {
 		return nil, errors.Join(ErrBusy, err)
 	}
-	if err != nil {
-		return nil, err
-	}
-	return l.Unlock, nil
+	return u, err
 }
 
 func (d *dlockLocker) Close() error {
 	return errors.Join(d.c.Close(), d.rdb.Close())
+}
+
+// leaseUnlock returns l's Unlock, or err.
+func leaseUnlock(l *dlock.Lease, err error) (Unlock, error) {
+	if err != nil {
+		return nil, err
+	}
+	return l.Unlock, nil
+}
+
+func takeMutex(ctx context.Context, c *dlock.Client, key string, wait bool) (Unlock, error) {
+	m := c.Mutex(key)
+	if wait {
+		return leaseUnlock(m.Lock(ctx))
+	}
+	return leaseUnlock(m.TryLock(ctx))
+}
+
+func takeFair(ctx context.Context, c *dlock.Client, key string, wait bool) (Unlock, error) {
+	m := c.FairMutex(key)
+	if wait {
+		return leaseUnlock(m.Lock(ctx))
+	}
+	return leaseUnlock(m.TryLock(ctx))
+}
+
+// takeRWMutex takes the write lock. The read lock is not a target: readers
+// share it, so it would not exclude as every scenario expects.
+func takeRWMutex(ctx context.Context, c *dlock.Client, key string, wait bool) (Unlock, error) {
+	rw := c.RWMutex(key)
+	if wait {
+		return leaseUnlock(rw.Lock(ctx))
+	}
+	return leaseUnlock(rw.TryLock(ctx))
+}
+
+// takeSemaphore acquires the one permit of a semaphore of one, which then
+// excludes as a mutex does.
+func takeSemaphore(ctx context.Context, c *dlock.Client, key string, wait bool) (Unlock, error) {
+	s := c.Semaphore(key, 1)
+	var (
+		p   *dlock.Permits
+		err error
+	)
+	if wait {
+		p, err = s.Acquire(ctx, 1)
+	} else {
+		p, err = s.TryAcquire(ctx, 1)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return p.Release, nil
+}
+
+// ownerSeq numbers the owner identities of takeReentrant.
+var ownerSeq atomic.Uint64
+
+// takeReentrant gives every call a fresh owner identity (WithOwner), so no
+// two calls, and no two goroutines, share an owner: each waits for the
+// other, as with a Mutex, instead of adding a hold.
+func takeReentrant(ctx context.Context, c *dlock.Client, key string, wait bool) (Unlock, error) {
+	ctx = dlock.WithOwner(ctx, "bench-"+strconv.FormatUint(ownerSeq.Add(1), 10))
+	m := c.ReentrantMutex(key)
+	if wait {
+		return leaseUnlock(m.Lock(ctx))
+	}
+	return leaseUnlock(m.TryLock(ctx))
 }

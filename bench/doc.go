@@ -25,6 +25,12 @@
 //     add 0.5 ms each way, where the network rather than this machine's
 //     CPU sets the pace, to show what the parallel fan-out costs.
 //
+// dlock's other primitives run scenarios 1 and 2 as well (and
+// BenchmarkUncontended): the FairMutex, the ReentrantMutex (a fresh owner
+// per Lock call), the RWMutex's write lock and a Semaphore of one permit.
+// The report shows them in a section of their own, against the Mutex and
+// the floor; the read lock is left out, since readers share it.
+//
 // `go test ./...` runs only quick sanity checks. `make bench` in the
 // repository root runs the Go benchmarks and then TestReport with -report,
 // which repeats every scenario, computes medians, ranges and ratios and

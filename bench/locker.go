@@ -84,6 +84,11 @@ type Target struct {
 	// (scenarios 1 to 4), over several independent ones (Redlock, scenario
 	// 5), or both.
 	Single, Multi bool
+	// Primitive marks dlock's primitives other than the Mutex (FairMutex,
+	// ReentrantMutex, RWMutex, Semaphore). They run in scenarios 1 and 2
+	// only, and the report shows them in a section of their own, against
+	// the Mutex, apart from the tables and verdicts that compare libraries.
+	Primitive bool
 	// New builds a Locker.
 	New func(Config) (Locker, error)
 }

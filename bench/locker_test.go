@@ -11,7 +11,9 @@ import (
 )
 
 // TestTargets checks every adapter once: a lock excludes a second client's
-// TryLock and a bounded Lock, and is free again after Unlock.
+// TryLock and a bounded Lock, and a TryLock through its own client (the
+// goroutines that share a client in scenario 2 are owners of their own), and
+// is free again after Unlock.
 func TestTargets(t *testing.T) {
 	srv := redistest.Start(t)
 	nodes := redistest.StartNodes(t, 3)
@@ -57,6 +59,9 @@ func checkExclusion(t *testing.T, tg Target, addrs []string) {
 	}
 	if _, err := b.TryLock(ctx, key); !errors.Is(err, ErrBusy) {
 		t.Errorf("TryLock on a held key: got %v, want ErrBusy", err)
+	}
+	if _, err := a.TryLock(ctx, key); !errors.Is(err, ErrBusy) {
+		t.Errorf("TryLock on a key held through the same client: got %v, want ErrBusy", err)
 	}
 	short, cancelShort := context.WithTimeout(ctx, 150*time.Millisecond)
 	_, err = b.Lock(short, key)

@@ -51,8 +51,17 @@ func (v *view) target(name string) (TargetInfo, bool) {
 	return TargetInfo{}, false
 }
 
-// names returns the targets that keep says, in report order.
+// names returns the targets that keep says, in report order, leaving out
+// dlock's other primitives (Target.Primitive): the scenarios' tables and the
+// verdicts compare libraries, and the primitives have a section of their
+// own (primitives).
 func (v *view) names(keep func(TargetInfo) bool) []string {
+	return v.namesOf(func(t TargetInfo) bool { return !t.Primitive && keep(t) })
+}
+
+// namesOf returns the targets that keep says, in report order, primitives
+// included.
+func (v *view) namesOf(keep func(TargetInfo) bool) []string {
 	var out []string
 	for _, t := range v.res.Targets {
 		if keep(t) {
@@ -72,6 +81,19 @@ func nan() float64 { return math.NaN() }
 // ref is a target that a table divides the others' figures by, run by run,
 // in columns labelled with label ("×floor").
 type ref struct{ label, name string }
+
+// refs returns the references among floor (labelled "floor") and mutex
+// (labelled "Mutex") that were part of the run.
+func (v *view) refs(floor, mutex string) []ref {
+	var out []ref
+	if _, ok := v.target(floor); ok {
+		out = append(out, ref{"floor", floor})
+	}
+	if _, ok := v.target(mutex); ok {
+		out = append(out, ref{"Mutex", mutex})
+	}
+	return out
+}
 
 // floorRef is the floor as the only reference, or none when floor is "".
 func floorRef(floor string) []ref {
@@ -232,6 +254,7 @@ func (v *view) markdown() string {
 	v.waiting()
 	v.watchdog()
 	v.redlock()
+	v.primitives()
 	v.p("%s\n", strings.TrimSpace(levers))
 	v.method()
 	v.problems()
@@ -297,6 +320,10 @@ func (v *view) targets() {
 		"(`go test -run TestSweepRetry ./ -args -sweep` in bench/); longer intervals buy acquisitions per second by letting the releasing goroutine re-take the lock, " +
 		"which the default variants show. Retry settings only matter under contention, so the tight variants run in scenarios 2 and 3 only. " +
 		"Only dlock and rueidislock renew held locks by themselves; `dlock-norenew` turns dlock's renewal off to compare like with like.\n\n")
+	if prims := v.namesOf(func(t TargetInfo) bool { return t.Primitive }); len(prims) > 0 {
+		v.p("%s are dlock's other primitives; they run in scenarios 1 and 2 only and are shown in a section of their own, against the Mutex.\n\n",
+			"`"+strings.Join(prims, "`, `")+"`")
+	}
 	v.p("rueidislock's defaults track its own keys without NOLOOP, so a renewal (PEXPIREAT) invalidates the renewing client's own tracked key, which makes it renew again: " +
 		"after its first renewal period a held lock is renewed continuously, and every client waiting for it is woken each time. " +
 		"Scenarios 3 and 4 show the cost (PEXPIREAT per second with a single holder, renewals per lease per period). " +
@@ -906,6 +933,41 @@ func (v *view) delayedRedlock(names []string) {
 		t.add(row...)
 	}
 	v.p("%s\n", t)
+}
+
+// --- dlock's other primitives ---
+
+// primitives shows dlock's primitives other than the Mutex in scenarios 1
+// and 2, with dlock's Mutex (headline) beside them and ratios to it and to
+// the floor, run by run.
+func (v *view) primitives() {
+	p := v.res.Plan
+	v.p("## dlock's other primitives: scenarios 1 and 2\n\n")
+	prims := v.namesOf(func(t TargetInfo) bool { return t.Primitive && t.Single })
+	if len(prims) == 0 {
+		v.p("dlock's primitives other than the Mutex were not part of this run.\n\n")
+		return
+	}
+	names := prims
+	if _, ok := v.target(headline); ok {
+		names = append([]string{headline}, prims...)
+	}
+	refs := v.refs(v.floorName(), headline)
+	v.p("%s run scenarios 1 and 2 as the libraries do above, in the same repetitions on the same redis-server, with the settings listed under \"Libraries and settings\". ", "`"+strings.Join(prims, "`, `")+"`")
+	v.p("`%s`, the Mutex, is repeated here for comparison: ×Mutex is the ratio to it, taken run by run as ×floor is. ", headline)
+	v.p("They do not run in scenarios 3 to 5, and the tables and verdicts above leave them out.\n\n")
+	v.p("Uncontended (as scenario 1):\n\n%s\n", v.uncontendedTable(1, names, p.UncontendedGoroutines, refs))
+	v.p("What each uncontended pair costs, summed over every goroutine count and run (as in scenario 1):\n\n%s\n", v.uncontendedCommands(names))
+	v.p("Contended (as scenario 2):\n\n%s\n", v.contendedTable(1, names, refs))
+	if len(v.res.GoBench) == 0 {
+		v.p("(`go test -bench` figures were not part of this run.)\n\n")
+		return
+	}
+	if t := v.goBenchTable(names, p.UncontendedGoroutines, refs); len(t.rows) > 0 {
+		v.p("`go test -bench BenchmarkUncontended -benchmem` (as in scenario 1):\n\n%s\n", t)
+	} else {
+		v.p("(`go test -bench` has no figures for them in this run.)\n\n")
+	}
 }
 
 // --- method and problems ---

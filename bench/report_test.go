@@ -113,10 +113,7 @@ func runReport(t *testing.T) *Results {
 	res.Machine = DescribeMachine(ctx, srv, "..")
 	res.Machine.Load = "before the run " + loadBefore + ", after it " + LoadAvg()
 	for _, tg := range targets {
-		res.Targets = append(res.Targets, TargetInfo{
-			Name: tg.Name, Module: tg.Module, Version: res.Machine.Modules[tg.Module], Settings: tg.Settings,
-			Kind: tg.Kind, Tuned: tg.Tuned, Renews: tg.Renews, Single: tg.Single, Multi: tg.Multi,
-		})
+		res.Targets = append(res.Targets, tg.Info(res.Machine.Modules[tg.Module]))
 	}
 	if err := os.MkdirAll(*resultsDir, 0o755); err != nil {
 		t.Fatal(err)

@@ -40,7 +40,8 @@ func TestSuiteSmoke(t *testing.T) {
 		RedlockGoroutines:     []int{2},
 	}
 	var targets []Target
-	for _, name := range []string{"floor", "dlock", "redsync", "rueidislock"} {
+	prims := []string{"dlock-fair", "dlock-reentrant", "dlock-rwmutex", "dlock-semaphore"}
+	for _, name := range append([]string{"floor", "dlock", "redsync", "rueidislock"}, prims...) {
 		tg, ok := TargetByName(name)
 		if !ok {
 			t.Fatalf("no target %s", name)
@@ -69,6 +70,28 @@ func TestSuiteSmoke(t *testing.T) {
 			t.Errorf("waiting %s: err %q, errors %+v, %d grants while held", r.Target, r.Err, r.Errors, r.Grants)
 		}
 	}
+	// The primitives run in scenarios 1 and 2, and only there.
+	for _, name := range prims {
+		var unc, con int
+		for _, r := range res.Uncontended {
+			if r.Target == name {
+				unc++
+			}
+		}
+		for _, r := range res.Contended {
+			if r.Target == name {
+				con++
+			}
+		}
+		if unc != len(plan.UncontendedGoroutines) || con != 1 {
+			t.Errorf("%s ran %d uncontended and %d contended runs, want %d and 1", name, unc, con, len(plan.UncontendedGoroutines))
+		}
+	}
+	for _, r := range res.Waiting {
+		if tg, _ := TargetByName(r.Target); tg.Primitive {
+			t.Errorf("%s ran in the waiting scenario", r.Target)
+		}
+	}
 	if len(res.Watchdog) != 2 {
 		t.Errorf("watchdog ran %d targets, want dlock and rueidislock", len(res.Watchdog))
 	}
@@ -80,8 +103,7 @@ func TestSuiteSmoke(t *testing.T) {
 
 	res.Machine = DescribeMachine(ctx, srv, "..")
 	for _, tg := range targets {
-		res.Targets = append(res.Targets, TargetInfo{Name: tg.Name, Module: tg.Module, Settings: tg.Settings,
-			Kind: tg.Kind, Tuned: tg.Tuned, Renews: tg.Renews, Single: tg.Single, Multi: tg.Multi})
+		res.Targets = append(res.Targets, tg.Info(""))
 	}
 	dir := t.TempDir()
 	if err := WriteReport(res, dir); err != nil {
@@ -92,9 +114,21 @@ func TestSuiteSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"## dlock against its targets", "## 1. Uncontended", "## 2. Contended", "## 3. Waiting load",
-		"## 4. Watchdog scale", "## 5. Redlock", "### 3 nodes", ChartFile, "None: no run failed"} {
+		"## 4. Watchdog scale", "## 5. Redlock", "### 3 nodes", "## dlock's other primitives", ChartFile, "None: no run failed"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("benchmarks.md lacks %q", want)
+		}
+	}
+	sec := section(string(md), "## dlock's other primitives")
+	for _, name := range prims {
+		// Uncontended, cost per pair, contended: each with a figure.
+		r := rows(sec, name)
+		if len(r) != 3 {
+			t.Errorf("the primitives' section has %d rows for %s, want 3", len(r), name)
+			continue
+		}
+		if r[0][1] == "–" || r[2][1] == "–" {
+			t.Errorf("%s has no figure: uncontended %q, contended %q", name, r[0], r[2])
 		}
 	}
 	if fi, err := os.Stat(filepath.Join(dir, ChartFile)); err != nil || fi.Size() == 0 {

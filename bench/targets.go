@@ -44,6 +44,26 @@ func Targets() []Target {
 			New:      newDlock(dlock.WithAutoRenew(false)),
 		},
 		{
+			Name: "dlock-fair", Module: modDlock, Kind: KindDlock, Renews: true, RenewEvery: 1.0 / 3, Single: true, Primitive: true,
+			Settings: "c.FairMutex(key).Lock with the defaults: every waiting goroutine queues in Redis, granted in arrival order",
+			New:      newDlockTaking(takeFair),
+		},
+		{
+			Name: "dlock-reentrant", Module: modDlock, Kind: KindDlock, Renews: true, RenewEvery: 1.0 / 3, Single: true, Primitive: true,
+			Settings: "c.ReentrantMutex(key).Lock with the defaults; each Lock call carries a fresh owner (WithOwner), so every goroutine is an owner of its own",
+			New:      newDlockTaking(takeReentrant),
+		},
+		{
+			Name: "dlock-rwmutex", Module: modDlock, Kind: KindDlock, Renews: true, RenewEvery: 1.0 / 3, Single: true, Primitive: true,
+			Settings: "c.RWMutex(key).Lock, the write lock, with the defaults (readers share, so RLock is not measured)",
+			New:      newDlockTaking(takeRWMutex),
+		},
+		{
+			Name: "dlock-semaphore", Module: modDlock, Kind: KindDlock, Renews: true, RenewEvery: 1.0 / 3, Single: true, Primitive: true,
+			Settings: "c.Semaphore(key, 1).Acquire(ctx, 1) with the defaults: the one permit of one, so it excludes as a mutex does; Release",
+			New:      newDlockTaking(takeSemaphore),
+		},
+		{
 			Name: "redsync", Module: modRedsync, Kind: KindPeer, Single: true, Multi: true,
 			Settings: "defaults: expiry 8 s, 32 tries 50–250 ms apart (Lock is called again when they run out)",
 			New:      newRedsync(0),

@@ -830,3 +830,35 @@ func TestRWMutexInvalidArguments(t *testing.T) {
 		t.Errorf("%d commands sent for rejected input", n)
 	}
 }
+
+// TestRWMutexReleaseOfExpiredReadLockIsNotHeld: a read hold past its expiry
+// on the server clock, which no acquire has dropped yet, is not held any
+// more: its Unlock reports ErrNotHeld, even with another reader keeping the
+// lock's keys alive and nobody waiting (the release's fast path).
+func TestRWMutexReleaseOfExpiredReadLockIsNotHeld(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := newClient(t, srv)
+	ctx := testCtx(t)
+	name := t.Name()
+	short, err := c.RWMutex(name, dlock.WithTTL(200*time.Millisecond), dlock.WithAutoRenew(false)).RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, err := c.RWMutex(name).RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = long.Unlock(ctx) }()
+	rdb := srv.Client(t)
+	waitUntil(t, 10*time.Second, "the short hold's expiry past on the server clock", func() bool {
+		first := rdb.ZRangeWithScores(ctx, rwKey(name), 0, 0).Val()
+		now, err := rdb.Time(ctx).Result()
+		return err == nil && rdb.ZCard(ctx, rwKey(name)).Val() == 2 && len(first) == 1 && first[0].Score < float64(now.UnixMilli())
+	})
+	if err := short.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Unlock of an expired read hold: %v; want ErrNotHeld", err)
+	}
+	if n := rdb.ZCard(ctx, rwKey(name)).Val(); n != 1 {
+		t.Errorf("%d holders left; want the live one", n)
+	}
+}

@@ -1439,3 +1439,29 @@ func TestSemaphoreChangesSentTwiceCountOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSemaphoreReleaseOfExpiredPermitsIsNotHeld: permits past their expiry
+// on the server clock, which no acquire has dropped yet, are not held any
+// more: their Release reports ErrNotHeld, even with another holder keeping
+// the semaphore's keys alive and nobody waiting (the release's fast path).
+func TestSemaphoreReleaseOfExpiredPermitsIsNotHeld(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := newClient(t, srv)
+	ctx := testCtx(t)
+	name := t.Name()
+	short := mustAcquire(t, c.Semaphore(name, 2, dlock.WithTTL(200*time.Millisecond), dlock.WithAutoRenew(false)), 1)
+	long := mustAcquire(t, c.Semaphore(name, 2), 1)
+	defer func() { _ = long.Release(ctx) }()
+	rdb := srv.Client(t)
+	waitUntil(t, 10*time.Second, "the short holder's expiry past on the server clock", func() bool {
+		first := rdb.ZRangeWithScores(ctx, semKey(name), 0, 0).Val()
+		now, err := rdb.Time(ctx).Result()
+		return err == nil && rdb.ZCard(ctx, semKey(name)).Val() == 2 && len(first) == 1 && first[0].Score < float64(now.UnixMilli())
+	})
+	if err := short.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release of expired permits: %v; want ErrNotHeld", err)
+	}
+	if n := rdb.ZCard(ctx, semKey(name)).Val(); n != 1 {
+		t.Errorf("%d holders left; want the live one", n)
+	}
+}

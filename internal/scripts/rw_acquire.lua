@@ -19,6 +19,34 @@
 -- queued ahead of it. Readers only ever queue behind a writer (holding or
 -- waiting), so once a writer waits, new readers wait behind it.
 local member = ARGV[1]
+
+-- The common case first, before the helpers are even defined (that costs
+-- more than this whole path, see mutex_acquire.lua): nobody holds the lock
+-- or waits for it, so it is free for either mode. The keys that do not
+-- exist cannot be foreign; the fencing key is the one read, and its INCR
+-- under pcall writes nothing when it fails (a foreign value, an ACL,
+-- maxmemory): the full path below then reports what it found.
+if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[4], KEYS[5]) == 0 then
+  local token = redis.pcall('INCR', KEYS[2])
+  if type(token) == 'number' then
+    local t = redis.call('TIME')
+    if token == 1 then -- a fresh counter starts at the clock (see dlock_issue_fence)
+      local digits = t[1] .. string.sub('00000' .. t[2], -6)
+      redis.call('SET', KEYS[2], digits, 'PX', ARGV[6])
+      token = tonumber(digits)
+    else
+      redis.call('PEXPIRE', KEYS[2], ARGV[6])
+    end
+    local px = tonumber(ARGV[2])
+    local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    redis.call('ZADD', KEYS[1], string.format('%.0f', now_ms + px), member)
+    redis.call('HSET', KEYS[5], member, string.format('%.0f', token))
+    redis.call('PEXPIRE', KEYS[1], px)
+    redis.call('PEXPIRE', KEYS[5], px)
+    return {1, token, px}
+  end
+end
+--@lib
 local mode = string.sub(member, 1, 1)
 if rw_foreign(KEYS[1]) then
   return redis.error_reply('DLOCK_CONFLICT ' .. KEYS[1] .. ' holds a value with no expiry that no lock wrote')

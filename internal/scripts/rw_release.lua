@@ -8,6 +8,24 @@
 --          is gone); then each waiter granted by this call, with its fencing
 --          token and claim window.
 local member = ARGV[1]
+
+-- The common case first, before the helpers are defined: a live holder
+-- releases and nobody waits. It only reads until it has found member's
+-- live entry in both holders and tokens (errors caught), so a foreign key
+-- makes it write nothing and leaves the full path below to report it; an
+-- entry past its expiry is the full path's too (not held).
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  local expiry = redis.pcall('ZSCORE', KEYS[1], member)
+  if type(expiry) == 'string' and type(redis.pcall('HGET', KEYS[5], member)) == 'string' then
+    local t = redis.call('TIME')
+    if tonumber(expiry) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
+      redis.call('ZREM', KEYS[1], member)
+      redis.call('HDEL', KEYS[5], member)
+      return {1}
+    end
+  end
+end
+--@lib
 dlock_dequeue(KEYS[3], KEYS[4], member)
 if rw_foreign(KEYS[1]) then
   return {0}

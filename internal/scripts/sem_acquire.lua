@@ -22,6 +22,34 @@
 --          Error DLOCK_CONFLICT (or WRONGTYPE) when a key holds something no
 --          semaphore wrote; nothing is modified then.
 local owner, n = ARGV[1], tonumber(ARGV[2])
+
+-- The common case first, before the helpers are even defined (that costs
+-- more than this whole path, see mutex_acquire.lua): a semaphore nobody
+-- holds or waits for, with no limit stored, and enough permits. The keys
+-- that do not exist cannot be foreign; the fencing key is the one read,
+-- and its INCR under pcall writes nothing when it fails (a foreign value,
+-- an ACL, maxmemory): the full path below then reports what it found.
+if n <= tonumber(ARGV[3]) and redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6]) == 0 then
+  local token = redis.pcall('INCR', KEYS[4])
+  if type(token) == 'number' then
+    local t = redis.call('TIME')
+    if token == 1 then -- a fresh counter starts at the clock (see dlock_issue_fence)
+      local digits = t[1] .. string.sub('00000' .. t[2], -6)
+      redis.call('SET', KEYS[4], digits, 'PX', ARGV[9])
+      token = tonumber(digits)
+    else
+      redis.call('PEXPIRE', KEYS[4], ARGV[9])
+    end
+    local px = tonumber(ARGV[5])
+    local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    redis.call('ZADD', KEYS[1], string.format('%.0f', now_ms + px), owner)
+    redis.call('HSET', KEYS[2], owner, string.format('%.0f %.0f', n, token))
+    redis.call('PEXPIRE', KEYS[1], px)
+    redis.call('PEXPIRE', KEYS[2], px)
+    return {1, token, px}
+  end
+end
+--@lib
 sem_check(6)
 local now_us, now_ms = sem_now()
 local limit = sem_limit(ARGV[3], ARGV[4])

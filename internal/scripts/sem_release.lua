@@ -15,6 +15,24 @@
 --          now, or 0. Then each grant this call made to a waiter, with its
 --          fencing token and claim window.
 local owner = ARGV[1]
+
+-- The common case first, before the helpers are defined: a live holder
+-- gives all its permits back and nobody waits. It only reads until it has
+-- found owner's live entry in both holders and counts (errors caught), so
+-- a foreign key makes it write nothing and leaves the full path below to
+-- report it; an entry past its expiry is the full path's too (not held).
+if not ARGV[7] and redis.call('EXISTS', KEYS[5]) == 0 then
+  local expiry = redis.pcall('ZSCORE', KEYS[1], owner)
+  if type(expiry) == 'string' and type(redis.pcall('HGET', KEYS[2], owner)) == 'string' then
+    local t = redis.call('TIME')
+    if tonumber(expiry) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
+      redis.call('ZREM', KEYS[1], owner)
+      redis.call('HDEL', KEYS[2], owner)
+      return {1}
+    end
+  end
+end
+--@lib
 sem_check(6)
 local now_us, now_ms = sem_now()
 local limit = sem_limit(ARGV[2], ARGV[3])

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -210,6 +211,24 @@ func TestLockKeys(t *testing.T) {
 		}
 		if at := newLockKeysAt(base); at.lock != k.lock || at.fence != k.fence || at.queue != k.queue || at.waiters != k.waiters {
 			t.Errorf("newLockKeysAt(%q) = %+v, want %+v", base, at, k)
+		}
+	}
+}
+
+func TestSemAndRWKeys(t *testing.T) {
+	for _, c := range []struct{ prefix, name string }{{"dlock:", "orders:1"}, {"", "x"}, {"app:", "{cart:7}:items"}} {
+		base := c.prefix + "{" + c.name + "}"
+		s := newSemKeys(c.prefix, c.name)
+		got := []string{s.holders, s.counts, s.limit, s.fence, s.queue, s.waiters, s.calls}
+		want := []string{base + ":sem", base + ":sem:n", base + ":sem:limit", base + ":sem:fence", base + ":sem:q", base + ":sem:w", base + ":sem:calls"}
+		if fmt.Sprint(got) != fmt.Sprint(want) || fmt.Sprint(s.all) != fmt.Sprint(want[:6]) || cap(s.all) != 6 {
+			t.Errorf("newSemKeys(%q, %q) = %q, all %q (cap %d); want %q", c.prefix, c.name, got, s.all, cap(s.all), want)
+		}
+		r := newRWKeys(c.prefix, c.name)
+		got = []string{r.holders, r.fence, r.queue, r.waiters, r.tokens}
+		want = []string{base + ":rw", base + ":rw:fence", base + ":rw:q", base + ":rw:w", base + ":rw:tok"}
+		if fmt.Sprint(got) != fmt.Sprint(want) || fmt.Sprint(r.all) != fmt.Sprint(want) || fmt.Sprint(r.renew) != fmt.Sprint([]string{want[0], want[4]}) {
+			t.Errorf("newRWKeys(%q, %q) = %q, all %q, renew %q; want %q", c.prefix, c.name, got, r.all, r.renew, want)
 		}
 	}
 }

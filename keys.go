@@ -39,6 +39,34 @@ func splitLockKeys(s string, n int) lockKeys {
 	}
 }
 
+// keyFamily returns the keys base+suffix for each suffix, where base is
+// prefix+"{"+name+"}"+kind, all cut from one string: two allocations (the
+// string and the slice) rather than one per key. The RWMutex's and the
+// Semaphore's descriptors are made per call, as a Mutex's are.
+func keyFamily(prefix, name, kind string, suffixes ...string) []string {
+	n := len(prefix) + len(name) + 2 + len(kind)
+	total := 0
+	for _, s := range suffixes {
+		total += n + len(s)
+	}
+	var b strings.Builder
+	b.Grow(total)
+	for _, s := range suffixes {
+		b.WriteString(prefix)
+		b.WriteByte('{')
+		b.WriteString(name)
+		b.WriteByte('}')
+		b.WriteString(kind)
+		b.WriteString(s)
+	}
+	all := b.String()
+	keys := make([]string, len(suffixes))
+	for i, s := range suffixes {
+		keys[i], all = all[:n+len(s)], all[n+len(s):]
+	}
+	return keys
+}
+
 // array returns the keys in the order of the Mutex scripts' KEYS. It is an
 // array, not a slice, so that a call can keep it inside its own allocation.
 func (k *lockKeys) array() [4]string {

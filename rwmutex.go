@@ -91,17 +91,16 @@ type rwKeys struct {
 }
 
 func newRWKeys(prefix, name string) rwKeys {
-	base := prefix + "{" + name + "}:rw"
-	k := rwKeys{
-		holders: base,
-		fence:   base + ":fence",
-		queue:   base + ":q",
-		waiters: base + ":w",
-		tokens:  base + ":tok",
+	keys := keyFamily(prefix, name, ":rw", "", ":fence", ":q", ":w", ":tok")
+	return rwKeys{
+		holders: keys[0],
+		fence:   keys[1],
+		queue:   keys[2],
+		waiters: keys[3],
+		tokens:  keys[4],
+		all:     keys,
+		renew:   []string{keys[0], keys[4]},
 	}
-	k.all = []string{k.holders, k.fence, k.queue, k.waiters, k.tokens}
-	k.renew = []string{k.holders, k.tokens}
-	return k
 }
 
 // RWMutex returns the read-write lock called name. opts override the

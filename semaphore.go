@@ -66,18 +66,17 @@ type semKeys struct {
 }
 
 func newSemKeys(prefix, name string) semKeys {
-	base := prefix + "{" + name + "}:sem"
-	k := semKeys{
-		holders: base,
-		counts:  base + ":n",
-		limit:   base + ":limit",
-		fence:   base + ":fence",
-		queue:   base + ":q",
-		waiters: base + ":w",
-		calls:   base + ":calls",
+	keys := keyFamily(prefix, name, ":sem", "", ":n", ":limit", ":fence", ":q", ":w", ":calls")
+	return semKeys{
+		holders: keys[0],
+		counts:  keys[1],
+		limit:   keys[2],
+		fence:   keys[3],
+		queue:   keys[4],
+		waiters: keys[5],
+		all:     keys[:6:6], // calls is not among them (an append copies)
+		calls:   keys[6],
 	}
-	k.all = []string{k.holders, k.counts, k.limit, k.fence, k.queue, k.waiters}
-	return k
 }
 
 // channel is where grants and wake-ups are published: the holders key's

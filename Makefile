@@ -78,7 +78,7 @@ cc:
 # starts its own redis-server processes). The Go benchmarks go first (ns, B
 # and allocs per pair, BENCH_COUNT runs each), then TestReport runs every
 # scenario three times and writes docs/benchmarks.md and its chart. Raw
-# results stay in bench/results/ (ignored by git). About 15 minutes on two
+# results stay in bench/results/ (ignored by git). About 20 minutes on two
 # cores; BENCHFLAGS passes flags to TestReport, e.g. '-scale 2 -reps 5'.
 BENCHFLAGS ?=
 BENCH_COUNT ?= 3

@@ -243,7 +243,7 @@ func (v *view) markdown() string {
 	v.p("Ratios are taken run by run, against the floor or the peer measured in the same repetition on the same redis-server, and then summarized the same way: ")
 	v.p("this machine is shared and noisy, so absolute figures drift from run to run while ratios hold better. ")
 	v.p("The run took %s.\n\n", r.Took.Round(time.Second))
-	v.p("Speed is measured here, never asserted in tests. To run it again: `make bench` (about 15 minutes with its default 3 runs; 5 runs take over 20); ")
+	v.p("Speed is measured here, never asserted in tests. To run it again: `make bench` (about 20 minutes with its default 3 runs; 5 runs take over 30); ")
 	v.p("for steadier figures, `make bench BENCHFLAGS='-scale 2 -reps 5'`.\n\n")
 
 	v.machine()

@@ -7,7 +7,7 @@ import (
 )
 
 // Plan is what a report runs: how often and how long. DefaultPlan fits a
-// full report into about 15 minutes on a two-core machine; Scale stretches
+// full report into about 20 minutes on a two-core machine; Scale stretches
 // every duration for steadier figures.
 type Plan struct {
 	Reps int

@@ -46,8 +46,26 @@ type Semaphore struct {
 	name    string
 	permits int
 	cfg     config
+	ms      semMillis
 	keys    semKeys
 	err     error // invalid name, permits or option, reported on first use
+}
+
+// semMillis are a Semaphore's timings in the milliseconds its scripts take,
+// computed with the descriptor: the acquire and release calls pass them by
+// pointer, which boxes nothing (an int64 in an interface is an allocation).
+type semMillis struct {
+	limitRetention, ttl, waiterLease, claimWindow, fenceRetention int64
+}
+
+func newSemMillis(cfg *config) semMillis {
+	return semMillis{
+		limitRetention: semLimitRetention(cfg.ttl).Milliseconds(),
+		ttl:            cfg.initialPX().Milliseconds(),
+		waiterLease:    cfg.waiterLease.Milliseconds(),
+		claimWindow:    cfg.claimWindow().Milliseconds(),
+		fenceRetention: fenceRetention(cfg.ttl).Milliseconds(),
+	}
 }
 
 // semKeys names the keys of one semaphore (see sem_lib.lua), all under the
@@ -95,7 +113,7 @@ func (c *Client) Semaphore(name string, permits int, opts ...Option) *Semaphore 
 	if err == nil && (permits < 1 || permits > MaxPermits) {
 		err = errorf("dlock: Semaphore(%q): %w", name, invalidArgf("%d permits: want between 1 and %d", permits, MaxPermits))
 	}
-	return &Semaphore{c: c, name: name, permits: permits, cfg: cfg, keys: newSemKeys(cfg.keyPrefix, name), err: err}
+	return &Semaphore{c: c, name: name, permits: permits, cfg: cfg, ms: newSemMillis(&cfg), keys: newSemKeys(cfg.keyPrefix, name), err: err}
 }
 
 // Name returns the semaphore's name.
@@ -366,9 +384,9 @@ func (a *semAcquisition) attempt(ctx context.Context, owner string, queue bool) 
 		Script: scripts.SemAcquire,
 		Keys:   s.keys.all,
 		Args: []any{
-			owner, a.n, s.permits, semLimitRetention(s.cfg.ttl).Milliseconds(),
-			s.cfg.initialPX().Milliseconds(), queueFlag, s.cfg.waiterLease.Milliseconds(),
-			s.cfg.claimWindow().Milliseconds(), fenceRetention(s.cfg.ttl).Milliseconds(),
+			owner, a.n, s.permits, &s.ms.limitRetention,
+			&s.ms.ttl, queueFlag, &s.ms.waiterLease,
+			&s.ms.claimWindow, &s.ms.fenceRetention,
 			s.c.drv.PublishCommand(), s.keys.channel(),
 		},
 	}
@@ -454,7 +472,7 @@ func (a *semAcquisition) releaseCall(owner string, keep int) *driver.Call {
 		Script: scripts.SemRelease,
 		Keys:   s.keys.all,
 		Args: []any{
-			owner, s.permits, semLimitRetention(s.cfg.ttl).Milliseconds(), fenceRetention(s.cfg.ttl).Milliseconds(),
+			owner, s.permits, &s.ms.limitRetention, &s.ms.fenceRetention,
 			s.c.drv.PublishCommand(), s.keys.channel(),
 		},
 	}

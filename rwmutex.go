@@ -51,9 +51,17 @@ type RWMutex struct {
 	name   string
 	cfg    config
 	keys   rwKeys
+	ms     rwMillis
 	err    error // invalid name or option, reported by every call that reaches Redis
 	writer *rwHalf
 	reader *rwHalf
+}
+
+// rwMillis are an RWMutex's timings in the milliseconds its scripts take,
+// computed with the descriptor: the acquire and release calls pass them by
+// pointer, which boxes nothing (an int64 in an interface is an allocation).
+type rwMillis struct {
+	ttl, waiterLease, claimWindow, fenceRetention int64
 }
 
 // Lock modes: the first byte of every holder and queue member.
@@ -118,7 +126,12 @@ func (c *Client) RWMutex(name string, opts ...Option) *RWMutex {
 		}
 		opt(&cfg)
 	}
-	rw := &RWMutex{c: c, name: name, cfg: cfg, keys: newRWKeys(cfg.keyPrefix, name)}
+	rw := &RWMutex{c: c, name: name, cfg: cfg, keys: newRWKeys(cfg.keyPrefix, name), ms: rwMillis{
+		ttl:            cfg.initialPX().Milliseconds(),
+		waiterLease:    cfg.waiterLease.Milliseconds(),
+		claimWindow:    cfg.claimWindow().Milliseconds(),
+		fenceRetention: fenceRetention(cfg.ttl).Milliseconds(),
+	}}
 	if err := checkName(name); err != nil {
 		rw.err = errorf("dlock: RWMutex: %w", err)
 	} else if err := cfg.err(); err != nil {
@@ -372,8 +385,8 @@ func (h *rwHalf) attempt(ctx context.Context, owner string, queue bool) (attempt
 		Script: scripts.RWAcquire,
 		Keys:   rw.keys.all,
 		Args: []any{
-			h.member(owner), rw.cfg.initialPX().Milliseconds(), queueFlag, rw.cfg.waiterLease.Milliseconds(),
-			rw.cfg.claimWindow().Milliseconds(), fenceRetention(rw.cfg.ttl).Milliseconds(),
+			h.member(owner), &rw.ms.ttl, queueFlag, &rw.ms.waiterLease,
+			&rw.ms.claimWindow, &rw.ms.fenceRetention,
 			rw.c.drv.PublishCommand(), rw.keys.holders,
 		},
 	}
@@ -409,7 +422,7 @@ func (h *rwHalf) release(ctx context.Context, owner string) error {
 	call := &driver.Call{
 		Script: scripts.RWRelease,
 		Keys:   rw.keys.all,
-		Args:   []any{h.member(owner), fenceRetention(rw.cfg.ttl).Milliseconds(), rw.c.drv.PublishCommand(), rw.keys.holders},
+		Args:   []any{h.member(owner), &rw.ms.fenceRetention, rw.c.drv.PublishCommand(), rw.keys.holders},
 	}
 	rw.c.drv.Run(ctx, call)
 	if call.Err != nil {

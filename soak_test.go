@@ -304,15 +304,7 @@ func TestSoakDistinctNames(t *testing.T) {
 
 	// Close gives everything back: goroutines (the workers' idle ones
 	// included) and the subscription's connection.
-	if err := c.Close(); err != nil {
-		t.Errorf("Close: %v", err)
-	}
-	if err := rival.Close(); err != nil {
-		t.Errorf("Close: %v", err)
-	}
-	if n := settledGoroutines(goBefore); n > goBefore {
-		t.Errorf("%d goroutines after Close, %d before the Clients:\n%s", n, goBefore, goroutineDump())
-	}
+	closeLeavingNoGoroutines(t, goBefore, "the Clients", c, rival)
 	waitUntil(t, 5*time.Second, "subscribed connections closed", func() bool { return countClients(t, admin, true) == 0 })
 	heapClosed := liveHeap()
 	t.Logf("after Close: live heap %d KiB; goroutines %d", heapClosed>>10, ourGoroutines())
@@ -544,14 +536,21 @@ func TestSoakRedlockDistinctNames(t *testing.T) {
 			return len(admin.PubSubChannels(ctx, "*").Val()) == 0
 		})
 	}
-	if err := r.Close(); err != nil {
-		t.Errorf("Close: %v", err)
-	}
-	if err := rival.Close(); err != nil {
-		t.Errorf("Close: %v", err)
+	closeLeavingNoGoroutines(t, goBefore, "the Redlocks", r, rival)
+}
+
+// closeLeavingNoGoroutines closes each of closers (what names them in
+// errors) and fails t if more of our goroutines are left than the
+// goBefore there were before they were made.
+func closeLeavingNoGoroutines(t *testing.T, goBefore int, what string, closers ...interface{ Close() error }) {
+	t.Helper()
+	for _, c := range closers {
+		if err := c.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
 	}
 	if n := settledGoroutines(goBefore); n > goBefore {
-		t.Errorf("%d goroutines after Close, %d before the Redlocks:\n%s", n, goBefore, goroutineDump())
+		t.Errorf("%d goroutines after Close, %d before %s:\n%s", n, goBefore, what, goroutineDump())
 	}
 }
 
@@ -696,15 +695,7 @@ func TestSoakHiccups(t *testing.T) {
 		return len(admin.PubSubChannels(ctx, "*").Val()) == 0
 	})
 	checkServerKeys(t, admin)
-	if err := c.Close(); err != nil {
-		t.Errorf("Close: %v", err)
-	}
-	if err := rival.Close(); err != nil {
-		t.Errorf("Close: %v", err)
-	}
-	if n := settledGoroutines(goBefore); n > goBefore {
-		t.Errorf("%d goroutines after Close, %d before the Clients:\n%s", n, goBefore, goroutineDump())
-	}
+	closeLeavingNoGoroutines(t, goBefore, "the Clients", c, rival)
 	waitUntil(t, 5*time.Second, "subscribed connections closed", func() bool { return countClients(t, admin, true) == 0 })
 }
 

@@ -58,8 +58,8 @@ type RWMutex struct {
 }
 
 // rwMillis are an RWMutex's timings in the milliseconds its scripts take,
-// computed with the descriptor: the acquire and release calls pass them by
-// pointer, which boxes nothing (an int64 in an interface is an allocation).
+// computed with the descriptor: its script calls pass them by pointer,
+// which boxes nothing (an int64 in an interface is an allocation).
 type rwMillis struct {
 	ttl, waiterLease, claimWindow, fenceRetention int64
 }
@@ -320,7 +320,7 @@ func (rw *RWMutex) downgrade(ctx context.Context, writeOwner, readOwner string, 
 		Keys:   rw.keys.all,
 		Args: []any{
 			string(rwWrite) + writeOwner, string(rwRead) + readOwner, px.Milliseconds(),
-			fenceRetention(rw.cfg.ttl).Milliseconds(), rw.c.drv.PublishCommand(), rw.keys.holders,
+			&rw.ms.fenceRetention, rw.c.drv.PublishCommand(), rw.keys.holders,
 		},
 	}
 	rw.cfg.askAck(call)

@@ -52,8 +52,8 @@ type Semaphore struct {
 }
 
 // semMillis are a Semaphore's timings in the milliseconds its scripts take,
-// computed with the descriptor: the acquire and release calls pass them by
-// pointer, which boxes nothing (an int64 in an interface is an allocation).
+// computed with the descriptor: its script calls pass them by pointer,
+// which boxes nothing (an int64 in an interface is an allocation).
 type semMillis struct {
 	limitRetention, ttl, waiterLease, claimWindow, fenceRetention int64
 }
@@ -238,7 +238,7 @@ func (s *Semaphore) changeLimit(ctx context.Context, op string, v int, id string
 		Script: scripts.SemSetPermits,
 		Keys:   s.keys.all,
 		Args: []any{
-			v, semLimitRetention(s.cfg.ttl).Milliseconds(), fenceRetention(s.cfg.ttl).Milliseconds(),
+			v, &s.ms.limitRetention, &s.ms.fenceRetention,
 			s.c.drv.PublishCommand(), s.keys.channel(),
 		},
 	}
@@ -502,7 +502,7 @@ func (a *semAcquisition) renewCalls(owner string, px time.Duration, shorten bool
 	return []*driver.Call{{
 		Script: scripts.SemExtend,
 		Keys:   s.keys.all[:3],
-		Args:   extendArgs(shorten, owner, px.Milliseconds(), semLimitRetention(s.cfg.ttl).Milliseconds()),
+		Args:   extendArgs(shorten, owner, px.Milliseconds(), &s.ms.limitRetention),
 	}}
 }
 

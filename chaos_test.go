@@ -648,6 +648,9 @@ func (h *cmdHook) record(op, owner string, t0 int64, cmd redis.Cmder) {
 		switch v := c.Val().(type) {
 		case int64: // releases and renewals answer 1; the acquire fast path, the fence
 			e.OK = v == 1 || (op == "acquire" && v > 0)
+			if op == "release-hold" && e.OK {
+				e.Note = "release" // the release fast path: the last hold, nobody waiting
+			}
 		case []any:
 			code, _ := v[0].(int64)
 			e.OK = code == 1 || code == 2

@@ -202,21 +202,40 @@ var (
 func (h *reentrantHold) lockName() string { return h.m.name }
 func (h *reentrantHold) channel() string  { return h.m.keys.channel() }
 
+// reentrantCall is one script call of a hold, with its keys' slice, its
+// arguments and the Run argument in one allocation, as mutexCall.
+type reentrantCall struct {
+	call   driver.Call
+	calls  [1]*driver.Call
+	args   [5]any
+	member string
+}
+
+// run sends script with member, and then the arguments in args[1:n].
+func (a *reentrantCall) run(ctx context.Context, m *ReentrantMutex, script *driver.Script, n int) *driver.Call {
+	a.args[0] = &a.member
+	a.call = driver.Call{Script: script, Keys: m.all, Args: a.args[:n]}
+	if script == scripts.ReentrantAcquire {
+		m.cfg.askAck(&a.call)
+	}
+	a.calls[0] = &a.call
+	m.c.drv.Run(ctx, a.calls[:]...)
+	return &a.call
+}
+
 func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) (attemptResult, error) {
 	m := h.m
-	call := &driver.Call{
-		Script: scripts.ReentrantAcquire,
-		Keys:   m.all,
-		Args: []any{
-			member, m.cfg.initialPX().Milliseconds(), boolFlag(queue), m.cfg.waiterLease.Milliseconds(),
-			m.cfg.claimWindow().Milliseconds(), fenceRetention(m.cfg.ttl).Milliseconds(),
-			m.c.drv.PublishCommand(), m.keys.channel(),
-		},
-	}
-	m.cfg.askAck(call)
-	m.c.drv.Run(ctx, call)
+	a := &reentrantCall{member: member}
+	a.args[1], a.args[2], a.args[3], a.args[4] = &m.cfg.pxMillis, boolFlag(queue), m.mode(), &m.cfg.timings
+	call := a.run(ctx, m, scripts.ReentrantAcquire, 5)
 	if call.Err != nil {
 		return attemptResult{}, call.Err
+	}
+	if fence, ok := call.Reply.(int64); ok { // the free lock taken: the fast path's bare fence
+		if fence <= 0 {
+			return attemptResult{}, unexpectedReply(call.Reply)
+		}
+		return grantAcked(ctx, h, &m.cfg, member, call, attemptResult{granted: true, fence: fence, pttl: ms(m.cfg.pxMillis)})
 	}
 	v, err := replyInts(call.Reply, 3)
 	if err != nil {
@@ -226,6 +245,15 @@ func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) 
 		return grantAcked(ctx, h, &m.cfg, member, call, attemptResult{granted: true, fence: v[1], pttl: ms(v[2])})
 	}
 	return attemptResult{pttl: ms(v[1]), lastFence: lastFenceAt(call.Reply, 3)}, nil
+}
+
+// mode is the scripts' mode argument (mutex_acquire.lua's): only whether
+// grants are announced with SPUBLISH is read.
+func (m *ReentrantMutex) mode() any {
+	if strings.EqualFold(m.c.drv.PublishCommand(), "SPUBLISH") {
+		return modeFreeSharded
+	}
+	return modeFree
 }
 
 // release gives up this hold (or its place in the queue). When it was the
@@ -266,15 +294,18 @@ func (h *reentrantHold) release(ctx context.Context, member string) error {
 // (released, handed on, or no longer there).
 func (h *reentrantHold) sendRelease(ctx context.Context, member string) (ended bool, err error) {
 	m := h.m
-	call := &driver.Call{
-		Script: scripts.ReentrantRelease,
-		Keys:   m.all,
-		Args:   []any{member, fenceRetention(m.cfg.ttl).Milliseconds(), m.c.drv.PublishCommand(), m.keys.channel()},
-	}
-	m.c.drv.Run(ctx, call)
+	a := &reentrantCall{member: member}
+	a.args[1], a.args[2] = m.mode(), &m.cfg.timings
+	call := a.run(ctx, m, scripts.ReentrantRelease, 3)
 	if call.Err != nil {
 		// A release that freed the lock despite a foreign key ended the hold.
 		return releasedDespiteConflict(call.Err), call.Err
+	}
+	if code, ok := call.Reply.(int64); ok { // the fast path: the last hold released
+		if code != 1 {
+			return false, unexpectedReply(call.Reply)
+		}
+		return true, nil
 	}
 	items, ok := call.Reply.([]any)
 	if !ok || len(items) == 0 {

@@ -4,9 +4,12 @@
 --       (see lock_lib.lua), 5 holds (set of the holder's hold ids, same PX)
 -- ARGV: 1 member: the hold id (32 hex digits) followed by the owner value,
 --       2 ttl ms, 3 "1" to join (or stay in) the queue when not granted,
---       4 waiter lease ms, 5 grant px (claim window), 6 fence retention ms,
---       7 publish command, 8 channel
--- Returns: {1, fence, pttl, holds}: the owner holds the lock and this hold
+--       "0" not to, 4 mode and 5 timings, as mutex_acquire.lua's (the first
+--       character of the mode is not read: a free reentrant lock never goes
+--       past a queued waiter); the lock's channel is its key.
+-- Returns: fence (a bare integer): the owner took the free lock with this
+--          hold, for ARGV[2] ms (the fast path below).
+--          {1, fence, pttl, holds}: the owner holds the lock and this hold
 --          is counted (taken now, nested, or handed over while waiting);
 --          holds is the owner's hold count.
 --          {0, holder pttl, position, fence}: another owner holds it;
@@ -15,6 +18,31 @@
 -- reply adds nothing, so it never counts twice (Redisson issue #7367).
 local member = ARGV[1]
 local hold, owner = string.sub(member, 1, 32), string.sub(member, 33)
+
+-- The common case first, before the helpers are even defined (that costs
+-- more than this whole path, see mutex_acquire.lua): the lock free, nobody
+-- queued and no holds set left. The fencing key is the one key read; its
+-- INCR under pcall writes nothing when it fails (a foreign value, an ACL),
+-- and the lock just set is deleted again within this atomic script: the
+-- full path below then reports what it found.
+if redis.call('EXISTS', KEYS[3], KEYS[5]) == 0 and redis.call('SET', KEYS[1], owner, 'NX', 'PX', ARGV[2]) then
+  local token = redis.pcall('INCR', KEYS[2])
+  if type(token) == 'number' then
+    if token == 1 then -- a fresh counter starts at the clock (see dlock_issue_fence)
+      local t = redis.call('TIME')
+      local digits = t[1] .. string.sub('00000' .. t[2], -6)
+      redis.call('SET', KEYS[2], digits, 'PX', string.match(ARGV[5], '(%d+)$')) -- the retention
+      token = tonumber(digits)
+    end
+    redis.call('SADD', KEYS[5], hold)
+    redis.call('PEXPIRE', KEYS[5], ARGV[2])
+    return token
+  end
+  redis.call('DEL', KEYS[1])
+end
+--@lib
+local lease_ms, grant_px, retention_ms = string.match(ARGV[5], '^(%d+) (%d+) (%d+)$')
+local publish = string.sub(ARGV[4], 2) == 's' and 'SPUBLISH' or 'PUBLISH'
 
 local function hold_on(pttl)
   redis.call('SADD', KEYS[5], hold)
@@ -47,7 +75,7 @@ if not cur then
   local head, px = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000))
   if not head or head == member then
     reentrant_check_holds(KEYS[5])
-    local token = dlock_issue_fence(KEYS[2], now_us, ARGV[6])
+    local token = dlock_issue_fence(KEYS[2], now_us, retention_ms)
     dlock_dequeue(KEYS[3], KEYS[4], member)
     redis.call('SET', KEYS[1], owner, 'PX', ARGV[2])
     redis.call('DEL', KEYS[5])
@@ -56,7 +84,7 @@ if not cur then
     return {1, token, tonumber(ARGV[2]), 1}
   end
   -- Free, but others queued first: the head gets it.
-  reentrant_grant(KEYS, head, px, now_us, ARGV[6], ARGV[7], ARGV[8])
+  reentrant_grant(KEYS, head, px, now_us, retention_ms, publish, KEYS[1])
   if string.sub(head, 33) == owner then
     return hold_on(tonumber(px)) -- the head was another hold of this owner
   end
@@ -65,6 +93,6 @@ end
 
 local position = 0
 if ARGV[3] == '1' then
-  position = dlock_enqueue(KEYS[3], KEYS[4], member, now_us or dlock_now_us(), ARGV[4], ARGV[5])
+  position = dlock_enqueue(KEYS[3], KEYS[4], member, now_us or dlock_now_us(), lease_ms, grant_px)
 end
 return {0, pttl, position, dlock_last_fence(KEYS[2])}

@@ -2,15 +2,33 @@
 -- lock to the next waiter when it was the last; also how a waiting hold
 -- that gives up leaves the queue.
 -- KEYS: 1 lock, 2 fence, 3 queue, 4 waiters, 5 holds (see reentrant_acquire.lua)
--- ARGV: 1 member (hold id followed by the owner value), 2 fence retention ms,
---       3 publish command, 4 channel
--- Returns: {0}: the lock is not the owner's (the hold's queue entry is gone);
+-- ARGV: 1 member (hold id followed by the owner value), 2 mode, 3 timings
+--       (as reentrant_acquire.lua's 4 and 5; the lock's channel is its key)
+-- Returns: 1 (a bare integer): released the last hold and the lock, nobody
+--          waiting (the fast path below);
+--          {0}: the lock is not the owner's (the hold's queue entry is gone);
 --          {4}: the owner holds the lock, but not with this hold (released before);
 --          {3, holds}: released this hold; the owner still holds the lock `holds` times;
 --          {1}: released the last hold and the lock, nobody waiting;
 --          {2, fence, px, next}: released the lock and handed it to the waiter `next`.
 local member = ARGV[1]
 local hold, owner = string.sub(member, 1, 32), string.sub(member, 33)
+
+-- The common case first, before the helpers are defined: nobody queued (so
+-- no entry of this hold to remove, and nobody to hand the lock to), and
+-- the lock the owner's.
+if redis.call('EXISTS', KEYS[3]) == 0 and redis.call('GET', KEYS[1]) == owner then
+  if redis.call('SREM', KEYS[5], hold) == 0 then
+    return {4}
+  end
+  local holds = redis.call('SCARD', KEYS[5])
+  if holds > 0 then
+    return {3, holds}
+  end
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+--@lib
 dlock_dequeue(KEYS[3], KEYS[4], member)
 if redis.call('GET', KEYS[1]) ~= owner then
   return {0}
@@ -30,7 +48,8 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
     local now_us = dlock_now_us()
     local head, px = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000))
     if head then
-      local token = reentrant_grant(KEYS, head, px, now_us, ARGV[2], ARGV[3], ARGV[4])
+      local token = reentrant_grant(KEYS, head, px, now_us, string.match(ARGV[3], '(%d+)$'),
+        string.sub(ARGV[2], 2) == 's' and 'SPUBLISH' or 'PUBLISH', KEYS[1])
       return {2, token, tonumber(px), head}
     end
   end)

@@ -233,6 +233,21 @@ func TestSemAndRWKeys(t *testing.T) {
 	}
 }
 
+// TestReentrantKeys: the ReentrantMutex's keys, cut from one string, are
+// the ones every version before wrote (the lock's, then its holds set).
+func TestReentrantKeys(t *testing.T) {
+	c := sharedClient(t)
+	for _, name := range []string{"orders:1", "x", "{cart:7}:items"} {
+		m := c.ReentrantMutex(name)
+		base := c.cfg.keyPrefix + "{" + name + "}:re"
+		want := []string{base, base + ":fence", base + ":q", base + ":w", base + ":holds"}
+		got := []string{m.keys.lock, m.keys.fence, m.keys.queue, m.keys.waiters, m.holds}
+		if fmt.Sprint(got) != fmt.Sprint(want) || fmt.Sprint(m.all) != fmt.Sprint(want) {
+			t.Errorf("ReentrantMutex(%q) keys %q, all %q; want %q", name, got, m.all, want)
+		}
+	}
+}
+
 // sharedClient is a Client on the shared test server, closed when the test
 // ends.
 func sharedClient(t *testing.T) *Client {

@@ -301,8 +301,7 @@ func (l *Lease) end(ctx context.Context, op, lost string) error {
 	defer cancel()
 	if err := l.wd.beginUnlock(rctx, l, false); err != nil {
 		err = errorf("dlock: %s %q: %w", op, name, err)
-		var pending *renewalPendingError
-		if errors.As(err, &pending) {
+		if isRenewalPending(err) {
 			l.observeRelease(ctx, err) // it ended the lease, as a failed release does
 		}
 		return err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -87,9 +86,9 @@ type ReentrantMutex struct {
 // option is reported by the first TryLock or Lock.
 func (c *Client) ReentrantMutex(name string, opts ...Option) *ReentrantMutex {
 	cfg, err := c.lockConfig("ReentrantMutex", name, opts)
-	keys := newLockKeysAt(cfg.keyPrefix + "{" + name + "}:re")
-	holds := keys.lock + ":holds"
-	return &ReentrantMutex{c: c, name: name, cfg: cfg, keys: keys, holds: holds, all: append(keys.list(), holds), err: err}
+	all := keyFamily(cfg.keyPrefix, name, ":re", "", ":fence", ":q", ":w", ":holds")
+	keys := lockKeys{lock: all[0], fence: all[1], queue: all[2], waiters: all[3]}
+	return &ReentrantMutex{c: c, name: name, cfg: cfg, keys: keys, holds: all[4], all: all, err: err}
 }
 
 // Name returns the lock's name.
@@ -142,11 +141,10 @@ func (m *ReentrantMutex) owner(ctx context.Context) (string, error) {
 	if err := checkOwnerID(id); err != nil {
 		return "", errorf("dlock: ReentrantMutex(%q): %w", m.name, err)
 	}
-	v := m.c.instance + ":" + id
 	if m.cfg.ownerInfo != "" {
-		v += ";" + m.cfg.ownerInfo
+		return m.c.instance + ":" + id + ";" + m.cfg.ownerInfo, nil // one allocation, not two
 	}
-	return v, nil
+	return m.c.instance + ":" + id, nil
 }
 
 func (m *ReentrantMutex) lock(ctx context.Context, wait bool) (*Lease, error) {
@@ -491,11 +489,10 @@ func (s *anchorSet) beginRelease(ctx context.Context, a *anchor) error {
 		return nil
 	}
 	err := a.lease.wd.beginUnlock(ctx, a.lease, true)
-	var pending *renewalPendingError
 	switch {
 	case err == nil:
 		a.paused = true
-	case errors.As(err, &pending):
+	case isRenewalPending(err):
 		return err
 	}
 	return nil // lost or retired meanwhile: the release finds out

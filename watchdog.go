@@ -429,6 +429,14 @@ func (e *renewalPendingError) Error() string {
 
 func (e *renewalPendingError) Unwrap() error { return e.err }
 
+// isRenewalPending reports whether err is, or wraps, a renewalPendingError.
+// (A pointer declared for errors.As escapes to the heap wherever it is
+// declared: in a function of its own, only a failed call pays for it.)
+func isRenewalPending(err error) bool {
+	var pending *renewalPendingError
+	return errors.As(err, &pending)
+}
+
 // resume hands a lease that beginUnlock took from the watchdog back to it,
 // unchanged, when the release or Downgrade it was paused for did not
 // happen.

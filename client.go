@@ -54,6 +54,7 @@ type Client struct {
 
 	cleanups  *workers.Pool // abandoned acquires being cleaned up; after Close, in the caller
 	local     localQueues   // Mutex waiters sharing one place per name
+	places    placeGroups   // other waiters' places, kept together per lock (places.go)
 	closeOnce sync.Once
 	closed    chan struct{}
 }

@@ -25,7 +25,8 @@ import "context"
 // place in Redis and may hand the lock from one of them to the next (the
 // queue in Redis is then served at least every 8th grant), a FairMutex
 // gives each its own place (global arrival order), at the cost of one queue
-// entry, refreshed every third of the claim window, per waiting goroutine.
+// entry per waiting goroutine; a Client renews the entries of its waiting
+// goroutines together, in one call every third of the claim window.
 // So the order is strict only while FairMutexes alone lock the name: a
 // Mutex's Unlock may pass the lock to its own Client's goroutines ahead of
 // the queue, and a Mutex may take the lock ahead of the queue once a holder

@@ -108,6 +108,12 @@ func (m *Mutex) lockName() string { return m.name }
 
 func (m *Mutex) channel() string { return m.keys.channel() }
 
+// place serves a FairMutex's waiters, and a MultiLock's, each with a place
+// of its own (a Mutex's share one: contend.go).
+func (m *Mutex) place(owner string) placeSpec {
+	return placeSpec{queue: m.keys.queue, waiters: m.keys.waiters, member: owner}
+}
+
 // fenceRetention is how long a lock's fencing counter outlives its last
 // grant. Tokens also never fall below the server clock in µs, so they keep
 // increasing after the counter expires; the retention only guards against

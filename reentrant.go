@@ -200,6 +200,11 @@ var (
 func (h *reentrantHold) lockName() string { return h.m.name }
 func (h *reentrantHold) channel() string  { return h.m.keys.channel() }
 
+// place: member is the hold id followed by the owner value (lockUnobserved).
+func (h *reentrantHold) place(member string) placeSpec {
+	return placeSpec{queue: h.m.keys.queue, waiters: h.m.keys.waiters, member: member}
+}
+
 // reentrantCall is one script call of a hold, with its keys' slice, its
 // arguments and the Run argument in one allocation, as mutexCall.
 type reentrantCall struct {

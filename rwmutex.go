@@ -363,6 +363,10 @@ func (rw *RWMutex) deliver(grants []any) bool {
 
 func (h *rwHalf) member(owner string) string { return string(h.mode) + owner }
 
+func (h *rwHalf) place(owner string) placeSpec {
+	return placeSpec{queue: h.rw.keys.queue, waiters: h.rw.keys.waiters, member: h.member(owner)}
+}
+
 func (h *rwHalf) lockName() string { return h.rw.name }
 
 func (h *rwHalf) verbs() (try, wait string) {

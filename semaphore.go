@@ -374,6 +374,10 @@ func (a *semAcquisition) lockName() string { return a.s.name }
 
 func (a *semAcquisition) channel() string { return a.s.keys.channel() }
 
+func (a *semAcquisition) place(owner string) placeSpec {
+	return placeSpec{queue: a.s.keys.queue, waiters: a.s.keys.waiters, member: owner}
+}
+
 func (a *semAcquisition) attempt(ctx context.Context, owner string, queue bool) (attemptResult, error) {
 	s := a.s
 	queueFlag := "0"

@@ -123,6 +123,10 @@ func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait 
 			abandon: func(cause error) { c.abandon(ctx, q, cfg, owner, cause, st) },
 		}
 		spec.first = &firstAttempt{result: r, err: err, start: start, confirmed: confirmed}
+		if p, ok := q.(placeHolder); ok {
+			place := p.place(owner)
+			spec.place = &place
+		}
 		for {
 			r, from, err := c.waitFor(ctx, cfg, spec)
 			spec.first = nil
@@ -257,6 +261,10 @@ type waitSpec struct {
 	// noteErr, when set, hears each failure waitFor retries, and nil once
 	// an attempt succeeds again (a queue's head tells the waiters behind it).
 	noteErr func(error)
+	// place, when set, is the waiter's place in the lock's queue, which
+	// attempt joins or refreshes: it is kept with the Client's other
+	// waiters on the lock (places.go).
+	place *placeSpec
 }
 
 // firstAttempt is an attempt made before waitFor registered its waiter.
@@ -318,6 +326,18 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 	)
 	defer sub.stop()
 	ended := func() error { return waitEnded(ctx, spec.name, began, holderTTL, lastErr) }
+	// The waiter's place in its lock's group (places.go), once its first
+	// attempt has queued it; refresh is the pace of its lease's renewals.
+	var (
+		member   *placeMember
+		refresh  = cfg.claimWindow() / 3
+		lastKeep time.Time
+	)
+	defer func() {
+		if member != nil {
+			c.places.leave(member)
+		}
+	}()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -373,6 +393,18 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 			st.lastFence = max(st.lastFence, r.lastFence)
 			errDelay = newErrorDelay()
 			delay = c.pollDelay(cfg, r.pttl, spin)
+			if spec.place != nil && spin == nil {
+				if member == nil {
+					member = c.places.join(*spec.place, cfg.waiterLease, refresh)
+				}
+				c.places.kept(member, start)
+				if !c.places.leads(member) {
+					delay = lookAgainIn(refresh/2, 0) // only to check that the leader keeps the place
+				} else if time.Since(lastKeep) >= refresh-refresh/10 {
+					lastKeep = time.Now()
+					c.keepPlaces(ctx, cfg, member)
+				}
+			}
 			if !subscribed && sub.done == nil {
 				// Made beside the wait, not before it: the waiter goes on
 				// polling, which refreshes its place in the queue, while a
@@ -388,6 +420,10 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 			continue
 		}
 		timer.Reset(delay)
+		var gone <-chan struct{}
+		if member != nil {
+			gone = member.gone
+		}
 	wait:
 		for {
 			select {
@@ -407,7 +443,13 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 				}
 				break wait
 			case <-timer.C:
+				if member != nil && !c.places.leads(member) && !c.places.stale(member, refresh) {
+					timer.Reset(lookAgainIn(refresh/2, 0)) // the leader keeps the place
+					continue wait
+				}
 				break wait
+			case <-gone:
+				break wait // no longer queued: granted, or the place lapsed
 			case err := <-sub.done:
 				sub.end()
 				switch {

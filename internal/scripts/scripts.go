@@ -41,6 +41,8 @@ var (
 	ownedTransfer string
 	//go:embed redlock_acquire.lua
 	redlockAcquire string
+	//go:embed queue_keep.lua
+	queueKeep string
 )
 
 var (
@@ -74,6 +76,9 @@ var (
 	// RedlockAcquire takes one Redlock node's share of a lock
 	// (redlock_acquire.lua).
 	RedlockAcquire = driver.NewScript(redlockAcquire)
+	// QueueKeep renews the queue leases of several waiters of one lock
+	// (queue_keep.lua).
+	QueueKeep = withLib(lockLib, queueKeep)
 )
 
 // withLib builds a script from helpers and a body. A body with a line

@@ -1,0 +1,208 @@
+package dlock
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/scripts"
+)
+
+// Waiters' places kept together.
+//
+// A waiter holds its place in a lock's queue under a lease (the waiter
+// lease), and renews it by asking again a third of the way in: one script
+// call per waiter and refresh. A thousand goroutines waiting on one
+// Semaphore, RWMutex, ReentrantMutex or FairMutex would so keep Redis
+// answering a thousand polls a second while nothing changes. (The Mutex
+// avoids this differently: its goroutines of one Client share one place,
+// contend.go. These cannot: each keeps a place of its own, for a
+// semaphore's concurrency, a read lock's sharing, a reentrant owner's own
+// hold, a FairMutex's strict order.)
+//
+// So the waiters of one Client on one lock form a group. Its first member,
+// the leader, waits as every waiter used to: it asks again a third of the
+// way into its lease, and just after the holder's key expires (in case the
+// holder died: its attempt then hands the lock to the queue's head). After
+// its own attempt it renews the others' leases, all in one call
+// (queue_keep.lua). The others only wait for their grant: a wake-up on the
+// lock's channel, or the keep's word that they left the queue (granted, or
+// dropped), after which each asks for itself. Every half refresh a member
+// checks, without a call, that the leader renewed its lease lately; one
+// not renewed for half a refresh longer than the leader's pace (the leader
+// is slow, or its calls fail) asks for itself again, as before, with at
+// least half its lease left. When the leader leaves, the next member leads
+// from its next check on.
+//
+// Redis then sees two calls per Client, lock and refresh, however many of
+// the Client's goroutines wait.
+
+// placeSpec names a waiter's place in a lock's queue.
+type placeSpec struct {
+	queue, waiters string // the lock's queue keys, in one Cluster slot
+	member         string // the waiter's entry in them
+}
+
+// placeHolder is a queued lock whose waiters hold their places in its queue
+// keys; acquireAs groups them by lock.
+type placeHolder interface {
+	place(owner string) placeSpec
+}
+
+// placeKey identifies the waiters that can be kept together: the same
+// queue, renewed by the same lease at the same pace.
+type placeKey struct {
+	queue   string
+	lease   time.Duration
+	refresh time.Duration
+}
+
+// placeGroups is a Client's groups of waiters.
+type placeGroups struct {
+	mu     sync.Mutex
+	groups map[placeKey]*placeGroup
+}
+
+type placeGroup struct {
+	key     placeKey
+	waiters string
+	members []*placeMember // members[0] leads
+}
+
+// placeMember is one waiting goroutine's place in its group.
+type placeMember struct {
+	g      *placeGroup
+	member string
+	// gone is signalled when a keep found the member no longer queued: it
+	// asks for itself at once (its grant, or a place again).
+	gone chan struct{}
+	// keptAt (guarded by placeGroups.mu) is when the member's lease was
+	// last renewed, by its own attempt or by the leader's keep: the time
+	// the call was sent, on the monotonic clock.
+	keptAt time.Time
+	// keptByLeader counts the leader's renewals of it (for tests).
+	keptByLeader atomic.Int64
+}
+
+// join adds a waiter to its lock's group.
+func (p *placeGroups) join(spec placeSpec, lease, refresh time.Duration) *placeMember {
+	key := placeKey{queue: spec.queue, lease: lease, refresh: refresh}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	g := p.groups[key]
+	if g == nil {
+		if p.groups == nil {
+			p.groups = make(map[placeKey]*placeGroup)
+		}
+		g = &placeGroup{key: key, waiters: spec.waiters}
+		p.groups[key] = g
+	}
+	m := &placeMember{g: g, member: spec.member, gone: make(chan struct{}, 1), keptAt: time.Now()}
+	g.members = append(g.members, m)
+	return m
+}
+
+// leave takes m out of its group; the next member leads.
+func (p *placeGroups) leave(m *placeMember) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	g := m.g
+	for i, x := range g.members {
+		if x == m {
+			g.members = append(g.members[:i], g.members[i+1:]...)
+			break
+		}
+	}
+	if len(g.members) == 0 && p.groups[g.key] == g {
+		delete(p.groups, g.key)
+	}
+}
+
+// leads reports whether m leads its group.
+func (p *placeGroups) leads(m *placeMember) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(m.g.members) > 0 && m.g.members[0] == m
+}
+
+// followers returns the members m keeps, when m leads: every other one.
+func (p *placeGroups) followers(m *placeMember) []*placeMember {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	g := m.g
+	if len(g.members) < 2 || g.members[0] != m {
+		return nil
+	}
+	return append([]*placeMember(nil), g.members[1:]...)
+}
+
+// maxKeptPerCall bounds the members one queue_keep call renews: a Lua
+// call's arguments are a stack, and one long script blocks the server.
+const maxKeptPerCall = 500
+
+// keepPlaces renews the queue leases of the members leader keeps, in one
+// round trip, and tells those no longer queued to ask for themselves. A
+// failure is only logged: the members then ask for themselves once their
+// lease has gone unrenewed too long (stale).
+func (c *Client) keepPlaces(ctx context.Context, cfg *config, leader *placeMember) {
+	members := c.places.followers(leader)
+	if len(members) == 0 {
+		return
+	}
+	lease := cfg.waiterLease.Milliseconds()
+	calls := make([]*driver.Call, 0, (len(members)+maxKeptPerCall-1)/maxKeptPerCall)
+	for start := 0; start < len(members); start += maxKeptPerCall {
+		chunk := members[start:min(start+maxKeptPerCall, len(members))]
+		args := make([]any, 1, len(chunk)+1)
+		args[0] = lease
+		for _, m := range chunk {
+			args = append(args, m.member)
+		}
+		calls = append(calls, &driver.Call{Script: scripts.QueueKeep, Keys: []string{leader.g.key.queue, leader.g.waiters}, Args: args})
+	}
+	sent := time.Now()
+	c.drv.Run(ctx, calls...)
+	for i, call := range calls {
+		chunk := members[i*maxKeptPerCall : min((i+1)*maxKeptPerCall, len(members))]
+		kept, ok := call.Reply.([]any)
+		if call.Err != nil || !ok || len(kept) != len(chunk) {
+			err := call.Err
+			if err == nil {
+				err = unexpectedReply(call.Reply)
+			}
+			cfg.logger.Debug("dlock: renewing waiters' places failed; each asks for itself", slog.String("queue", leader.g.key.queue), slog.Any("error", err))
+			continue
+		}
+		for j, m := range chunk {
+			if v, _ := kept[j].(int64); v == 1 {
+				c.places.kept(m, sent)
+				m.keptByLeader.Add(1)
+				continue
+			}
+			select {
+			case m.gone <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// kept records that m's lease was renewed by a call sent at.
+func (p *placeGroups) kept(m *placeMember, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if at.After(m.keptAt) {
+		m.keptAt = at
+	}
+}
+
+// stale reports whether m's lease has gone unrenewed for half a refresh
+// longer than the leader's pace: m must then ask for itself.
+func (p *placeGroups) stale(m *placeMember, refresh time.Duration) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return time.Since(m.keptAt) > refresh+refresh/2
+}

@@ -25,7 +25,7 @@
 //     add 0.5 ms each way, where the network rather than this machine's
 //     CPU sets the pace, to show what the parallel fan-out costs.
 //
-// dlock's other primitives run scenarios 1 and 2 as well (and
+// dlock's other primitives run scenarios 1 to 3 as well (and
 // BenchmarkUncontended): the FairMutex, the ReentrantMutex (a fresh owner
 // per Lock call), the RWMutex's write lock and a Semaphore of one permit.
 // The report shows them in a section of their own, against the Mutex and

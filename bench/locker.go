@@ -85,7 +85,7 @@ type Target struct {
 	// 5), or both.
 	Single, Multi bool
 	// Primitive marks dlock's primitives other than the Mutex (FairMutex,
-	// ReentrantMutex, RWMutex, Semaphore). They run in scenarios 1 and 2
+	// ReentrantMutex, RWMutex, Semaphore). They run in scenarios 1 to 3
 	// only, and the report shows them in a section of their own, against
 	// the Mutex, apart from the tables and verdicts that compare libraries.
 	Primitive bool

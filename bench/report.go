@@ -321,7 +321,7 @@ func (v *view) targets() {
 		"which the default variants show. Retry settings only matter under contention, so the tight variants run in scenarios 2 and 3 only. " +
 		"Only dlock and rueidislock renew held locks by themselves; `dlock-norenew` turns dlock's renewal off to compare like with like.\n\n")
 	if prims := v.namesOf(func(t TargetInfo) bool { return t.Primitive }); len(prims) > 0 {
-		v.p("%s are dlock's other primitives; they run in scenarios 1 and 2 only and are shown in a section of their own, against the Mutex.\n\n",
+		v.p("%s are dlock's other primitives; they run in scenarios 1 to 3 only and are shown in a section of their own, against the Mutex.\n\n",
 			"`"+strings.Join(prims, "`, `")+"`")
 	}
 	v.p("rueidislock's defaults track its own keys without NOLOOP, so a renewal (PEXPIREAT) invalidates the renewing client's own tracked key, which makes it renew again: " +
@@ -800,7 +800,14 @@ func (v *view) waiting() {
 	v.p("## 3. Waiting load: %s goroutines on %d clients blocked on one held lock\n\n", thousands(float64(w.Waiters)), w.Clients)
 	v.p("Another client takes the lock and holds it; the waiters call `Lock`. After %v, what the waiters' clients send and what Redis executes are counted for %v. ", w.Warm, w.Dur)
 	v.p("Redis's counts include the holder's renewals, if its library renews.\n\n")
-	names := v.names(func(t TargetInfo) bool { return t.Single })
+	v.p("%s\n", v.waitingTable(v.names(func(t TargetInfo) bool { return t.Single })))
+}
+
+// waitingTable shows names' figures in scenario 3: what the waiters'
+// clients sent and what Redis executed per second, and the grants that
+// should not have happened.
+func (v *view) waitingTable(names []string) *table {
+	w := v.res.Plan.Waiting
 	t := &table{head: []string{"target", "commands sent/s", "per waiter per second", "round trips/s", "Redis executed/s", "what Redis executed, per second", "grants while held"}}
 	for _, n := range names {
 		sent := Summarize(v.waitFig(n, func(r *WaitingResult) float64 { return float64(r.Window.Client.Commands) / r.Window.Elapsed.Seconds() }))
@@ -820,7 +827,7 @@ func (v *view) waiting() {
 			breakdown,
 			fmtFloat(0)(sum(v.waitFig(n, func(r *WaitingResult) float64 { return float64(r.Grants) }))))
 	}
-	v.p("%s\n", t)
+	return t
 }
 
 // --- scenario 4 ---
@@ -938,11 +945,11 @@ func (v *view) delayedRedlock(names []string) {
 // --- dlock's other primitives ---
 
 // primitives shows dlock's primitives other than the Mutex in scenarios 1
-// and 2, with dlock's Mutex (headline) beside them and ratios to it and to
-// the floor, run by run.
+// to 3, with dlock's Mutex (headline) beside them and, in scenarios 1 and
+// 2, ratios to it and to the floor, run by run.
 func (v *view) primitives() {
 	p := v.res.Plan
-	v.p("## dlock's other primitives: scenarios 1 and 2\n\n")
+	v.p("## dlock's other primitives: scenarios 1 to 3\n\n")
 	prims := v.namesOf(func(t TargetInfo) bool { return t.Primitive && t.Single })
 	if len(prims) == 0 {
 		v.p("dlock's primitives other than the Mutex were not part of this run.\n\n")
@@ -953,12 +960,13 @@ func (v *view) primitives() {
 		names = append([]string{headline}, prims...)
 	}
 	refs := v.refs(v.floorName(), headline)
-	v.p("%s run scenarios 1 and 2 as the libraries do above, in the same repetitions on the same redis-server, with the settings listed under \"Libraries and settings\". ", "`"+strings.Join(prims, "`, `")+"`")
+	v.p("%s run scenarios 1 to 3 as the libraries do above, in the same repetitions on the same redis-server, with the settings listed under \"Libraries and settings\". ", "`"+strings.Join(prims, "`, `")+"`")
 	v.p("`%s`, the Mutex, is repeated here for comparison: ×Mutex is the ratio to it, taken run by run as ×floor is. ", headline)
-	v.p("They do not run in scenarios 3 to 5, and the tables and verdicts above leave them out.\n\n")
+	v.p("They do not run in scenarios 4 and 5, and the tables and verdicts above leave them out.\n\n")
 	v.p("Uncontended (as scenario 1):\n\n%s\n", v.uncontendedTable(1, names, p.UncontendedGoroutines, refs))
 	v.p("What each uncontended pair costs, summed over every goroutine count and run (as in scenario 1):\n\n%s\n", v.uncontendedCommands(names))
 	v.p("Contended (as scenario 2):\n\n%s\n", v.contendedTable(1, names, refs))
+	v.primitivesWaiting(names, prims)
 	if len(v.res.GoBench) == 0 {
 		v.p("(`go test -bench` figures were not part of this run.)\n\n")
 		return
@@ -968,6 +976,28 @@ func (v *view) primitives() {
 	} else {
 		v.p("(`go test -bench` has no figures for them in this run.)\n\n")
 	}
+}
+
+// primitivesWaiting shows names (the Mutex and prims) in scenario 3, or
+// says that prims did not run it: results from before they did (rendered
+// again with -render) have none of their waiting runs.
+func (v *view) primitivesWaiting(names, prims []string) {
+	ran := false
+	for _, r := range v.res.Waiting {
+		for _, n := range prims {
+			ran = ran || r.Target == n
+		}
+	}
+	if !ran {
+		v.p("(Scenario 3 was not part of this run for them.)\n\n")
+		return
+	}
+	w := v.res.Plan.Waiting
+	v.p("Waiting load (as scenario 3: %s goroutines on %d clients blocked on one lock that another client holds; the holder renews, so Redis's counts include its renewals). ",
+		thousands(float64(w.Waiters)), w.Clients)
+	v.p("Each of their waiters keeps a place of its own in the lock's queue; the waiters of one client on one lock keep their places together, one of them polling for all (docs/design.md, \"Waiters' places kept together\"), ")
+	v.p("where the Mutex's waiters of one client share one place:\n\n")
+	v.p("%s\n", v.waitingTable(names))
 }
 
 // --- method and problems ---

@@ -149,7 +149,7 @@ func (s *Suite) Run(ctx context.Context) (*Results, error) {
 	res := &Results{Plan: s.Plan, Started: time.Now()}
 	single := filter(s.Targets, func(t Target) bool { return t.Single })
 	untuned := filter(single, func(t Target) bool { return !t.Tuned })
-	// dlock's other primitives run in scenarios 1 and 2 only.
+	// dlock's other primitives run in scenarios 1 to 3 only.
 	libs := filter(single, func(t Target) bool { return !t.Primitive })
 	renewing := filter(libs, func(t Target) bool { return t.Renews })
 	multi := filter(s.Targets, func(t Target) bool { return t.Multi && !t.Primitive })
@@ -170,7 +170,7 @@ func (s *Suite) Run(ctx context.Context) (*Results, error) {
 			s.logf("rep %d contended   %-16s %8.0f acq/s hand-off p50 %v p99 %v barging %.0f%% max wait %v %s",
 				rep+1, t.Name, r.AcqPerSec(), r.HandoffQuantile(0.5), r.HandoffQuantile(0.99), 100*r.BargingShare(), r.MaxWait(), r.Err)
 		}
-		for _, t := range rotate(libs, rep) {
+		for _, t := range rotate(single, rep) {
 			r, err := RunWaiting(ctx, t, s.Single, p.Waiting)
 			r.RunInfo = RunInfo{Rep: rep, Nodes: 1, Err: errString(err)}
 			res.Waiting = append(res.Waiting, r)

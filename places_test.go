@@ -193,6 +193,22 @@ func startPlaceWaiters(t *testing.T, srv *redistest.Server, k placeKind, name st
 	return w
 }
 
+// holdFromAnotherClient takes k's lock name on a Client of its own and
+// returns its release.
+func holdFromAnotherClient(t *testing.T, srv *redistest.Server, k placeKind, name string) func() {
+	t.Helper()
+	holder, err := New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Close() })
+	release, err := k.hold(placeTestCtx(t), holder, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return release
+}
+
 // waitForQueue waits until the queue key holds n entries.
 func waitForQueue(t *testing.T, srv *redistest.Server, queue string, n int) {
 	t.Helper()
@@ -249,8 +265,10 @@ func (w *placeWaiters) members(queue string) []*placeMember {
 	return nil
 }
 
-// grants collects the order of the next n grants.
-func (w *placeWaiters) grants(t *testing.T, n int) []int {
+// wantArrivalOrder checks that the next n grants go to the waiters from
+// first on, in the order they queued: a waiter that lost its place would
+// have queued again at the back.
+func (w *placeWaiters) wantArrivalOrder(t *testing.T, first, n int) {
 	t.Helper()
 	var got []int
 	for len(got) < n {
@@ -261,7 +279,11 @@ func (w *placeWaiters) grants(t *testing.T, n int) []int {
 			t.Fatalf("granted %v, then nothing for 30s; want %d grants", got, n)
 		}
 	}
-	return got
+	for i, g := range got {
+		if g != first+i {
+			t.Fatalf("granted in the order %v; want %d to %d, the arrival order (a waiter lost its place)", got, first, first+n-1)
+		}
+	}
 }
 
 // TestWaitersKeepTheirPlacesTogether: the goroutines of one Client waiting
@@ -275,17 +297,8 @@ func TestWaitersKeepTheirPlacesTogether(t *testing.T) {
 	srv := redistest.Shared(t)
 	for _, k := range placeKinds {
 		t.Run(k.name, func(t *testing.T) {
-			ctx := placeTestCtx(t)
 			name := "places-" + k.name
-			holder, err := New(srv.Client(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = holder.Close() })
-			release, err := k.hold(ctx, holder, name)
-			if err != nil {
-				t.Fatal(err)
-			}
+			release := holdFromAnotherClient(t, srv, k, name)
 			const n = 16
 			w := startPlaceWaiters(t, srv, k, name, n)
 			queue := k.queue(w.c, name)
@@ -303,12 +316,7 @@ func TestWaitersKeepTheirPlacesTogether(t *testing.T) {
 					n, sent, rounds, n*rounds/2)
 			}
 			release()
-			got := w.grants(t, n)
-			for i, g := range got {
-				if g != i {
-					t.Fatalf("granted in the order %v; want arrival order (a waiter lost its place)", got)
-				}
-			}
+			w.wantArrivalOrder(t, 0, n)
 		})
 	}
 }
@@ -319,17 +327,8 @@ func TestWaitersKeepTheirPlacesTogether(t *testing.T) {
 func TestPlacesKeptAfterTheLeaderLeaves(t *testing.T) {
 	srv := redistest.Shared(t)
 	k := placeKinds[0] // FairMutex: strict arrival order shows a lost place
-	ctx := placeTestCtx(t)
 	name := "places-leader-leaves"
-	holder, err := New(srv.Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = holder.Close() })
-	release, err := k.hold(ctx, holder, name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	release := holdFromAnotherClient(t, srv, k, name)
 	const n = 6
 	w := startPlaceWaiters(t, srv, k, name, n)
 	queue := k.queue(w.c, name)
@@ -342,12 +341,7 @@ func TestPlacesKeptAfterTheLeaderLeaves(t *testing.T) {
 		t.Fatalf("%d members in the group; want %d", len(got), n-1)
 	}
 	release()
-	got := w.grants(t, n-1)
-	for i, g := range got {
-		if g != i+1 {
-			t.Fatalf("granted in the order %v; want 1 to %d (a waiter lost its place)", got, n-1)
-		}
-	}
+	w.wantArrivalOrder(t, 1, n-1)
 }
 
 // TestPlacesKeptWhenTheLeaderCannotKeepThem: while the leader's keeps
@@ -355,17 +349,8 @@ func TestPlacesKeptAfterTheLeaderLeaves(t *testing.T) {
 func TestPlacesKeptWhenTheLeaderCannotKeepThem(t *testing.T) {
 	srv := redistest.Shared(t)
 	k := placeKinds[0] // FairMutex: strict arrival order shows a lost place
-	ctx := placeTestCtx(t)
 	name := "places-keep-refused"
-	holder, err := New(srv.Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = holder.Close() })
-	release, err := k.hold(ctx, holder, name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	release := holdFromAnotherClient(t, srv, k, name)
 	const n = 6
 	w := startPlaceWaiters(t, srv, k, name, n)
 	queue := k.queue(w.c, name)
@@ -386,12 +371,7 @@ func TestPlacesKeptWhenTheLeaderCannotKeepThem(t *testing.T) {
 		t.Fatalf("%d waiters queued with a live lease; want %d", live, n)
 	}
 	release()
-	got := w.grants(t, n)
-	for i, g := range got {
-		if g != i {
-			t.Fatalf("granted in the order %v; want arrival order (a waiter lost its place)", got)
-		}
-	}
+	w.wantArrivalOrder(t, 0, n)
 }
 
 // liveWaiters counts the members of queue whose lease in waiters has not

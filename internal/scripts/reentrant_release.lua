@@ -5,31 +5,25 @@
 -- ARGV: 1 member (hold id followed by the owner value), 2 mode, 3 timings
 --       (as reentrant_acquire.lua's 4 and 5; the lock's channel is its key)
 -- Returns: 1 (a bare integer): released the last hold and the lock, nobody
---          waiting (the fast path below);
+--          queued;
 --          {0}: the lock is not the owner's (the hold's queue entry is gone);
 --          {4}: the owner holds the lock, but not with this hold (released before);
 --          {3, holds}: released this hold; the owner still holds the lock `holds` times;
---          {1}: released the last hold and the lock, nobody waiting;
+--          {1}: released the last hold and the lock; the queue had nobody live;
 --          {2, fence, px, next}: released the lock and handed it to the waiter `next`.
 local member = ARGV[1]
 local hold, owner = string.sub(member, 1, 32), string.sub(member, 33)
 
--- The common case first, before the helpers are defined: nobody queued (so
--- no entry of this hold to remove, and nobody to hand the lock to), and
--- the lock the owner's.
-if redis.call('EXISTS', KEYS[3]) == 0 and redis.call('GET', KEYS[1]) == owner then
-  if redis.call('SREM', KEYS[5], hold) == 0 then
-    return {4}
-  end
-  local holds = redis.call('SCARD', KEYS[5])
-  if holds > 0 then
-    return {3, holds}
-  end
-  redis.call('DEL', KEYS[1])
-  return 1
+-- All but the hand-off runs before the helpers are defined (defining them
+-- costs more than the common case's commands, see mutex_acquire.lua): a
+-- hold that leaves the queue, or the owner's hold released.
+-- The hold's queue entry goes first, as dlock_dequeue does it (pcall: a
+-- foreign queue or waiters key cannot hold it, and is left for the
+-- hand-off to report). Without a queue there is nothing to remove.
+local queued = redis.call('EXISTS', KEYS[3]) == 1
+if queued and redis.pcall('ZREM', KEYS[3], member) == 1 then
+  redis.pcall('HDEL', KEYS[4], member)
 end
---@lib
-dlock_dequeue(KEYS[3], KEYS[4], member)
 if redis.call('GET', KEYS[1]) ~= owner then
   return {0}
 end
@@ -40,7 +34,12 @@ local holds = redis.call('SCARD', KEYS[5])
 if holds > 0 then
   return {3, holds}
 end
-if redis.call('EXISTS', KEYS[3]) == 1 then
+if not queued or redis.call('EXISTS', KEYS[3]) == 0 then
+  redis.call('DEL', KEYS[1])
+  return 1 -- the common case: the last hold, nobody waiting
+end
+--@lib
+do
   -- As in mutex_release.lua: a foreign queue, waiters or fencing key raises
   -- before the hand-off writes anything, and must not keep the lock held
   -- until its TTL: it is deleted, and the conflict still reported.

@@ -595,8 +595,8 @@ var minimalACL = strings.Fields(`resetkeys ~dlock:* resetchannels &dlock:* -@all
 	+hello +auth +ping
 	+evalsha +eval +publish +spublish +subscribe +unsubscribe +ssubscribe +sunsubscribe +wait +scan
 	+get +set +del +incr +pexpire +pttl +exists +time +type
-	+zadd +zcard +zrange +zrangebyscore +zrank +zrem +zremrangebyscore +zscore
-	+hdel +hexists +hget +hset +sadd +scard +smembers +srem`)
+	+zadd +zcard +zrange +zrangebyscore +zrank +zrem +zremrangebyscore +zscore +zmscore
+	+hdel +hexists +hget +hmget +hset +sadd +scard +smembers +srem`)
 
 // TestMinimalACLRunsEveryPrimitive: a Redis user with no more than the
 // documented rules runs every primitive, hand-offs, inspection and List.

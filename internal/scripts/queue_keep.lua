@@ -8,22 +8,32 @@
 --          dropped after its lease lapsed): that waiter asks for itself.
 -- It never queues anyone: a member that left the queue (a waiter that gave
 -- up, a grant) stays out. The entry's grant px and extra field are kept.
+-- A fixed number of commands, whatever the number of members: each member
+-- costs the server a little work inside them, not a command of its own.
 local t = redis.call('TIME')
 local expiry = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1]))
-local kept = {}
-local any = false
-for i = 2, #ARGV do
-  kept[i - 1] = 0
-  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
-    local rest = string.match(redis.call('HGET', KEYS[2], ARGV[i]) or '', '^%d+ (.+)$')
-    if rest then
-      redis.call('HSET', KEYS[2], ARGV[i], expiry .. ' ' .. rest)
-      kept[i - 1] = 1
-      any = true
-    end
+local scores = redis.pcall('ZMSCORE', KEYS[1], unpack(ARGV, 2))
+if type(scores) ~= 'table' or scores.err then
+  -- Redis before 6.2 has no ZMSCORE: one ZSCORE per member (these raise
+  -- WRONGTYPE on a foreign queue key, as ZMSCORE does).
+  scores = {}
+  for i = 2, #ARGV do
+    scores[i - 1] = redis.call('ZSCORE', KEYS[1], ARGV[i])
   end
 end
-if any then
+local entries = redis.call('HMGET', KEYS[2], unpack(ARGV, 2))
+local kept, renewed = {}, {}
+for i = 2, #ARGV do
+  kept[i - 1] = 0
+  local rest = scores[i - 1] and entries[i - 1] and string.match(entries[i - 1], '^%d+ (.+)$')
+  if rest then
+    renewed[#renewed + 1] = ARGV[i]
+    renewed[#renewed + 1] = expiry .. ' ' .. rest
+    kept[i - 1] = 1
+  end
+end
+if #renewed > 0 then
+  redis.call('HSET', KEYS[2], unpack(renewed))
   dlock_keep(KEYS[1], ARGV[1])
   dlock_keep(KEYS[2], ARGV[1])
 end

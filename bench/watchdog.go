@@ -6,7 +6,6 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -74,14 +73,6 @@ type WatchdogSpec struct {
 	// Warm is how long to wait after the leases are taken, so renewals
 	// settle into their steady rhythm; Dur is the window.
 	Warm, Dur time.Duration
-}
-
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // RunWatchdog runs scenario 4 for t (which must renew) on srv.

@@ -420,7 +420,7 @@ func (s *Server) Pause() {
 	if s.proc == nil || s.proc.exited() {
 		panic("redistest: Pause: " + s.Addr() + " is not running")
 	}
-	if err := s.proc.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := s.proc.cmd.Process.Signal(sigStop); err != nil {
 		panic("redistest: Pause: " + err.Error())
 	}
 	if err := waitStopped(s.proc.pid(), 5*time.Second); err != nil {
@@ -439,7 +439,7 @@ func (s *Server) Resume() {
 
 func (s *Server) resume() {
 	if s.paused && s.proc != nil && !s.proc.exited() {
-		_ = s.proc.cmd.Process.Signal(syscall.SIGCONT)
+		_ = s.proc.cmd.Process.Signal(sigCont)
 	}
 	s.paused = false
 }
@@ -490,7 +490,7 @@ func (s *Server) stop() {
 		return
 	}
 	if s.paused {
-		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		_ = p.cmd.Process.Signal(sigCont)
 		s.paused = false
 	}
 	// SHUTDOWN acts at once, whereas SIGTERM is only noticed by the next

@@ -81,7 +81,9 @@ type placeMember struct {
 	gone chan struct{}
 	// keptAt (guarded by placeGroups.mu) is when the member's lease was
 	// last renewed, by its own attempt or by the leader's keep: the time
-	// the call was sent, on the monotonic clock.
+	// the call was sent, on the monotonic clock. The call found the member
+	// still queued, so not yet granted: no grant to it is earlier, and the
+	// validity of a grant heard later may count from keptAt (waitFor).
 	keptAt time.Time
 	// keptByLeader counts the leader's renewals of it (for tests).
 	keptByLeader atomic.Int64
@@ -100,7 +102,7 @@ func (p *placeGroups) join(spec placeSpec, lease, refresh time.Duration) *placeM
 		g = &placeGroup{key: key, waiters: spec.waiters}
 		p.groups[key] = g
 	}
-	m := &placeMember{g: g, member: spec.member, gone: make(chan struct{}, 1), keptAt: time.Now()}
+	m := &placeMember{g: g, member: spec.member, gone: make(chan struct{}, 1)} // keptAt: see kept
 	g.members = append(g.members, m)
 	return m
 }
@@ -197,6 +199,17 @@ func (p *placeGroups) kept(m *placeMember, at time.Time) {
 	if at.After(m.keptAt) {
 		m.keptAt = at
 	}
+}
+
+// since returns the latest time at which m was known not to be granted
+// yet (keptAt), or from when that is later.
+func (p *placeGroups) since(m *placeMember, from time.Time) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if m.keptAt.After(from) {
+		return m.keptAt
+	}
+	return from
 }
 
 // stale reports whether m's lease has gone unrenewed for half a refresh

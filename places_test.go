@@ -463,3 +463,70 @@ func checkQueueKeep(t *testing.T, c *Client, srv *redistest.Server) {
 		t.Errorf("queue PTTL %d ms; want at least the lease", pttl)
 	}
 }
+
+// TestGrantToAKeptWaiterIsValid: a waiter whose place the leader keeps
+// asks Redis nothing itself, sometimes for longer than its claim window.
+// A grant it then hears counts its validity from the leader's last keep
+// that found it queued, not from its own last attempt: before, such a
+// grant came with its claim window already over, and the Lease returned
+// was lost at once (the reliability suite's TestChaosRenewalRacesRelease
+// met it on a RWMutex with a 300 ms TTL).
+func TestGrantToAKeptWaiterIsValid(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx := placeTestCtx(t)
+	const name = "places-grant-valid"
+	opts := []Option{WithTTL(300 * time.Millisecond)} // claim window 300ms, refresh 100ms
+	holder, err := New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Close() })
+	held, err := holder.FairMutex(name, opts...).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	queue := c.FairMutex(name).m.keys.queue
+	leases := make(chan *Lease, 2)
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	for i := 0; i < 2; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := c.FairMutex(name, opts...).Lock(ctx)
+			if err != nil {
+				t.Errorf("Lock: %v", err)
+				return
+			}
+			leases <- l
+		}()
+		waitForQueue(t, srv, queue, i+1)
+	}
+	// The follower's own attempt is now well over a claim window old.
+	w := &placeWaiters{c: c}
+	w.waitKept(t, queue, 1, 6)
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := <-leases
+	if err := first.Unlock(ctx); err != nil {
+		t.Fatalf("the leader's Unlock: %v", err)
+	}
+	second := <-leases // granted by that Unlock, heard on the channel
+	select {
+	case <-second.Done():
+		t.Fatalf("the follower's lease was lost as Lock returned it: %v", second.Err())
+	default:
+	}
+	if left := time.Until(LeaseValidUntil(second)); left <= 0 {
+		t.Errorf("the follower's lease is valid for %v more; want some of its TTL", left)
+	}
+	if err := second.Unlock(ctx); err != nil {
+		t.Errorf("the follower's Unlock: %v", err)
+	}
+}

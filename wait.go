@@ -430,7 +430,17 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 			case <-signal:
 				if g, ok := w.takeGrant(); ok {
 					if g.fence > st.lastFence {
-						return attemptResult{granted: true, fence: g.fence, pttl: g.px, grantedAtUs: g.atUs}, st.since, nil
+						from := st.since
+						if member != nil {
+							// A waiter whose place the leader keeps
+							// attempts rarely: the leader's last keep
+							// that found it still queued is later, and
+							// as safe (before, a grant heard half a
+							// second after the waiter's last attempt
+							// came with its claim window already over).
+							from = c.places.since(member, from)
+						}
+						return attemptResult{granted: true, fence: g.fence, pttl: g.px, grantedAtUs: g.atUs}, from, nil
 					}
 					// Made before an attempt that then found the lock
 					// taken, and heard only now (the subscription lagged):

@@ -140,11 +140,20 @@ func sweep(h History, slack int64, visit func(lock string, at int64, active map[
 		at    int64
 		start bool
 		hold  *holdInfo
+		// instant marks the start of a hold believed only as its
+		// acquisition returned (lost at once, or within the slack): it is
+		// visited, then dropped. (As two edges at one time it sorted end
+		// first, and stayed believed to the end of the history.)
+		instant bool
 	}
 	byLock := map[string][]edge{}
 	for _, hi := range holds(h) {
-		byLock[hi.acq.Lock] = append(byLock[hi.acq.Lock],
-			edge{hi.acq.T, true, hi}, edge{max(hi.acq.T, hi.lastHeld-slack), false, hi})
+		end := max(hi.acq.T, hi.lastHeld-slack)
+		if end == hi.acq.T {
+			byLock[hi.acq.Lock] = append(byLock[hi.acq.Lock], edge{at: hi.acq.T, start: true, hold: hi, instant: true})
+			continue
+		}
+		byLock[hi.acq.Lock] = append(byLock[hi.acq.Lock], edge{at: hi.acq.T, start: true, hold: hi}, edge{at: end, hold: hi})
 	}
 	for lock, edges := range byLock {
 		sort.Slice(edges, func(i, j int) bool {
@@ -161,6 +170,9 @@ func sweep(h History, slack int64, visit func(lock string, at int64, active map[
 			}
 			active[e.hold] = true
 			visit(lock, e.at, active)
+			if e.instant {
+				delete(active, e.hold)
+			}
 		}
 	}
 }

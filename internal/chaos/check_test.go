@@ -76,6 +76,11 @@ func TestCheckers(t *testing.T) {
 			acq("a", "L", 0, 1, 1), held("a", 10),
 			acq("b", "L", 2, 5, 2),
 		}, 1},
+		{"a hold lost as it was granted ends there", func(h History) []Violation { return Overlaps(h, 1, 0) }, History{
+			acq("a", "L", 0, 1, 1), // no Held: lost at once
+			acq("b", "L", 2, 5, 2), held("b", 9),
+			acq("c", "L", 3, 9, 3), held("c", 12),
+		}, 0},
 		{"an overlap within the slack", func(h History) []Violation { return Overlaps(h, 1, ms(2)) }, History{
 			acq("a", "L", 0, 1, 1), held("a", 8),
 			acq("b", "L", 2, 7, 2), held("b", 9),

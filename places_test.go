@@ -81,62 +81,63 @@ type placeKind struct {
 	queue func(c *Client, name string) string // the lock's queue key
 	// hold takes the lock so that nobody else can; wait waits for it as
 	// the waiter i; both return the release.
-	hold func(ctx context.Context, c *Client, name string, opts ...Option) (func(), error)
-	wait func(ctx context.Context, c *Client, name string, i int, opts ...Option) (func(), error)
+	hold func(ctx context.Context, c *Client, name string, opts ...Option) (func() error, error)
+	wait func(ctx context.Context, c *Client, name string, i int, opts ...Option) (func() error, error)
 }
 
-func leaseRelease(l *Lease, err error) (func(), error) {
+// leaseRelease returns l's Unlock; the lease must not be lost by then.
+func leaseRelease(l *Lease, err error) (func() error, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func() { _ = l.Unlock(context.Background()) }, nil
+	return func() error { return l.Unlock(context.Background()) }, nil
 }
 
-func permitsRelease(p *Permits, err error) (func(), error) {
+func permitsRelease(p *Permits, err error) (func() error, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func() { _ = p.Release(context.Background()) }, nil
+	return func() error { return p.Release(context.Background()) }, nil
 }
 
 var placeKinds = []placeKind{
 	{
 		name:  "FairMutex",
 		queue: func(c *Client, name string) string { return c.FairMutex(name).m.keys.queue },
-		hold: func(ctx context.Context, c *Client, name string, opts ...Option) (func(), error) {
+		hold: func(ctx context.Context, c *Client, name string, opts ...Option) (func() error, error) {
 			return leaseRelease(c.FairMutex(name, opts...).Lock(ctx))
 		},
-		wait: func(ctx context.Context, c *Client, name string, _ int, opts ...Option) (func(), error) {
+		wait: func(ctx context.Context, c *Client, name string, _ int, opts ...Option) (func() error, error) {
 			return leaseRelease(c.FairMutex(name, opts...).Lock(ctx))
 		},
 	},
 	{
 		name:  "ReentrantMutex",
 		queue: func(c *Client, name string) string { return c.ReentrantMutex(name).keys.queue },
-		hold: func(ctx context.Context, c *Client, name string, opts ...Option) (func(), error) {
+		hold: func(ctx context.Context, c *Client, name string, opts ...Option) (func() error, error) {
 			return leaseRelease(c.ReentrantMutex(name, opts...).Lock(WithOwner(ctx, "holder")))
 		},
-		wait: func(ctx context.Context, c *Client, name string, i int, opts ...Option) (func(), error) {
+		wait: func(ctx context.Context, c *Client, name string, i int, opts ...Option) (func() error, error) {
 			return leaseRelease(c.ReentrantMutex(name, opts...).Lock(WithOwner(ctx, fmt.Sprintf("waiter-%d", i))))
 		},
 	},
 	{
 		name:  "RWMutex",
 		queue: func(c *Client, name string) string { return c.RWMutex(name).keys.queue },
-		hold: func(ctx context.Context, c *Client, name string, opts ...Option) (func(), error) {
+		hold: func(ctx context.Context, c *Client, name string, opts ...Option) (func() error, error) {
 			return leaseRelease(c.RWMutex(name, opts...).Lock(ctx))
 		},
-		wait: func(ctx context.Context, c *Client, name string, _ int, opts ...Option) (func(), error) {
+		wait: func(ctx context.Context, c *Client, name string, _ int, opts ...Option) (func() error, error) {
 			return leaseRelease(c.RWMutex(name, opts...).Lock(ctx))
 		},
 	},
 	{
 		name:  "Semaphore",
 		queue: func(c *Client, name string) string { return c.Semaphore(name, 1).keys.queue },
-		hold: func(ctx context.Context, c *Client, name string, opts ...Option) (func(), error) {
+		hold: func(ctx context.Context, c *Client, name string, opts ...Option) (func() error, error) {
 			return permitsRelease(c.Semaphore(name, 1, opts...).Acquire(ctx, 1))
 		},
-		wait: func(ctx context.Context, c *Client, name string, _ int, opts ...Option) (func(), error) {
+		wait: func(ctx context.Context, c *Client, name string, _ int, opts ...Option) (func() error, error) {
 			return permitsRelease(c.Semaphore(name, 1, opts...).Acquire(ctx, 1))
 		},
 	},
@@ -186,7 +187,12 @@ func startPlaceWaiters(t *testing.T, srv *redistest.Server, k placeKind, name st
 				return
 			}
 			w.order <- i
-			release()
+			// Granted after waiting many waiter leases, and so many
+			// claim windows: the lease must still hold (a grant heard
+			// by a kept waiter once came with its validity over).
+			if err := release(); err != nil {
+				t.Errorf("waiter %d: releasing: %v", i, err)
+			}
 		}(i)
 		waitForQueue(t, srv, queue, i+1)
 	}
@@ -206,7 +212,11 @@ func holdFromAnotherClient(t *testing.T, srv *redistest.Server, k placeKind, nam
 	if err != nil {
 		t.Fatal(err)
 	}
-	return release
+	return func() {
+		if err := release(); err != nil {
+			t.Errorf("releasing the holder: %v", err)
+		}
+	}
 }
 
 // waitForQueue waits until the queue key holds n entries.

@@ -127,7 +127,8 @@ func fenceRetention(ttl time.Duration) time.Duration {
 
 // mutexCall is one script call of a Mutex with its arguments, in a single
 // allocation: the values live in the struct and go into Args as pointers,
-// which need no boxing (driver.Call).
+// which need no boxing (driver.Call). A ReentrantMutex's calls use it too,
+// with the descriptor's key slice instead of keys.
 type mutexCall struct {
 	call  driver.Call
 	calls [1]*driver.Call // Run's variadic argument, which would escape on its own
@@ -161,12 +162,17 @@ var (
 )
 
 // mode is the Mutex scripts' mode argument for this lock and driver.
-func (m *Mutex) mode() any {
-	sharded := strings.EqualFold(m.c.drv.PublishCommand(), "SPUBLISH")
+func (m *Mutex) mode() any { return lockMode(m.c.drv, m.fair) }
+
+// lockMode is the mode argument of the Mutex's and the ReentrantMutex's
+// scripts: strict arrival order or not, and grants announced with
+// SPUBLISH or PUBLISH, as drv does.
+func lockMode(drv driver.Driver, fair bool) any {
+	sharded := strings.EqualFold(drv.PublishCommand(), "SPUBLISH")
 	switch {
-	case m.fair && sharded:
+	case fair && sharded:
 		return modeFairSharded
-	case m.fair:
+	case fair:
 		return modeFair
 	case sharded:
 		return modeFreeSharded

@@ -205,32 +205,14 @@ func (h *reentrantHold) place(member string) placeSpec {
 	return placeSpec{queue: h.m.keys.queue, waiters: h.m.keys.waiters, member: member}
 }
 
-// reentrantCall is one script call of a hold, with its keys' slice, its
-// arguments and the Run argument in one allocation, as mutexCall.
-type reentrantCall struct {
-	call   driver.Call
-	calls  [1]*driver.Call
-	args   [5]any
-	member string
-}
-
-// run sends script with member, and then the arguments in args[1:n].
-func (a *reentrantCall) run(ctx context.Context, m *ReentrantMutex, script *driver.Script, n int) *driver.Call {
-	a.args[0] = &a.member
-	a.call = driver.Call{Script: script, Keys: m.all, Args: a.args[:n]}
-	if script == scripts.ReentrantAcquire {
-		m.cfg.askAck(&a.call)
-	}
-	a.calls[0] = &a.call
-	m.c.drv.Run(ctx, a.calls[:]...)
-	return &a.call
-}
-
 func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) (attemptResult, error) {
 	m := h.m
-	a := &reentrantCall{member: member}
-	a.args[1], a.args[2], a.args[3], a.args[4] = &m.cfg.pxMillis, boolFlag(queue), m.mode(), &m.cfg.timings
-	call := a.run(ctx, m, scripts.ReentrantAcquire, 5)
+	a := &mutexCall{owner: member}
+	a.args = [5]any{&a.owner, &m.cfg.pxMillis, boolFlag(queue), lockMode(m.c.drv, false), &m.cfg.timings}
+	a.call = driver.Call{Script: scripts.ReentrantAcquire, Keys: m.all, Args: a.args[:]}
+	call := &a.call
+	m.cfg.askAck(call)
+	a.run(ctx, m.c.drv)
 	if call.Err != nil {
 		return attemptResult{}, call.Err
 	}
@@ -248,15 +230,6 @@ func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) 
 		return grantAcked(ctx, h, &m.cfg, member, call, attemptResult{granted: true, fence: v[1], pttl: ms(v[2])})
 	}
 	return attemptResult{pttl: ms(v[1]), lastFence: lastFenceAt(call.Reply, 3)}, nil
-}
-
-// mode is the scripts' mode argument (mutex_acquire.lua's): only whether
-// grants are announced with SPUBLISH is read.
-func (m *ReentrantMutex) mode() any {
-	if strings.EqualFold(m.c.drv.PublishCommand(), "SPUBLISH") {
-		return modeFreeSharded
-	}
-	return modeFree
 }
 
 // release gives up this hold (or its place in the queue). When it was the
@@ -297,9 +270,11 @@ func (h *reentrantHold) release(ctx context.Context, member string) error {
 // (released, handed on, or no longer there).
 func (h *reentrantHold) sendRelease(ctx context.Context, member string) (ended bool, err error) {
 	m := h.m
-	a := &reentrantCall{member: member}
-	a.args[1], a.args[2] = m.mode(), &m.cfg.timings
-	call := a.run(ctx, m, scripts.ReentrantRelease, 3)
+	a := &mutexCall{owner: member}
+	a.args[0], a.args[1], a.args[2] = &a.owner, lockMode(m.c.drv, false), &m.cfg.timings
+	a.call = driver.Call{Script: scripts.ReentrantRelease, Keys: m.all, Args: a.args[:3]}
+	call := &a.call
+	a.run(ctx, m.c.drv)
 	if call.Err != nil {
 		// A release that freed the lock despite a foreign key ended the hold.
 		return releasedDespiteConflict(call.Err), call.Err

@@ -155,9 +155,13 @@ func (c *Client) keepPlaces(ctx context.Context, cfg *config, leader *placeMembe
 		return
 	}
 	lease := cfg.waiterLease.Milliseconds()
-	calls := make([]*driver.Call, 0, (len(members)+maxKeptPerCall-1)/maxKeptPerCall)
+	var (
+		chunks [][]*placeMember // the members of each call
+		calls  []*driver.Call
+	)
 	for start := 0; start < len(members); start += maxKeptPerCall {
 		chunk := members[start:min(start+maxKeptPerCall, len(members))]
+		chunks = append(chunks, chunk)
 		args := make([]any, 1, len(chunk)+1)
 		args[0] = lease
 		for _, m := range chunk {
@@ -168,7 +172,7 @@ func (c *Client) keepPlaces(ctx context.Context, cfg *config, leader *placeMembe
 	sent := time.Now()
 	c.drv.Run(ctx, calls...)
 	for i, call := range calls {
-		chunk := members[i*maxKeptPerCall : min((i+1)*maxKeptPerCall, len(members))]
+		chunk := chunks[i]
 		kept, ok := call.Reply.([]any)
 		if call.Err != nil || !ok || len(kept) != len(chunk) {
 			err := call.Err

@@ -330,7 +330,7 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 	// attempt has queued it; refresh is the pace of its lease's renewals.
 	var (
 		member   *placeMember
-		refresh  = cfg.claimWindow() / 3
+		refresh  = cfg.refresh()
 		lastKeep time.Time
 	)
 	defer func() {
@@ -597,7 +597,7 @@ func (c *Client) abandon(ctx context.Context, q queuedLock, cfg *config, owner s
 // waitFor), so it stays within a third of the claim window: a grant heard by
 // pub/sub then leaves about two thirds of the window to claim the lock.
 func (c *Client) pollDelay(cfg *config, holderTTL time.Duration, spin *spinDelay) time.Duration {
-	refresh := cfg.claimWindow() / 3
+	refresh := cfg.refresh()
 	if spin != nil {
 		if d := spin.next(); d < refresh {
 			return d

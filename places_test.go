@@ -194,7 +194,7 @@ func startPlaceWaiters(t *testing.T, srv *redistest.Server, k placeKind, name st
 				t.Errorf("waiter %d: releasing: %v", i, err)
 			}
 		}(i)
-		waitForQueue(t, srv, queue, i+1)
+		w.waitJoined(t, srv, queue, i+1)
 	}
 	return w
 }
@@ -230,6 +230,21 @@ func waitForQueue(t *testing.T, srv *redistest.Server, queue string, n int) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("queue %s has %d entries after 20s; want %d", queue, got, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitJoined waits until the queue key holds n entries and the group of
+// w's Client on it has n members. A waiter joins its group when its first
+// attempt's reply is back, a little after Redis queued it.
+func (w *placeWaiters) waitJoined(t *testing.T, srv *redistest.Server, queue string, n int) {
+	t.Helper()
+	waitForQueue(t, srv, queue, n)
+	deadline := time.Now().Add(20 * time.Second)
+	for len(w.members(queue)) != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d members in the group of %s after 20s; want %d", len(w.members(queue)), queue, n)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -501,33 +516,47 @@ func TestGrantToAKeptWaiterIsValid(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	queue := c.FairMutex(name).m.keys.queue
+	w := &placeWaiters{c: c}
 	leases := make(chan *Lease, 2)
 	var wg sync.WaitGroup
 	t.Cleanup(wg.Wait)
+	waitCtx, stopWaiting := context.WithCancel(ctx)
+	t.Cleanup(stopWaiting) // runs first: a failed test does not wait for the Locks
 	for i := 0; i < 2; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			l, err := c.FairMutex(name, opts...).Lock(ctx)
+			l, err := c.FairMutex(name, opts...).Lock(waitCtx)
 			if err != nil {
-				t.Errorf("Lock: %v", err)
+				if waitCtx.Err() == nil {
+					t.Errorf("Lock: %v", err)
+				}
 				return
 			}
 			leases <- l
 		}()
-		waitForQueue(t, srv, queue, i+1)
+		w.waitJoined(t, srv, queue, i+1)
 	}
 	// The follower's own attempt is now well over a claim window old.
-	w := &placeWaiters{c: c}
 	w.waitKept(t, queue, 1, 6)
 	if err := held.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	first := <-leases
+	next := func() *Lease {
+		t.Helper()
+		select {
+		case l := <-leases:
+			return l
+		case <-time.After(30 * time.Second):
+			t.Fatal("no waiter granted 30s after the lock was released")
+			return nil
+		}
+	}
+	first := next()
 	if err := first.Unlock(ctx); err != nil {
 		t.Fatalf("the leader's Unlock: %v", err)
 	}
-	second := <-leases // granted by that Unlock, heard on the channel
+	second := next() // granted by that Unlock, heard on the channel
 	select {
 	case <-second.Done():
 		t.Fatalf("the follower's lease was lost as Lock returned it: %v", second.Err())

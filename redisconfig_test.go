@@ -551,6 +551,87 @@ func TestACLDeniedInsideAScriptSaysWhatToDo(t *testing.T) {
 	}
 }
 
+// TestRefusedFenceLeavesNothingHeld: when Redis refuses the INCR that
+// issues a fencing token (an ACL here; maxmemory refuses a script's first
+// write the same way), every primitive's acquire fails with that refusal
+// and writes nothing first. The RWMutex wrote its holder before the token,
+// and so stayed held by nobody for a TTL after the failed TryLock.
+func TestRefusedFenceLeavesNothingHeld(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := dlock.New(aclClient(t, srv, "no-incr", "~*", "&*", "+@all", "-incr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := testCtx(t)
+	acquires := map[string]func() error{
+		"Mutex":          func() error { _, err := c.Mutex("m").TryLock(ctx); return err },
+		"FairMutex":      func() error { _, err := c.FairMutex("f").TryLock(ctx); return err },
+		"ReentrantMutex": func() error { _, err := c.ReentrantMutex("r").TryLock(dlock.WithOwner(ctx, "o")); return err },
+		"RWMutex.Lock":   func() error { _, err := c.RWMutex("w").TryLock(ctx); return err },
+		"RWMutex.RLock":  func() error { _, err := c.RWMutex("rl").TryRLock(ctx); return err },
+		"Semaphore":      func() error { _, err := c.Semaphore("s", 2).TryAcquire(ctx, 1); return err },
+		"MultiLock":      func() error { _, err := c.MultiLock("{ml}a", "{ml}b").TryLock(ctx); return err },
+	}
+	for what, acquire := range acquires {
+		err := acquire()
+		var rerr *driver.ReplyError
+		if !errors.As(err, &rerr) || errors.Is(err, dlock.ErrNotObtained) {
+			t.Errorf("%s: %v; want the server's refusal", what, err)
+		}
+		if keys, _ := srv.Do(t, "KEYS", "*").([]any); len(keys) != 0 {
+			t.Errorf("%s: the refused acquire left %v", what, keys)
+			srv.Do(t, "FLUSHALL")
+		}
+	}
+
+	// A MultiLock refused the token of its second lock takes neither. (It
+	// took the first before it asked for the second's token, and only the
+	// Client's clean-up after the error released it.) ACL selectors,
+	// Redis 7: INCR is allowed on the first fencing key only.
+	admin := redis.NewClient(srv.Options())
+	t.Cleanup(func() { _ = admin.Close() })
+	if err := admin.Do(ctx, "ACL", "SETUSER", "incr-on-a", "reset", "on", ">pw", "~*", "&*", "+@all", "-incr",
+		"(~dlock:{a}:fence +incr)").Err(); err != nil {
+		t.Logf("no ACL selectors (%v): the MultiLock's second token is not refused alone", err)
+	} else {
+		opts := srv.Options()
+		opts.Username, opts.Password = "incr-on-a", "pw"
+		rdb := redis.NewClient(opts)
+		t.Cleanup(func() { _ = rdb.Close() })
+		mc, err := dlock.New(rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = mc.Close() })
+		if _, err := mc.MultiLock("a", "b").TryLock(ctx); err == nil {
+			t.Error("MultiLock without INCR on b's fencing key: TryLock succeeded; want the refusal")
+		}
+		if v := srv.Do(t, "GET", "dlock:{a}"); v != nil {
+			t.Errorf("the refused MultiLock left lock a held by %v", v)
+		}
+	}
+
+	// A Downgrade refused its reader's token leaves the writer holding.
+	// It dropped the writer first, so the write lease was lost too.
+	wc, err := dlock.New(aclClient(t, srv, "incr-then-not", "~*", "&*", "+@all"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = wc.Close() })
+	write, err := wc.RWMutex("d").TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Do(t, "ACL", "SETUSER", "incr-then-not", "-incr")
+	if read, err := wc.RWMutex("d").Downgrade(ctx, write); err == nil {
+		t.Errorf("Downgrade without INCR returned a read lease (token %d); want the refusal", read.Token())
+	}
+	if err := write.Unlock(ctx); err != nil {
+		t.Errorf("the writer's Unlock after a refused Downgrade: %v", err)
+	}
+}
+
 // TestWaitWithoutPubSubPollsAndWarns: a waiter whose Redis user may not
 // subscribe logs that it waits by polling, and gets the lock when it is
 // released.

@@ -32,10 +32,14 @@ for i = 0, n - 1 do
     return redis.error_reply('DLOCK_CONFLICT the fencing key ' .. KEYS[k + 2] .. ' does not hold a number')
   end
 end
+-- Every token before any lock: an INCR that Redis refuses (an ACL, or
+-- maxmemory) then leaves no lock taken. Tokens issued before the refusal
+-- are skipped numbers, which fencing allows.
 local reply = {1}
 for i = 0, n - 1 do
-  local k = 4 * i
-  reply[i + 2] = dlock_issue_fence(KEYS[k + 2], now_us, ARGV[3])
-  redis.call('SET', KEYS[k + 1], owner, 'PX', ARGV[2])
+  reply[i + 2] = dlock_issue_fence(KEYS[4 * i + 2], now_us, ARGV[3])
+end
+for i = 0, n - 1 do
+  redis.call('SET', KEYS[4 * i + 1], owner, 'PX', ARGV[2])
 end
 return reply

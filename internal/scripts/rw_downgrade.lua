@@ -16,13 +16,22 @@ end
 local now_us, now_ms = rw_time()
 rw_check_keys(KEYS)
 rw_prune(KEYS, now_ms)
-if not rw_drop(KEYS, ARGV[1]) then
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   if redis.call('ZSCORE', KEYS[1], ARGV[2]) then
     return {1, rw_token(KEYS, ARGV[2])}
   end
   return {0}
 end
-local reply = {1, rw_hold(KEYS, ARGV[2], ARGV[3], now_us, now_ms, ARGV[4])}
+-- The reader's token before the writer goes: an ACL may refuse its INCR,
+-- and the writer must then still hold the lock. At maxmemory Redis refuses
+-- a script whose first write may grow memory, as INCR may: a ZREM of a
+-- member that never exists writes nothing but is the first write, so a
+-- downgrade runs there as a release does (see rw_extend.lua).
+redis.call('ZREM', KEYS[1], '')
+local token = dlock_issue_fence(KEYS[2], now_us, ARGV[4])
+rw_drop(KEYS, ARGV[1])
+rw_set_holder(KEYS, ARGV[2], ARGV[3], now_ms, token)
+local reply = {1, token}
 if redis.call('EXISTS', KEYS[3]) == 1 then
   for _, v in ipairs(rw_grant_heads(KEYS, now_us, now_ms, ARGV[4], ARGV[5], ARGV[6])) do
     table.insert(reply, v)

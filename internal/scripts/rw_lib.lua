@@ -53,14 +53,20 @@ local function rw_prune(keys, now_ms)
   end
 end
 
--- rw_hold makes member a holder until now + px and returns its new fencing
--- token.
-local function rw_hold(keys, member, px, now_us, now_ms, retention_ms)
+-- rw_set_holder makes member a holder with token until now + px.
+local function rw_set_holder(keys, member, px, now_ms, token)
   redis.call('ZADD', keys[1], string.format('%.0f', now_ms + tonumber(px)), member)
-  local token = dlock_issue_fence(keys[2], now_us, retention_ms)
   redis.call('HSET', keys[5], member, string.format('%.0f', token))
   dlock_keep(keys[1], px)
   dlock_keep(keys[5], px)
+end
+
+-- rw_hold makes member a holder until now + px and returns its new fencing
+-- token. The token is issued first: its INCR is the write Redis may refuse
+-- (see dlock_issue_fence), and a holder written before it would stay.
+local function rw_hold(keys, member, px, now_us, now_ms, retention_ms)
+  local token = dlock_issue_fence(keys[2], now_us, retention_ms)
+  rw_set_holder(keys, member, px, now_ms, token)
   return token
 end
 

@@ -116,11 +116,12 @@ local function rw_grant_heads(keys, now_us, now_ms, retention_ms, publish, chann
     if not rw_free_for(keys, mode) then
       break
     end
+    local token = dlock_issue_fence(keys[2], now_us, retention_ms) -- first: see rw_hold
     dlock_dequeue(keys[3], keys[4], head)
     if head == self then
-      rw_hold(keys, head, self_px, now_us, now_ms, retention_ms)
+      rw_set_holder(keys, head, self_px, now_ms, token)
     else
-      local token = rw_hold(keys, head, px, now_us, now_ms, retention_ms)
+      rw_set_holder(keys, head, px, now_ms, token)
       redis.pcall(publish, channel, dlock_grant_message(token, px, now_us, string.sub(head, 2))) -- see dlock_grant
       table.insert(granted, head)
       table.insert(granted, token)

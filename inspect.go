@@ -544,9 +544,9 @@ func (c *Client) releaseAs(ctx context.Context, st *nameState, h heldBy) (bool, 
 		return released, err
 	case KindRWMutex:
 		rw := c.RWMutex(st.name)
-		half := rw.reader
+		half := &rw.reader
 		if h.member[0] == rwWrite {
-			half = rw.writer
+			half = &rw.writer
 		}
 		err = half.release(ctx, h.member[1:])
 	case KindSemaphore:

@@ -130,17 +130,10 @@ func fenceRetention(ttl time.Duration) time.Duration {
 // which need no boxing (driver.Call). A ReentrantMutex's calls use it too,
 // with the descriptor's key slice instead of keys.
 type mutexCall struct {
-	call  driver.Call
-	calls [1]*driver.Call // Run's variadic argument, which would escape on its own
+	oneCall
 	args  [5]any
 	keys  [4]string
 	owner string
-}
-
-// run sends the call.
-func (a *mutexCall) run(ctx context.Context, drv driver.Driver) {
-	a.calls[0] = &a.call
-	drv.Run(ctx, a.calls[:]...)
 }
 
 // Pre-boxed flags: boxing a string returned by a function allocates.

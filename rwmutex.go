@@ -52,9 +52,9 @@ type RWMutex struct {
 	cfg    config
 	keys   rwKeys
 	ms     rwMillis
-	err    error // invalid name or option, reported by every call that reaches Redis
-	writer *rwHalf
-	reader *rwHalf
+	err    error  // invalid name or option, reported by every call that reaches Redis
+	writer rwHalf // in the descriptor: one allocation fewer each
+	reader rwHalf
 }
 
 // rwMillis are an RWMutex's timings in the milliseconds its scripts take,
@@ -137,8 +137,8 @@ func (c *Client) RWMutex(name string, opts ...Option) *RWMutex {
 	} else if err := cfg.err(); err != nil {
 		rw.err = errorf("dlock: RWMutex(%q): %w", name, err)
 	}
-	rw.writer = &rwHalf{rw: rw, mode: rwWrite}
-	rw.reader = &rwHalf{rw: rw, mode: rwRead}
+	rw.writer = rwHalf{rw: rw, mode: rwWrite}
+	rw.reader = rwHalf{rw: rw, mode: rwRead}
 	return rw
 }
 
@@ -155,7 +155,7 @@ func (rw *RWMutex) TryLock(ctx context.Context) (*Lease, error) {
 	if rw.err != nil {
 		return nil, rw.err
 	}
-	return rw.c.acquire(ctx, rw.writer, &rw.cfg, false)
+	return rw.c.acquire(ctx, &rw.writer, &rw.cfg, false)
 }
 
 // Lock takes the lock for writing, waiting as long as ctx allows: until the
@@ -170,7 +170,7 @@ func (rw *RWMutex) Lock(ctx context.Context) (*Lease, error) {
 	if rw.err != nil {
 		return nil, rw.err
 	}
-	return rw.c.acquire(ctx, rw.writer, &rw.cfg, true)
+	return rw.c.acquire(ctx, &rw.writer, &rw.cfg, true)
 }
 
 // TryRLock makes one attempt to take the lock for reading, in one round
@@ -181,7 +181,7 @@ func (rw *RWMutex) TryRLock(ctx context.Context) (*Lease, error) {
 	if rw.err != nil {
 		return nil, rw.err
 	}
-	return rw.c.acquire(ctx, rw.reader, &rw.cfg, false)
+	return rw.c.acquire(ctx, &rw.reader, &rw.cfg, false)
 }
 
 // RLock takes the lock for reading, waiting as long as ctx allows: at once
@@ -192,7 +192,7 @@ func (rw *RWMutex) RLock(ctx context.Context) (*Lease, error) {
 	if rw.err != nil {
 		return nil, rw.err
 	}
-	return rw.c.acquire(ctx, rw.reader, &rw.cfg, true)
+	return rw.c.acquire(ctx, &rw.reader, &rw.cfg, true)
 }
 
 // errDowngraded is the Err of a write lease that Downgrade ended.
@@ -294,7 +294,7 @@ func (rw *RWMutex) Downgrade(ctx context.Context, write *Lease) (*Lease, error) 
 			}
 			return nil, redisError("Downgrade", rw.name, err)
 		}
-		return newLease(ctx, wd, rw.reader, cfg, owner, fence, start, px)
+		return newLease(ctx, wd, &rw.reader, cfg, owner, fence, start, px)
 	case errors.Is(err, ErrNotHeld):
 		wd.mu.Lock()
 		funcs := wd.loseLocked(write, "Downgrade found the lock expired or held by others")
@@ -305,7 +305,7 @@ func (rw *RWMutex) Downgrade(ctx context.Context, write *Lease) (*Lease, error) 
 		return nil, errorf("dlock: Downgrade %q: %w: it expired or was taken over", rw.name, ErrNotHeld)
 	}
 	wd.resume(write)
-	rw.c.abandon(ctx, rw.reader, cfg, owner, err, nil)
+	rw.c.abandon(ctx, &rw.reader, cfg, owner, err, nil)
 	return nil, redisError("Downgrade", rw.name, err)
 }
 
@@ -381,23 +381,21 @@ func (h *rwHalf) channel() string { return h.rw.keys.holders }
 // attempt runs rw_acquire.lua and translates its reply.
 func (h *rwHalf) attempt(ctx context.Context, owner string, queue bool) (attemptResult, error) {
 	rw := h.rw
-	queueFlag := "0"
-	if queue {
-		queueFlag = "1"
-	}
-	call := &driver.Call{
-		Script: scripts.RWAcquire,
-		Keys:   rw.keys.all,
-		Args: []any{
-			h.member(owner), &rw.ms.ttl, queueFlag, &rw.ms.waiterLease,
-			&rw.ms.claimWindow, &rw.ms.fenceRetention,
-			rw.c.drv.PublishCommand(), rw.keys.holders,
-		},
-	}
+	a := newScriptCall(scripts.RWAcquire, rw.keys.all, h.member(owner))
+	a.setArgs(&a.member, &rw.ms.ttl, boolFlag(queue), &rw.ms.waiterLease,
+		&rw.ms.claimWindow, &rw.ms.fenceRetention,
+		publishArg(rw.c.drv), &rw.keys.holders)
+	call := &a.call
 	rw.cfg.askAck(call)
-	rw.c.drv.Run(ctx, call)
+	a.run(ctx, rw.c.drv)
 	if call.Err != nil {
 		return attemptResult{}, call.Err
+	}
+	if fence, ok := call.Reply.(int64); ok { // the free lock taken: the fast path's bare fence
+		if fence <= 0 {
+			return attemptResult{}, unexpectedReply(call.Reply)
+		}
+		return grantAcked(ctx, h, &rw.cfg, owner, call, attemptResult{granted: true, fence: fence, pttl: ms(rw.ms.ttl)})
 	}
 	v, err := replyInts(call.Reply, 3)
 	if err != nil {
@@ -423,14 +421,15 @@ func (h *rwHalf) attempt(ctx context.Context, owner string, queue bool) (attempt
 // directly.
 func (h *rwHalf) release(ctx context.Context, owner string) error {
 	rw := h.rw
-	call := &driver.Call{
-		Script: scripts.RWRelease,
-		Keys:   rw.keys.all,
-		Args:   []any{h.member(owner), &rw.ms.fenceRetention, rw.c.drv.PublishCommand(), rw.keys.holders},
-	}
-	rw.c.drv.Run(ctx, call)
+	a := newScriptCall(scripts.RWRelease, rw.keys.all, h.member(owner))
+	a.setArgs(&a.member, &rw.ms.fenceRetention, publishArg(rw.c.drv), &rw.keys.holders)
+	call := &a.call
+	a.run(ctx, rw.c.drv)
 	if call.Err != nil {
 		return call.Err
+	}
+	if held, ok := call.Reply.(int64); ok && held == 1 { // the fast path: released, nobody waits
+		return nil
 	}
 	items, ok := call.Reply.([]any)
 	if !ok || len(items) == 0 {

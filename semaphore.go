@@ -380,22 +380,14 @@ func (a *semAcquisition) place(owner string) placeSpec {
 
 func (a *semAcquisition) attempt(ctx context.Context, owner string, queue bool) (attemptResult, error) {
 	s := a.s
-	queueFlag := "0"
-	if queue {
-		queueFlag = "1"
-	}
-	call := &driver.Call{
-		Script: scripts.SemAcquire,
-		Keys:   s.keys.all,
-		Args: []any{
-			owner, a.n, s.permits, &s.ms.limitRetention,
-			&s.ms.ttl, queueFlag, &s.ms.waiterLease,
-			&s.ms.claimWindow, &s.ms.fenceRetention,
-			s.c.drv.PublishCommand(), s.keys.channel(),
-		},
-	}
+	c := newScriptCall(scripts.SemAcquire, s.keys.all, owner)
+	c.setArgs(&c.member, a.n, s.permits, &s.ms.limitRetention,
+		&s.ms.ttl, boolFlag(queue), &s.ms.waiterLease,
+		&s.ms.claimWindow, &s.ms.fenceRetention,
+		publishArg(s.c.drv), &s.keys.holders) // the channel (semKeys.channel)
+	call := &c.call
 	s.cfg.askAck(call)
-	s.c.drv.Run(ctx, call)
+	c.run(ctx, s.c.drv)
 	r, err := a.attemptResult(call)
 	if err != nil {
 		return r, err
@@ -412,6 +404,12 @@ func (a *semAcquisition) attemptResult(call *driver.Call) (attemptResult, error)
 			return attemptResult{}, &semLimitError{n: a.n, limit: limit, reply: rerr}
 		}
 		return attemptResult{}, call.Err
+	}
+	if fence, ok := call.Reply.(int64); ok { // the free semaphore: the fast path's bare fence
+		if fence <= 0 {
+			return attemptResult{}, unexpectedReply(call.Reply)
+		}
+		return attemptResult{granted: true, fence: fence, pttl: ms(a.s.ms.ttl)}, nil
 	}
 	v, err := replyInts(call.Reply, 3)
 	if err != nil {
@@ -454,36 +452,31 @@ func (e *semLimitError) Unwrap() []error { return []error{ErrInvalidArgument, e.
 // waiter leaves the queue. Waiters of this Client that the release serves
 // are told directly, ahead of the pub/sub message.
 func (a *semAcquisition) release(ctx context.Context, owner string) error {
-	call := a.releaseCall(owner, 0)
-	a.s.c.drv.Run(ctx, call)
-	_, err := a.releaseResult(call)
+	c := a.releaseCall(owner, 0)
+	c.run(ctx, a.s.c.drv)
+	_, err := a.releaseResult(&c.call)
 	return err
 }
 
 // releaseSome gives back all of owner's permits but keep (Permits.ReleaseN)
 // and returns how many it holds now, as release does.
 func (a *semAcquisition) releaseSome(ctx context.Context, owner string, keep int) (int64, error) {
-	call := a.releaseCall(owner, keep)
-	a.s.c.drv.Run(ctx, call)
-	return a.releaseResult(call)
+	c := a.releaseCall(owner, keep)
+	c.run(ctx, a.s.c.drv)
+	return a.releaseResult(&c.call)
 }
 
 // releaseCall is sem_release's call for owner, keeping keep permits (0:
 // none).
-func (a *semAcquisition) releaseCall(owner string, keep int) *driver.Call {
+func (a *semAcquisition) releaseCall(owner string, keep int) *scriptCall {
 	s := a.s
-	call := &driver.Call{
-		Script: scripts.SemRelease,
-		Keys:   s.keys.all,
-		Args: []any{
-			owner, s.permits, &s.ms.limitRetention, &s.ms.fenceRetention,
-			s.c.drv.PublishCommand(), s.keys.channel(),
-		},
-	}
+	c := newScriptCall(scripts.SemRelease, s.keys.all, owner)
+	c.setArgs(&c.member, s.permits, &s.ms.limitRetention, &s.ms.fenceRetention,
+		publishArg(s.c.drv), &s.keys.holders) // the channel (semKeys.channel)
 	if keep > 0 {
-		call.Args = append(call.Args, keep)
+		c.call.Args = append(c.call.Args, keep)
 	}
-	return call
+	return c
 }
 
 // releaseResult reads sem_release's reply: a positive number when owner
@@ -491,6 +484,9 @@ func (a *semAcquisition) releaseCall(owner string, keep int) *driver.Call {
 // it held none. Waiters of this Client that the release served are told
 // directly, ahead of the pub/sub message.
 func (a *semAcquisition) releaseResult(call *driver.Call) (int64, error) {
+	if held, ok := call.Reply.(int64); ok && held == 1 && call.Err == nil {
+		return 1, nil // the fast path: all given back, nobody waits
+	}
 	held, err := a.s.grantsResult(call)
 	switch {
 	case err != nil:

@@ -4,7 +4,8 @@
 --       3 "1" to join (or stay in) the queue when not granted, "0" not to,
 --       4 waiter lease ms, 5 grant px (the claim window a hand-off gives
 --       this member), 6 fence retention ms, 7 publish command, 8 channel
--- Returns: {1, fence, pttl}: member holds the lock now (taken by this call,
+-- Returns: fence alone: the fast path below took the free lock for ttl ms.
+--          {1, fence, pttl}: member holds the lock now (taken by this call,
 --          or handed over earlier while it waited); pttl is its remaining ms.
 --          {0, pttl, position, free, fence}: not granted; pttl is the
 --          longest remaining time of the current holders, position member's
@@ -34,16 +35,14 @@ if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[4], KEYS[5]) == 0 then
       local digits = t[1] .. string.sub('00000' .. t[2], -6)
       redis.call('SET', KEYS[2], digits, 'PX', ARGV[6])
       token = tonumber(digits)
-    else
-      redis.call('PEXPIRE', KEYS[2], ARGV[6])
-    end
+    end -- a used counter's expiry stays: this path returns its token itself (docs/design.md, "Fencing tokens")
     local px = tonumber(ARGV[2])
     local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     redis.call('ZADD', KEYS[1], string.format('%.0f', now_ms + px), member)
     redis.call('HSET', KEYS[5], member, string.format('%.0f', token))
     redis.call('PEXPIRE', KEYS[1], px)
     redis.call('PEXPIRE', KEYS[5], px)
-    return {1, token, px}
+    return token -- bare: the caller knows px
   end
 end
 --@lib

@@ -3,7 +3,9 @@
 -- leaves the queue (which can unblock the readers queued behind it).
 -- KEYS: 1 holders, 2 fence, 3 queue, 4 waiters, 5 tokens (see rw_lib.lua)
 -- ARGV: 1 member, 2 fence retention ms, 3 publish command, 4 channel
--- Returns: {held, member, fence, px, ...}: held is 1 when member held the
+-- Returns: 1 alone: the fast path below released a live holder, and
+--          nobody waits.
+--          {held, member, fence, px, ...}: held is 1 when member held the
 --          lock and released it, 0 when it did not (its queue entry, if any,
 --          is gone); then each waiter granted by this call, with its fencing
 --          token and claim window.
@@ -21,7 +23,7 @@ if redis.call('EXISTS', KEYS[3]) == 0 then
     if tonumber(expiry) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
       redis.call('ZREM', KEYS[1], member)
       redis.call('HDEL', KEYS[5], member)
-      return {1}
+      return 1 -- bare: released, and nobody to tell
     end
   end
 end

@@ -7,7 +7,8 @@
 --       queue when not granted, "0" not to, 7 waiter lease ms, 8 grant px
 --       (the claim window a grant to this waiter gives), 9 fence retention
 --       ms, 10 publish command, 11 channel
--- Returns: {1, fence, pttl}: owner holds its permits now (taken by this
+-- Returns: fence alone: the fast path below took the permits for ttl ms.
+--          {1, fence, pttl}: owner holds its permits now (taken by this
 --          call, or granted earlier while it waited); pttl is their
 --          remaining ms.
 --          {0, pttl, position, free, fence}: not enough permits are free,
@@ -37,16 +38,14 @@ if n <= tonumber(ARGV[3]) and redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KE
       local digits = t[1] .. string.sub('00000' .. t[2], -6)
       redis.call('SET', KEYS[4], digits, 'PX', ARGV[9])
       token = tonumber(digits)
-    else
-      redis.call('PEXPIRE', KEYS[4], ARGV[9])
-    end
+    end -- a used counter's expiry stays: this path returns its token itself (docs/design.md, "Fencing tokens")
     local px = tonumber(ARGV[5])
     local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     redis.call('ZADD', KEYS[1], string.format('%.0f', now_ms + px), owner)
     redis.call('HSET', KEYS[2], owner, string.format('%.0f %.0f', n, token))
     redis.call('PEXPIRE', KEYS[1], px)
     redis.call('PEXPIRE', KEYS[2], px)
-    return {1, token, px}
+    return token -- bare: the caller knows px
   end
 end
 --@lib

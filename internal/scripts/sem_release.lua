@@ -9,7 +9,9 @@
 --       6 channel, 7 (optional) how many permits owner keeps (ReleaseN):
 --       it gives back the rest and stays a holder, with its token and
 --       expiry
--- Returns: {held, fence, px, owner, fence, px, owner, ...}: held is 1 when
+-- Returns: 1 alone: the fast path below gave all of a live holder's
+--          permits back, and nobody waits.
+--          {held, fence, px, owner, fence, px, owner, ...}: held is 1 when
 --          owner held permits (now released), 0 when it did not (its queue
 --          entry, if any, is gone); with ARGV[7], the permits owner holds
 --          now, or 0. Then each grant this call made to a waiter, with its
@@ -28,7 +30,7 @@ if not ARGV[7] and redis.call('EXISTS', KEYS[5]) == 0 then
     if tonumber(expiry) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
       redis.call('ZREM', KEYS[1], owner)
       redis.call('HDEL', KEYS[2], owner)
-      return {1}
+      return 1 -- bare: released, and nobody to tell
     end
   end
 end

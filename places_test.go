@@ -194,7 +194,7 @@ func startPlaceWaiters(t *testing.T, srv *redistest.Server, k placeKind, name st
 				t.Errorf("waiter %d: releasing: %v", i, err)
 			}
 		}(i)
-		w.waitJoined(t, srv, queue, i+1)
+		w.waitPlaces(t, srv, queue, i+1)
 	}
 	return w
 }
@@ -235,10 +235,11 @@ func waitForQueue(t *testing.T, srv *redistest.Server, queue string, n int) {
 	}
 }
 
-// waitJoined waits until the queue key holds n entries and the group of
+// waitPlaces waits until the queue key holds n entries and the group of
 // w's Client on it has n members. A waiter joins its group when its first
-// attempt's reply is back, a little after Redis queued it.
-func (w *placeWaiters) waitJoined(t *testing.T, srv *redistest.Server, queue string, n int) {
+// attempt's reply is back, a little after Redis queued it, and leaves it
+// a little after its place left the queue.
+func (w *placeWaiters) waitPlaces(t *testing.T, srv *redistest.Server, queue string, n int) {
 	t.Helper()
 	waitForQueue(t, srv, queue, n)
 	deadline := time.Now().Add(20 * time.Second)
@@ -359,7 +360,7 @@ func TestPlacesKeptAfterTheLeaderLeaves(t *testing.T) {
 	queue := k.queue(w.c, name)
 	w.waitKept(t, queue, 1, 1)
 	w.cancel[0]()
-	waitForQueue(t, srv, queue, n-1) // the leader left the queue
+	w.waitPlaces(t, srv, queue, n-1) // the leader left the queue and the group
 	// The new leader (waiter 1) renews the others, several waiter leases.
 	w.waitKept(t, queue, 1, 5)
 	if got := w.members(queue); len(got) != n-1 {
@@ -535,7 +536,7 @@ func TestGrantToAKeptWaiterIsValid(t *testing.T) {
 			}
 			leases <- l
 		}()
-		w.waitJoined(t, srv, queue, i+1)
+		w.waitPlaces(t, srv, queue, i+1)
 	}
 	// The follower's own attempt is now well over a claim window old.
 	w.waitKept(t, queue, 1, 6)

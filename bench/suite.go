@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -116,14 +117,21 @@ func (s *Suite) logf(format string, args ...any) {
 	}
 }
 
-// rotate returns ts starting at index r, so that no target always runs
-// first (or right after the same neighbour) in every repetition.
+// rotate returns the order in which ts run in repetition r: backwards in
+// odd repetitions, then rotated by r. No target always runs first, and
+// none always right after the same one (rotation alone kept every
+// target's neighbours: redsync's one-goroutine run came right after the
+// same dlock target's 64-goroutine run in every repetition).
 func rotate(ts []Target, r int) []Target {
 	if len(ts) == 0 {
 		return nil
 	}
-	r %= len(ts)
-	return append(append([]Target(nil), ts[r:]...), ts[:r]...)
+	order := slices.Clone(ts)
+	if r%2 == 1 {
+		slices.Reverse(order)
+	}
+	r %= len(order)
+	return append(slices.Clone(order[r:]), order[:r]...)
 }
 
 func filter(ts []Target, keep func(Target) bool) []Target {
@@ -155,8 +163,10 @@ func (s *Suite) Run(ctx context.Context) (*Results, error) {
 	multi := filter(s.Targets, func(t Target) bool { return t.Multi && !t.Primitive })
 	p := s.Plan
 	for rep := 0; rep < p.Reps; rep++ {
-		for _, t := range rotate(untuned, rep) {
-			for _, g := range p.UncontendedGoroutines {
+		// Goroutine count by goroutine count: a target's run follows
+		// another's at the same load, not the previous target's heaviest.
+		for _, g := range p.UncontendedGoroutines {
+			for _, t := range rotate(untuned, rep) {
 				r, err := RunUncontended(ctx, t, s.Single, g, p.UncontendedWarm, p.UncontendedDur)
 				r.RunInfo = RunInfo{Rep: rep, Nodes: 1, Err: errString(err)}
 				res.Uncontended = append(res.Uncontended, r)
@@ -187,8 +197,8 @@ func (s *Suite) Run(ctx context.Context) (*Results, error) {
 				return res, fmt.Errorf("bench: Redlock over %d nodes needs %d servers, have %d", n, n, len(s.Nodes))
 			}
 			srv := NewServers(s.Nodes[:n]...)
-			for _, t := range rotate(filter(multi, func(t Target) bool { return !t.Tuned }), rep) {
-				for _, g := range p.RedlockGoroutines {
+			for _, g := range p.RedlockGoroutines {
+				for _, t := range rotate(filter(multi, func(t Target) bool { return !t.Tuned }), rep) {
 					r, err := RunUncontended(ctx, t, srv, g, p.UncontendedWarm, p.UncontendedDur)
 					r.RunInfo = RunInfo{Rep: rep, Nodes: n, Err: errString(err)}
 					res.Uncontended = append(res.Uncontended, r)

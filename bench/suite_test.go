@@ -151,3 +151,37 @@ func TestSuiteSmoke(t *testing.T) {
 		t.Errorf("chart: %v", err)
 	}
 }
+
+// TestRotate: across repetitions each target runs first at most once in
+// len(ts) of them, and its predecessor changes from one repetition to the
+// next (rotation alone kept every target's neighbours).
+func TestRotate(t *testing.T) {
+	ts := []Target{{Name: "a"}, {Name: "b"}, {Name: "c"}, {Name: "d"}, {Name: "e"}}
+	before := func(order []Target) map[string]string {
+		m := map[string]string{}
+		for i := 1; i < len(order); i++ {
+			m[order[i].Name] = order[i-1].Name
+		}
+		return m
+	}
+	firsts := map[string]bool{}
+	for r := 0; r < len(ts); r++ {
+		order := rotate(ts, r)
+		if len(order) != len(ts) {
+			t.Fatalf("rep %d: %d targets; want %d", r, len(order), len(ts))
+		}
+		if firsts[order[0].Name] {
+			t.Errorf("rep %d: %s runs first again", r, order[0].Name)
+		}
+		firsts[order[0].Name] = true
+		if r == 0 {
+			continue
+		}
+		prev, cur := before(rotate(ts, r-1)), before(order)
+		for name, p := range cur {
+			if prev[name] == p {
+				t.Errorf("reps %d and %d: %s runs right after %s in both", r-1, r, name, p)
+			}
+		}
+	}
+}

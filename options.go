@@ -81,11 +81,6 @@ type config struct {
 // claimed: the waiter's TTL (capped by the hold limit), at most its waiter
 // lease, so a lock handed to a waiter that just died returns to the queue
 // within the lease.
-// refresh is how often a waiter renews its place in a lock's queue (its
-// lease there): a third of the claim window, never more than a third of
-// the waiter lease.
-func (c *config) refresh() time.Duration { return c.claimWindow() / 3 }
-
 func (c *config) claimWindow() time.Duration {
 	w := c.initialPX()
 	if c.waiterLease < w {
@@ -101,6 +96,11 @@ func (c *config) claimWindow() time.Duration {
 	}
 	return w
 }
+
+// refresh is how often a waiter renews its place in a lock's queue (its
+// lease there): a third of the claim window, never more than a third of
+// the waiter lease.
+func (c *config) refresh() time.Duration { return c.claimWindow() / 3 }
 
 // seal finishes a configuration once its options are applied: it builds
 // the values derived from several settings.

@@ -239,6 +239,18 @@ func aclClient(t *testing.T, srv *redistest.Server, name string, rules ...any) *
 	return rdb
 }
 
+// newACLClient returns a dlock Client over aclClient(srv, user, rules),
+// closed when the test ends.
+func newACLClient(t *testing.T, srv *redistest.Server, user string, rules []any, opts ...dlock.Option) *dlock.Client {
+	t.Helper()
+	c, err := dlock.New(aclClient(t, srv, user, rules...), opts...)
+	if err != nil {
+		t.Fatalf("dlock.New: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 // pubsubDenied are ACL users that may run every command on every key but
 // cannot publish or subscribe: one denied the commands, and one given no
 // channels, which is what Redis 7 gives a user created with ACL SETUSER
@@ -258,11 +270,7 @@ func TestReleaseWhenPublishIsDenied(t *testing.T) {
 	srv := redistest.Start(t)
 	for user, rules := range pubsubDenied {
 		t.Run(user, func(t *testing.T) {
-			c, err := dlock.New(aclClient(t, srv, user, rules...))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = c.Close() })
+			c := newACLClient(t, srv, user, rules)
 			other := newClient(t, srv)
 			ctx := testCtx(t)
 
@@ -534,12 +542,8 @@ func TestACLDeniedFailsAtOnce(t *testing.T) {
 // hint, which looked for NOPERM, was left out.
 func TestACLDeniedInsideAScriptSaysWhatToDo(t *testing.T) {
 	srv := redistest.Start(t)
-	c, err := dlock.New(aclClient(t, srv, "no-incr", "~*", "&*", "+@all", "-incr"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	_, err = c.Mutex("x").TryLock(testCtx(t))
+	c := newACLClient(t, srv, "no-incr", []any{"~*", "&*", "+@all", "-incr"})
+	_, err := c.Mutex("x").TryLock(testCtx(t))
 	var rerr *driver.ReplyError
 	switch {
 	case !errors.As(err, &rerr):
@@ -558,11 +562,7 @@ func TestACLDeniedInsideAScriptSaysWhatToDo(t *testing.T) {
 // and so stayed held by nobody for a TTL after the failed TryLock.
 func TestRefusedFenceLeavesNothingHeld(t *testing.T) {
 	srv := redistest.Start(t)
-	c, err := dlock.New(aclClient(t, srv, "no-incr", "~*", "&*", "+@all", "-incr"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := newACLClient(t, srv, "no-incr", []any{"~*", "&*", "+@all", "-incr"})
 	ctx := testCtx(t)
 	acquires := map[string]func() error{
 		"Mutex":          func() error { _, err := c.Mutex("m").TryLock(ctx); return err },
@@ -591,19 +591,11 @@ func TestRefusedFenceLeavesNothingHeld(t *testing.T) {
 	// Redis 7: INCR is allowed on the first fencing key only.
 	admin := redis.NewClient(srv.Options())
 	t.Cleanup(func() { _ = admin.Close() })
-	if err := admin.Do(ctx, "ACL", "SETUSER", "incr-on-a", "reset", "on", ">pw", "~*", "&*", "+@all", "-incr",
-		"(~dlock:{a}:fence +incr)").Err(); err != nil {
+	incrOnA := []any{"~*", "&*", "+@all", "-incr", "(~dlock:{a}:fence +incr)"}
+	if err := admin.Do(ctx, append([]any{"ACL", "SETUSER", "incr-on-a"}, incrOnA...)...).Err(); err != nil {
 		t.Logf("no ACL selectors (%v): the MultiLock's second token is not refused alone", err)
 	} else {
-		opts := srv.Options()
-		opts.Username, opts.Password = "incr-on-a", "pw"
-		rdb := redis.NewClient(opts)
-		t.Cleanup(func() { _ = rdb.Close() })
-		mc, err := dlock.New(rdb)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = mc.Close() })
+		mc := newACLClient(t, srv, "incr-on-a", incrOnA)
 		if _, err := mc.MultiLock("a", "b").TryLock(ctx); err == nil {
 			t.Error("MultiLock without INCR on b's fencing key: TryLock succeeded; want the refusal")
 		}
@@ -614,11 +606,7 @@ func TestRefusedFenceLeavesNothingHeld(t *testing.T) {
 
 	// A Downgrade refused its reader's token leaves the writer holding.
 	// It dropped the writer first, so the write lease was lost too.
-	wc, err := dlock.New(aclClient(t, srv, "incr-then-not", "~*", "&*", "+@all"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = wc.Close() })
+	wc := newACLClient(t, srv, "incr-then-not", []any{"~*", "&*", "+@all"})
 	write, err := wc.RWMutex("d").TryLock(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -640,11 +628,7 @@ func TestWaitWithoutPubSubPollsAndWarns(t *testing.T) {
 	for user, rules := range pubsubDenied {
 		t.Run(user, func(t *testing.T) {
 			h := &blockingHandler{}
-			c, err := dlock.New(aclClient(t, srv, user, rules...), dlock.WithLogger(slog.New(h)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = c.Close() })
+			c := newACLClient(t, srv, user, rules, dlock.WithLogger(slog.New(h)))
 			other := newClient(t, srv)
 			ctx := testCtx(t)
 			name := user + "-polls"
@@ -688,15 +672,8 @@ func TestMinimalACLRunsEveryPrimitive(t *testing.T) {
 		rules[i] = r
 	}
 	h := &blockingHandler{}
-	newLimited := func() *dlock.Client {
-		c, err := dlock.New(aclClient(t, srv, "locks", rules...), dlock.WithLogger(slog.New(h)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}
-	c, other := newLimited(), newLimited()
+	c := newACLClient(t, srv, "locks", rules, dlock.WithLogger(slog.New(h)))
+	other := newACLClient(t, srv, "locks", rules, dlock.WithLogger(slog.New(h)))
 	ctx := testCtx(t)
 	check := func(what string, err error) {
 		t.Helper()

@@ -131,7 +131,7 @@ func rotate(ts []Target, r int) []Target {
 		slices.Reverse(order)
 	}
 	r %= len(order)
-	return append(slices.Clone(order[r:]), order[:r]...)
+	return slices.Concat(order[r:], order[:r])
 }
 
 func filter(ts []Target, keep func(Target) bool) []Target {
@@ -161,6 +161,7 @@ func (s *Suite) Run(ctx context.Context) (*Results, error) {
 	libs := filter(single, func(t Target) bool { return !t.Primitive })
 	renewing := filter(libs, func(t Target) bool { return t.Renews })
 	multi := filter(s.Targets, func(t Target) bool { return t.Multi && !t.Primitive })
+	multiUntuned := filter(multi, func(t Target) bool { return !t.Tuned })
 	p := s.Plan
 	for rep := 0; rep < p.Reps; rep++ {
 		// Goroutine count by goroutine count: a target's run follows
@@ -198,7 +199,7 @@ func (s *Suite) Run(ctx context.Context) (*Results, error) {
 			}
 			srv := NewServers(s.Nodes[:n]...)
 			for _, g := range p.RedlockGoroutines {
-				for _, t := range rotate(filter(multi, func(t Target) bool { return !t.Tuned }), rep) {
+				for _, t := range rotate(multiUntuned, rep) {
 					r, err := RunUncontended(ctx, t, srv, g, p.UncontendedWarm, p.UncontendedDur)
 					r.RunInfo = RunInfo{Rep: rep, Nodes: n, Err: errString(err)}
 					res.Uncontended = append(res.Uncontended, r)

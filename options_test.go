@@ -278,9 +278,9 @@ func (h evalStarted) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 
 // lockCancelledOnSilentServer starts Lock with a context that can be
 // cancelled but has no deadline, on a server that stops answering, cancels
-// it while the first script call waits for its reply, and returns Lock's
-// error and how long it took to return after the cancellation.
-func lockCancelledOnSilentServer(t *testing.T, opt *redis.Options) (error, time.Duration) {
+// it while the first script call waits for its reply, and returns how
+// long Lock took to return after the cancellation, and its error.
+func lockCancelledOnSilentServer(t *testing.T, opt *redis.Options) (time.Duration, error) {
 	t.Helper()
 	opt.MaxRetries = -1 // one send: the test is about one call, not go-redis's retries
 	c, rdb, proxy := clientBehindProxy(t, redistest.Start(t).Addr(), opt)
@@ -310,10 +310,10 @@ func lockCancelledOnSilentServer(t *testing.T, opt *redis.Options) (error, time.
 	cancelled := time.Now()
 	select {
 	case err := <-done:
-		return err, time.Since(cancelled)
+		return time.Since(cancelled), err
 	case <-time.After(20 * time.Second):
 		t.Fatal("Lock did not return 20s after its context was cancelled")
-		return nil, 0
+		return 0, nil
 	}
 }
 
@@ -323,7 +323,7 @@ func lockCancelledOnSilentServer(t *testing.T, opt *redis.Options) (error, time.
 // timeout ends the round trip.
 func TestCancelEndsACallWithinTheReadTimeout(t *testing.T) {
 	t.Parallel()
-	err, took := lockCancelledOnSilentServer(t, &redis.Options{ReadTimeout: 500 * time.Millisecond})
+	took, err := lockCancelledOnSilentServer(t, &redis.Options{ReadTimeout: 500 * time.Millisecond})
 	if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want ErrNotObtained and context.Canceled", err)
 	}
@@ -338,7 +338,7 @@ func TestCancelEndsACallWithinTheReadTimeout(t *testing.T) {
 // and Lock returns at the cancellation.
 func TestCancelEndsACallAtOnceWhenTheClientNeverTimesOut(t *testing.T) {
 	t.Parallel()
-	err, took := lockCancelledOnSilentServer(t, &redis.Options{ReadTimeout: -1})
+	took, err := lockCancelledOnSilentServer(t, &redis.Options{ReadTimeout: -1})
 	if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want ErrNotObtained and context.Canceled", err)
 	}

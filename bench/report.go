@@ -71,11 +71,6 @@ func (v *view) namesOf(keep func(TargetInfo) bool) []string {
 	return out
 }
 
-func (v *view) isPeer(name string) bool {
-	t, ok := v.target(name)
-	return ok && t.Kind == KindPeer
-}
-
 func nan() float64 { return math.NaN() }
 
 // ref is a target that a table divides the others' figures by, run by run,

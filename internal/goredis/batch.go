@@ -145,7 +145,7 @@ func (b *batcher) submit(ctx context.Context, calls []*driver.Call, leave bool) 
 			}
 			left := b.leaveLocked(bt)
 			b.mu.Unlock()
-			var err error = ctx.Err()
+			err := ctx.Err()
 			if left != nil {
 				err = &driver.InFlightError{Err: err, Done: left}
 			}

@@ -96,8 +96,10 @@ terminal reaches it once, through dlock. Processes it leaves running in the
 background are not waited for. A command in a process group of its own
 cannot read from the terminal, though: --foreground keeps it in dlock's
 group, for interactive commands. The terminal then sends Ctrl-C (SIGINT,
-SIGQUIT) to the command itself, so dlock passes on only the other signals,
-and a lost lock signals the command but not its children. Each signal
+SIGQUIT) to the command itself, so while dlock is the terminal's foreground
+job it passes on only the other signals (SIGTERM reaches the command from
+it; without a terminal, or in the background, all of them do), and a lost
+lock signals the command but not its children. Each signal
 passed on is followed by SIGCONT, as GNU timeout does, so that a stopped
 command (one that read the terminal from its own group gets SIGTTIN) still
 ends. On Linux the command's own process is killed if dlock itself dies

@@ -84,13 +84,7 @@ func pidUnderUnshare(t *testing.T, p *dlockProcess) int {
 // subreaper command.
 func startDlockSubreaper(t *testing.T, srv *redistest.Server, args ...string) *dlockProcess {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, append([]string{"dlock"}, args...)...)
-	cmd.Args[0] = "subreaper"
-	return startProcess(t, srv, cmd) // which the subreaper command becomes
+	return startProcess(t, srv, testCommand(t, "subreaper", append([]string{"dlock"}, args...)...)) // which the subreaper command becomes
 }
 
 // subreaperMain is the "subreaper COMMAND [ARGS...]" command of the tests:

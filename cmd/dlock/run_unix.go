@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // forwardedSignals are the signals "dlock run" passes on to its command.
@@ -114,9 +116,24 @@ func signalNumber(sig os.Signal) int {
 	return 0
 }
 
-// fromTerminal reports whether a terminal sends sig to its whole foreground
-// process group: a command in dlock's group (--foreground) gets it itself.
-func fromTerminal(sig os.Signal) bool { return sig == syscall.SIGINT || sig == syscall.SIGQUIT }
+// fromTerminal reports whether sig may have come from dlock's terminal,
+// which sends Ctrl-C and Ctrl-\ (SIGINT, SIGQUIT) to its whole foreground
+// process group: a command in dlock's group (--foreground) got it itself.
+// Only while dlock's group is that foreground group: otherwise (no
+// controlling terminal, as under a service manager or cron; a background
+// job) the signal was sent to dlock alone, and is passed on like any other.
+func fromTerminal(sig os.Signal) bool {
+	if sig != syscall.SIGINT && sig != syscall.SIGQUIT {
+		return false
+	}
+	tty, err := os.Open("/dev/tty") // the controlling terminal; fails without one
+	if err != nil {
+		return false
+	}
+	defer tty.Close()
+	fg, err := unix.IoctlGetInt(int(tty.Fd()), unix.TIOCGPGRP)
+	return err == nil && fg == unix.Getpgrp()
+}
 
 var (
 	sigTERM os.Signal = syscall.SIGTERM

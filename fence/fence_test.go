@@ -38,7 +38,7 @@ func TestStaleTokensAreRefusedForReadsAndWrites(t *testing.T) {
 	rdb := redistest.Shared(t).Client(t)
 	s := newStore(t, rdb)
 	ctx := ctxFor(t)
-	key := "{" + t.Name() + "}"
+	key := "{" + redistest.UniqueName(t) + "}"
 
 	if _, ok, err := s.Get(ctx, key, 5); err != nil || ok {
 		t.Fatalf("Get of an absent key: ok=%v err=%v", ok, err)
@@ -72,7 +72,7 @@ func TestStaleTokensAreRefusedForReadsAndWrites(t *testing.T) {
 func TestTokensCompareExactlyBeyondFloatPrecision(t *testing.T) {
 	s := newStore(t, redistest.Shared(t).Client(t))
 	ctx := ctxFor(t)
-	key := "{" + t.Name() + "}"
+	key := "{" + redistest.UniqueName(t) + "}"
 	const big = 1<<53 + 1 // a double rounds it to 2^53
 	if err := s.Set(ctx, key, "big", big); err != nil {
 		t.Fatal(err)
@@ -94,7 +94,7 @@ func TestTokensCompareExactlyBeyondFloatPrecision(t *testing.T) {
 func TestUpdateLosesNoUpdates(t *testing.T) {
 	s := newStore(t, redistest.Shared(t).Client(t))
 	ctx := ctxFor(t)
-	key := "{" + t.Name() + "}"
+	key := "{" + redistest.UniqueName(t) + "}"
 	incr := func(old string, ok bool) (string, error) {
 		n, _ := strconv.Atoi(old)
 		return strconv.Itoa(n + 1), nil
@@ -140,7 +140,7 @@ func TestUpdateWritesNothingWhenFnFails(t *testing.T) {
 	rdb := redistest.Shared(t).Client(t)
 	s := newStore(t, rdb)
 	ctx := ctxFor(t)
-	key := "{" + t.Name() + "}"
+	key := "{" + redistest.UniqueName(t) + "}"
 	boom := errors.New("boom")
 	if _, err := s.Update(ctx, key, 1, func(string, bool) (string, error) { return "", boom }); !errors.Is(err, boom) {
 		t.Fatalf("Update = %v, want fn's error", err)
@@ -153,7 +153,7 @@ func TestUpdateWritesNothingWhenFnFails(t *testing.T) {
 func TestMarksLiveAsLongAsValues(t *testing.T) {
 	rdb := redistest.Shared(t).Client(t)
 	ctx := ctxFor(t)
-	key := "{" + t.Name() + "}"
+	key := "{" + redistest.UniqueName(t) + "}"
 	mark, _ := fence.MarkKey(key)
 
 	s := newStore(t, rdb, fence.WithTTL(time.Minute))
@@ -195,7 +195,7 @@ func TestForeignKeysConflictAndAreLeftAlone(t *testing.T) {
 	rdb := redistest.Shared(t).Client(t)
 	s := newStore(t, rdb)
 	ctx := ctxFor(t)
-	list := "{" + t.Name() + "}:list"
+	list := "{" + redistest.UniqueName(t) + "}:list"
 	rdb.RPush(ctx, list, "x")
 	if err := s.Set(ctx, list, "v", 1); !errors.Is(err, dlock.ErrKeyConflict) {
 		t.Errorf("Set on a list: %v, want ErrKeyConflict", err)
@@ -211,7 +211,7 @@ func TestForeignKeysConflictAndAreLeftAlone(t *testing.T) {
 		t.Error("a mark was written for a key that is not ours")
 	}
 
-	key := "{" + t.Name() + "}:badmark"
+	key := "{" + redistest.UniqueName(t) + "}:badmark"
 	mark, _ = fence.MarkKey(key)
 	rdb.Set(ctx, mark, "not a token", 0)
 	if err := s.Set(ctx, key, "v", 1); !errors.Is(err, dlock.ErrKeyConflict) {

@@ -240,9 +240,7 @@ func TestPercentile(t *testing.T) {
 }
 
 // uniqueLockName is a lock name of the test's own, apart from other runs'.
-func uniqueLockName(t *testing.T) string {
-	return fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
-}
+func uniqueLockName(t *testing.T) string { return redistest.UniqueName(t) }
 
 // inspector returns a dlock Client to look at srv's locks.
 func inspector(t *testing.T, srv *redistest.Server) *dlock.Client {

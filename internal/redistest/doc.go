@@ -14,7 +14,8 @@
 //   - [StartReplicated]: a master with replicas, in sync before it returns.
 //   - [StartSentinel]: master, replicas and three sentinels that know each other.
 //   - [StartCluster]: a Redis Cluster of masters and replicas.
-//   - [Shared]: one server per test binary for tests that inject no faults.
+//   - [Shared]: one server per test binary for tests that inject no faults;
+//     [UniqueName] names their keys apart from other runs' (go test -count).
 //
 // Typical start-up times on a two-core machine: one server 10-30 ms,
 // replicas in sync 30-50 ms, a sentinel group 0.5 s (a failover after

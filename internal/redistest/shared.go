@@ -1,6 +1,8 @@
 package redistest
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"os"
 	"runtime"
 	"strings"
@@ -47,6 +49,16 @@ func Shared(tb testing.TB) *Server {
 		tb.Fatalf("redistest: shared server: %v", sharedErr)
 	}
 	return sharedSrv
+}
+
+// UniqueName returns tb's name with a random suffix: a name for the keys or
+// locks of a test of its own on the shared server, apart from those of
+// other runs of the same test (go test -count N) and of other test
+// binaries using the same server.
+func UniqueName(tb testing.TB) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return tb.Name() + "-" + hex.EncodeToString(b[:])
 }
 
 // SharedAddr is Shared for code that has no testing.TB, such as runnable

@@ -24,7 +24,9 @@ func TestServersDieWithCrashedTestBinary(t *testing.T) {
 	}
 	t.Parallel()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "REDISTEST_CRASH_CHILD=1")
+	// The child's own temporary directory (its server's) under this test's:
+	// the child exits without cleaning up, so in the system's it would stay.
+	cmd.Env = append(os.Environ(), "REDISTEST_CRASH_CHILD=1", "TMPDIR="+t.TempDir())
 	out, err := cmd.Output()
 	if code := cmd.ProcessState.ExitCode(); code != 3 {
 		t.Fatalf("child exited with %d (%v), want 3; output:\n%s", code, err, out)

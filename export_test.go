@@ -50,16 +50,33 @@ func MutateValidityIgnoringElapsed() (restore func()) {
 // attempts), "taken" (a hand-off to it is in flight) or "" (nobody in
 // line). Tests line goroutines up with it.
 func RedlockGateState(r *Redlock, name string) (users int, head string) {
+	withRedlockGate(r, name, func(g *redlockGate) {
+		head = "waiting"
+		if g.line[0].taken {
+			head = "taken"
+		}
+		users = len(g.line)
+	})
+	return users, head
+}
+
+// RedlockGateHears reports whether the line for the lock called name has a
+// subscription to its releases confirmed on enough of r's nodes to hear
+// any holder's (redlockListener.hears): until it has, the next in line
+// asks the nodes rather than wait for a release it might miss.
+func RedlockGateHears(r *Redlock, name string) bool {
+	var l *redlockListener
+	withRedlockGate(r, name, func(g *redlockGate) { l = g.l })
+	return l != nil && l.hears() // outside the gates' lock
+}
+
+// withRedlockGate calls fn, under the gates' lock, with r's gate for the
+// lock called name, if there is one.
+func withRedlockGate(r *Redlock, name string, fn func(g *redlockGate)) {
 	key := newLockKeys(r.cfg.keyPrefix, name).lock
 	r.gates.mu.Lock()
 	defer r.gates.mu.Unlock()
-	g := r.gates.gates[key]
-	if g == nil {
-		return 0, ""
+	if g := r.gates.gates[key]; g != nil {
+		fn(g)
 	}
-	head = "waiting"
-	if g.line[0].taken {
-		head = "taken"
-	}
-	return len(g.line), head
 }

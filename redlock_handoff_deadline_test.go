@@ -51,13 +51,9 @@ func testLockDeadlineDuringHandoff(t *testing.T, name string, wake, successor bo
 	ctx := testCtx(t)
 	name = "handoff-deadline-" + name
 	// Load the scripts (a NOSCRIPT reply, held, would run nothing).
-	handOverTwice(ctx, t, r, name+"-warm")
+	handOverTwice(ctx, t, r, servers, name+"-warm")
 
-	holder, err := r.Mutex(name).TryLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitAllHold(t, servers, lockKey(name)) // as in TestRedlockUnlockHandsOverLocally
+	holder := tryLockOnEveryNode(ctx, t, r, servers, name)
 
 	type outcome struct {
 		l   *dlock.Lease
@@ -209,19 +205,11 @@ func startRedlockLock(ctx context.Context, r *dlock.Redlock, name string) <-chan
 // every reply they receive to a redlock_acquire.
 func newHookedRedlock(t testing.TB, addrs []string, replies chan<- acquireReply, opts ...dlock.Option) *dlock.Redlock {
 	t.Helper()
-	nodes := make([]dlock.RedisClient, len(addrs))
-	for i, addr := range addrs {
-		rdb := redlockNodeClient(t, addr)
-		_ = rdb.Ping(context.Background()).Err() // dial now, as newRedlock does
+	clients := redlockNodeClients(t, addrs, nil)
+	for i, rdb := range clients {
 		rdb.AddHook(acquireReplyHook(i, replies))
-		nodes[i] = rdb
 	}
-	r, err := dlock.NewRedlock(nodes, opts...)
-	if err != nil {
-		t.Fatalf("NewRedlock: %v", err)
-	}
-	t.Cleanup(func() { _ = r.Close() })
-	return r
+	return newRedlockOn(t, clients, opts...)
 }
 
 // acquireReply is a reply a node's client received to a redlock_acquire

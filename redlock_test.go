@@ -21,18 +21,39 @@ import (
 // a separate process would have, honouring context deadlines as NewRedlock
 // recommends. It is closed when the test ends.
 func redlockNodeClient(t testing.TB, addr string) *redis.Client {
-	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = rdb.Close() })
-	return rdb
+	return redlockNodeClients(t, []string{addr}, nil)[0]
 }
 
 // newRedlock returns a Redlock over fresh clients for addrs, closed when the
 // test ends (before its clients).
 func newRedlock(t testing.TB, addrs []string, opts ...dlock.Option) *dlock.Redlock {
 	t.Helper()
-	nodes := make([]dlock.RedisClient, len(addrs))
+	return newRedlockOn(t, redlockNodeClients(t, addrs, nil), opts...)
+}
+
+// redlockNodeClients returns a client for each of addrs, as
+// redlockNodeClient makes them, with configure (if not nil) applied to
+// their options first.
+func redlockNodeClients(t testing.TB, addrs []string, configure func(*redis.Options)) []*redis.Client {
+	clients := make([]*redis.Client, len(addrs))
 	for i, addr := range addrs {
-		rdb := redlockNodeClient(t, addr)
+		o := &redis.Options{Addr: addr, ContextTimeoutEnabled: true}
+		if configure != nil {
+			configure(o)
+		}
+		rdb := redis.NewClient(o)
+		t.Cleanup(func() { _ = rdb.Close() })
+		clients[i] = rdb
+	}
+	return clients
+}
+
+// newRedlockOn returns a Redlock over clients, closed when the test ends
+// (before its clients).
+func newRedlockOn(t testing.TB, clients []*redis.Client, opts ...dlock.Option) *dlock.Redlock {
+	t.Helper()
+	nodes := make([]dlock.RedisClient, len(clients))
+	for i, rdb := range clients {
 		// Dial now: a first request that must dial and shake hands within
 		// a short node timeout missed it on a loaded machine. (A node a
 		// test has not started yet just fails the PING.)
@@ -109,6 +130,20 @@ func eventually(t testing.TB, cond func() string) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// tryLockOnEveryNode takes name with r's TryLock and waits until every
+// node holds its share (waitAllHold): a share still on its way could be
+// beaten by another attempt, such as a waiter's, which would then take
+// that node, and give it back, instead.
+func tryLockOnEveryNode(ctx context.Context, t testing.TB, r *dlock.Redlock, servers []*redistest.Server, name string) *dlock.Lease {
+	t.Helper()
+	l, err := r.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitAllHold(t, servers, lockKey(name))
+	return l
 }
 
 // waitAllHold waits until every server holds key: an acquisition returns
@@ -776,11 +811,7 @@ func TestRedlockExtendAndTTLSeeQuorumLoss(t *testing.T) {
 	r := newRedlock(t, addrsOf(servers), dlock.WithAutoRenew(false))
 	ctx := testCtx(t)
 	name := t.Name()
-	lease, err := r.Mutex(name).TryLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitAllHold(t, servers, lockKey(name))
+	lease := tryLockOnEveryNode(ctx, t, r, servers, name)
 	servers[0].Do(t, "DEL", lockKey(name))
 	servers[2].Do(t, "SET", lockKey(name), "someone-else", "PX", 30000)
 	if _, err := lease.TTL(ctx); !errors.Is(err, dlock.ErrNotHeld) {

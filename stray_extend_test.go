@@ -87,11 +87,7 @@ func TestRedlockStrayShorterExtendDoesNotShortenTheHold(t *testing.T) {
 	ctx := testCtx(t)
 	name := t.Name()
 	r := newRedlock(t, addrs, dlock.WithTTL(2*time.Second), dlock.WithAutoRenew(false), dlock.WithNodeTimeout(100*time.Millisecond))
-	l, err := r.Mutex(name).TryLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitAllHold(t, servers, lockKey(name))
+	l := tryLockOnEveryNode(ctx, t, r, servers, name)
 	if err := l.Extend(ctx, 2*time.Second); err != nil { // the script is loaded on every node now
 		t.Fatal(err)
 	}

@@ -84,15 +84,11 @@ func TestRedlockFailedUnlockEndsTheLease(t *testing.T) {
 	name := t.Name()
 	r := newRedlock(t, addrs, dlock.WithTTL(10*time.Second), dlock.WithNodeTimeout(100*time.Millisecond))
 	loadScripts(t, ctx, r.Mutex(name+"-warm"))
-	l, err := r.Mutex(name).TryLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitAllHold(t, servers, lockKey(name))
+	l := tryLockOnEveryNode(ctx, t, r, servers, name)
 
 	proxies[1].SetLatency(500 * time.Millisecond)
 	proxies[2].SetLatency(500 * time.Millisecond)
-	err = l.Unlock(ctx)
+	err := l.Unlock(ctx)
 	if !errors.Is(err, dlock.ErrQuorum) {
 		t.Fatalf("Unlock over two slow nodes: got %v, want ErrQuorum", err)
 	}

@@ -25,7 +25,13 @@ func TestMain(m *testing.M) {
 // separate process would have, closed when the test ends.
 func newClient(t testing.TB, srv *redistest.Server, opts ...dlock.Option) *dlock.Client {
 	t.Helper()
-	c, err := dlock.New(srv.Client(t), opts...)
+	return newClientOn(t, srv.Client(t), opts...)
+}
+
+// newClientOn returns a dlock Client on rdb, closed when the test ends.
+func newClientOn(t testing.TB, rdb redis.UniversalClient, opts ...dlock.Option) *dlock.Client {
+	t.Helper()
+	c, err := dlock.New(rdb, opts...)
 	if err != nil {
 		t.Fatalf("dlock.New: %v", err)
 	}
@@ -155,12 +161,7 @@ func clientWithLostReplies(t *testing.T) (*dlock.Client, *redistest.Server, *red
 	proxy := redistest.StartProxy(t, srv.Addr())
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
-	c, err := dlock.New(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c, srv, proxy
+	return newClientOn(t, rdb), srv, proxy
 }
 
 // clientThroughProxy returns a Client whose go-redis client reaches the
@@ -171,12 +172,7 @@ func clientThroughProxy(t testing.TB) (*dlock.Client, *redistest.Proxy) {
 	proxy := redistest.StartProxy(t, redistest.Shared(t).Addr())
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
-	c, err := dlock.New(rdb)
-	if err != nil {
-		t.Fatalf("dlock.New: %v", err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c, proxy
+	return newClientOn(t, rdb), proxy
 }
 
 // afterCmd is a go-redis hook that calls itself with every command once

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // recorder is an Observer that keeps every event.
@@ -20,7 +21,37 @@ type recorder struct {
 	lost     []dlock.LeaseInfo
 	released []dlock.LeaseInfo
 	relErrs  []error
-	ctxSeen  bool
+	// ctxSeen: a Redis command went out with the context AcquireStart
+	// returned (ctxHook).
+	ctxSeen bool
+}
+
+// ctxHook is a go-redis hook that tells rec when a command carries the
+// context rec's AcquireStart returned: the one the acquire must run with.
+type ctxHook struct{ rec *recorder }
+
+func (h ctxHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h ctxHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.seen(ctx)
+		return next(ctx, cmd)
+	}
+}
+
+func (h ctxHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.seen(ctx)
+		return next(ctx, cmds)
+	}
+}
+
+func (h ctxHook) seen(ctx context.Context) {
+	if ctx.Value(recorderCtxKey{}) != nil {
+		h.rec.mu.Lock()
+		h.rec.ctxSeen = true
+		h.rec.mu.Unlock()
+	}
 }
 
 type recorderCtxKey struct{}
@@ -62,21 +93,28 @@ func (r *recorder) snapshot() recorder {
 		starts: append([]dlock.Acquisition(nil), r.starts...), outcomes: append([]dlock.AcquireOutcome(nil), r.outcomes...),
 		renewed: append([]error(nil), r.renewed...), lost: append([]dlock.LeaseInfo(nil), r.lost...),
 		released: append([]dlock.LeaseInfo(nil), r.released...), relErrs: append([]error(nil), r.relErrs...),
+		ctxSeen: r.ctxSeen,
 	}
 }
 
 func TestObserverSeesAcquiresReleasesRenewalsAndLosses(t *testing.T) {
 	srv := redistest.Shared(t)
 	rec := &recorder{}
-	c := newClient(t, srv, dlock.WithObserver(rec), dlock.WithTTL(300*time.Millisecond))
+	rdb := srv.Client(t)
+	rdb.AddHook(ctxHook{rec})
+	c := newClientOn(t, rdb, dlock.WithObserver(rec), dlock.WithTTL(300*time.Millisecond))
 	other := newClient(t, srv)
 	ctx := testCtx(t)
 	name := t.Name()
 
-	// A free lock: one attempt, no hand-off.
+	// A free lock: one attempt, no hand-off, sent with the context that
+	// AcquireStart returned (where a span it started is the parent).
 	l, err := c.Mutex(name).TryLock(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !rec.snapshot().ctxSeen {
+		t.Errorf("TryLock's script did not go out with the context AcquireStart returned")
 	}
 	time.Sleep(250 * time.Millisecond) // past a renewal (every 100ms)
 	if err := l.Unlock(ctx); err != nil {

@@ -243,12 +243,7 @@ func aclClient(t *testing.T, srv *redistest.Server, name string, rules ...any) *
 // closed when the test ends.
 func newACLClient(t *testing.T, srv *redistest.Server, user string, rules []any, opts ...dlock.Option) *dlock.Client {
 	t.Helper()
-	c, err := dlock.New(aclClient(t, srv, user, rules...), opts...)
-	if err != nil {
-		t.Fatalf("dlock.New: %v", err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return newClientOn(t, aclClient(t, srv, user, rules...), opts...)
 }
 
 // pubsubDenied are ACL users that may run every command on every key but

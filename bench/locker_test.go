@@ -11,9 +11,9 @@ import (
 )
 
 // TestTargets checks every adapter once: a lock excludes a second client's
-// TryLock and a bounded Lock, and a TryLock through its own client (the
-// goroutines that share a client in scenario 2 are owners of their own), and
-// is free again after Unlock.
+// TryLock, a third client's bounded Lock, and a TryLock through its own
+// client (the goroutines that share a client in scenario 2 are owners of
+// their own), and is free again after Unlock.
 func TestTargets(t *testing.T) {
 	srv := redistest.Start(t)
 	nodes := redistest.StartNodes(t, 3)
@@ -63,11 +63,23 @@ func checkExclusion(t *testing.T, tg Target, addrs []string) {
 	if _, err := a.TryLock(ctx, key); !errors.Is(err, ErrBusy) {
 		t.Errorf("TryLock on a key held through the same client: got %v, want ErrBusy", err)
 	}
+	// The bounded Lock gives up on its own client, closed before Unlock: a
+	// waiter that gives up leaves its place in a queue in the background
+	// (dlock's Lock returns at its deadline), and an Unlock before that
+	// lands hands the lock to it until the clean-up passes it on. Close
+	// waits for the clean-up, so b's TryLock below finds the lock free.
+	quitter, err := tg.New(Config{Addrs: addrs})
+	if err != nil {
+		t.Fatal(err)
+	}
 	short, cancelShort := context.WithTimeout(ctx, 150*time.Millisecond)
-	_, err = b.Lock(short, key)
+	_, err = quitter.Lock(short, key)
 	cancelShort()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Lock on a held key with a 150ms deadline: got %v, want a DeadlineExceeded", err)
+	}
+	if err := quitter.Close(); err != nil {
+		t.Errorf("Close after a Lock that gave up: %v", err)
 	}
 	if err := unlock(ctx); err != nil {
 		t.Fatalf("Unlock: %v", err)

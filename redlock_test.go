@@ -821,11 +821,7 @@ func TestRedlockExtendAndTTLSeeQuorumLoss(t *testing.T) {
 		t.Errorf("Err() after TTL saw the loss: %v", err)
 	}
 
-	lease2, err := r.Mutex(name + "2").TryLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitAllHold(t, servers, lockKey(name+"2"))
+	lease2 := tryLockOnEveryNode(ctx, t, r, servers, name+"2")
 	servers[0].Do(t, "DEL", lockKey(name+"2"))
 	servers[1].Do(t, "DEL", lockKey(name+"2"))
 	if err := lease2.Extend(ctx, time.Minute); !errors.Is(err, dlock.ErrNotHeld) {

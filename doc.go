@@ -151,4 +151,10 @@
 // nodes answered), which carries a *NodeError per failed node;
 // WithReplicaAck adds ErrReplicaAck (too few replicas acknowledged); a
 // Latch.Wait on a latch that expired while counting returns ErrLatchExpired.
+//
+// A failure to reach Redis leaves the outcome of a change unknown: Redis may
+// have run the call before its reply was lost. For the calls that count
+// (Latch.CountDown, Latch.TrySetCount, Semaphore.AddPermits) a retry could
+// then count twice; give them a WithIdempotencyKey, and a retry with the
+// same key takes effect once.
 package dlock

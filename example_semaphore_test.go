@@ -138,10 +138,19 @@ func ExampleLatch() {
 	var wg sync.WaitGroup
 	for i := 0; i < shards; i++ {
 		wg.Add(1)
+		shard := i
 		go func() { // in production, other processes
 			defer wg.Done()
 			// ... load one shard ...
-			if err := c.Latch("example:import-2024-06-01").CountDown(ctx); err != nil {
+			// The key names this shard's count-down: after an error the
+			// count may have moved or not, and a retry with the same key
+			// counts once either way.
+			done := dlock.WithIdempotencyKey(ctx, fmt.Sprintf("import-2024-06-01/shard-%d", shard))
+			err := c.Latch("example:import-2024-06-01").CountDown(done)
+			if err != nil {
+				err = c.Latch("example:import-2024-06-01").CountDown(done)
+			}
+			if err != nil {
 				panic(err)
 			}
 		}()

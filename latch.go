@@ -49,7 +49,8 @@ const minLatchRoundGrace = time.Minute
 // (24h unless WithTTL is given to Client.Latch), so an abandoned latch
 // disappears. A TrySetCount or CountDown takes effect at most once, even when
 // the Redis client sends it again after losing its reply (a second key
-// remembers the calls of the last minute). An expired latch reads as zero,
+// remembers the calls of the last minute), and so does one the caller
+// retries after an error with the same WithIdempotencyKey. An expired latch reads as zero,
 // and ends with ErrLatchExpired the waits that saw it counting, so choose a
 // TTL longer than the longest gap between count-downs. The last CountDown
 // deletes the key, records that the count reached zero, and wakes the
@@ -108,7 +109,8 @@ func (l *Latch) Name() string { return l.name }
 // counting down is left unchanged and TrySetCount returns false. It returns
 // ErrInvalidArgument for n out of range (nothing is sent) or an invalid
 // latch, ErrKeyConflict when the key holds something dlock did not write,
-// ErrClosed, or the failure to reach Redis.
+// ErrClosed, or the failure to reach Redis (the count may then have been set
+// or not: a retry with the same WithIdempotencyKey reports true if it was).
 func (l *Latch) TrySetCount(ctx context.Context, n int64) (bool, error) {
 	if err := l.usable(); err != nil {
 		return false, err
@@ -116,7 +118,7 @@ func (l *Latch) TrySetCount(ctx context.Context, n int64) (bool, error) {
 	if n < 1 || n > maxLatchCount {
 		return false, errorf("dlock: TrySetCount %q: %w", l.name, invalidArgf("count %d: want between 1 and %d", n, int64(maxLatchCount)))
 	}
-	id, err := newCallID()
+	id, err := changeID(ctx, 's', "TrySetCount", l.name)
 	if err != nil {
 		return false, err
 	}
@@ -142,12 +144,12 @@ func (l *Latch) TrySetCount(ctx context.Context, n int64) (bool, error) {
 // Counting down a latch at zero does nothing and returns nil. It
 // returns ErrInvalidArgument for an invalid latch, ErrKeyConflict,
 // ErrClosed, or the failure to reach Redis (the count may then have been
-// decremented or not).
+// decremented or not: a retry with the same WithIdempotencyKey counts once).
 func (l *Latch) CountDown(ctx context.Context) error {
 	if err := l.usable(); err != nil {
 		return err
 	}
-	id, err := newCallID()
+	id, err := changeID(ctx, 'c', "CountDown", l.name)
 	if err != nil {
 		return err
 	}

@@ -207,8 +207,8 @@ func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 // force, so it is the server that refuses, except for a delta that no
 // limit could take (beyond ±(MaxPermits−1)), refused before anything is
 // sent. It also returns ErrKeyConflict, ErrClosed, or the failure to reach
-// Redis (the limit may then have changed or not). It is safe for
-// concurrent use.
+// Redis (the limit may then have changed or not: a retry with the same
+// WithIdempotencyKey adds once). It is safe for concurrent use.
 func (s *Semaphore) AddPermits(ctx context.Context, delta int) (int, error) {
 	if s.err != nil {
 		return 0, s.err
@@ -216,7 +216,7 @@ func (s *Semaphore) AddPermits(ctx context.Context, delta int) (int, error) {
 	if delta < 1-MaxPermits || delta > MaxPermits-1 {
 		return 0, errorf("dlock: AddPermits %q: %w", s.name, invalidArgf("adding %d permits: no limit between 1 and %d can take that", delta, MaxPermits))
 	}
-	id, err := newCallID()
+	id, err := changeID(ctx, 'a', "AddPermits", s.name)
 	if err != nil {
 		return 0, err
 	}

@@ -50,9 +50,9 @@ const minLatchRoundGrace = time.Minute
 // disappears. A TrySetCount or CountDown takes effect at most once, even when
 // the Redis client sends it again after losing its reply (a second key
 // remembers the calls of the last minute), and so does one the caller
-// retries after an error with the same WithIdempotencyKey. An expired latch reads as zero,
-// and ends with ErrLatchExpired the waits that saw it counting, so choose a
-// TTL longer than the longest gap between count-downs. The last CountDown
+// retries after an error with the same WithIdempotencyKey. An expired latch
+// reads as zero, and ends with ErrLatchExpired the waits that saw it
+// counting, so choose a TTL longer than the longest gap between count-downs. The last CountDown
 // deletes the key, records that the count reached zero, and wakes the
 // waiters through the Client's shared subscription; waiters also check the
 // latch every WithWaiterLease/3 and when the key would expire, so a lost

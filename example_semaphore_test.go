@@ -146,9 +146,10 @@ func ExampleLatch() {
 			// count may have moved or not, and a retry with the same key
 			// counts once either way.
 			done := dlock.WithIdempotencyKey(ctx, fmt.Sprintf("import-2024-06-01/shard-%d", shard))
-			err := c.Latch("example:import-2024-06-01").CountDown(done)
+			l := c.Latch("example:import-2024-06-01")
+			err := l.CountDown(done)
 			if err != nil {
-				err = c.Latch("example:import-2024-06-01").CountDown(done)
+				err = l.CountDown(done)
 			}
 			if err != nil {
 				panic(err)

@@ -52,14 +52,15 @@ const minLatchRoundGrace = time.Minute
 // remembers the calls of the last minute), and so does one the caller
 // retries after an error with the same WithIdempotencyKey. An expired latch
 // reads as zero, and ends with ErrLatchExpired the waits that saw it
-// counting, so choose a TTL longer than the longest gap between count-downs. The last CountDown
-// deletes the key, records that the count reached zero, and wakes the
-// waiters through the Client's shared subscription; waiters also check the
-// latch every WithWaiterLease/3 and when the key would expire, so a lost
-// message costs latency, never a hang. A waiter whose count reached zero
-// returns nil even when TrySetCount has set the next count by the time it
-// looks: another key numbers the counts that reached zero, and lives a TTL
-// (at least a minute) longer than the count.
+// counting, so choose a TTL longer than the longest gap between
+// count-downs. The last CountDown deletes the key, records that the count
+// reached zero, and wakes the waiters through the Client's shared
+// subscription; waiters also check the latch every WithWaiterLease/3 and
+// when the key would expire, so a lost message costs latency, never a hang.
+// A waiter whose count reached zero returns nil even when TrySetCount has
+// set the next count by the time it looks: another key numbers the counts
+// that reached zero, and lives a TTL (at least a minute) longer than the
+// count.
 type Latch struct {
 	c    *Client
 	name string

@@ -11,7 +11,9 @@
 //
 //  1. Uncontended: lock+unlock pairs per second on distinct keys at 1, 8 and
 //     64 goroutines sharing one client (also as BenchmarkUncontended, for
-//     ns, bytes and allocations per pair).
+//     ns, bytes and allocations per pair). The targets take turns in short
+//     windows, so that the machine's drift within a repetition meets them
+//     all alike.
 //  2. Contended: 16 goroutines across 4 clients competing for one key with
 //     a tiny critical section: acquisitions per second, hand-off latency,
 //     each goroutine's waits, barging, commands per acquisition.

@@ -292,8 +292,8 @@ func (v *view) machine() {
 	if m.Load != "" {
 		t.add("load average (1, 5, 15 min)", m.Load)
 	}
-	t.add("plan", fmt.Sprintf("%d repetitions; uncontended %v warm-up + %v; contended %v + %v; waiting %v + %v; watchdog %v + %v",
-		p.Reps, p.UncontendedWarm, p.UncontendedDur, p.Contended.Warm, p.Contended.Dur, p.Waiting.Warm, p.Waiting.Dur, p.Watchdog.Warm, p.Watchdog.Dur))
+	t.add("plan", fmt.Sprintf("%d repetitions; uncontended %v warm-up + %v in %d turns; contended %v + %v; waiting %v + %v; watchdog %v + %v",
+		p.Reps, p.UncontendedWarm, p.UncontendedDur, max(p.UncontendedSlices, 1), p.Contended.Warm, p.Contended.Dur, p.Waiting.Warm, p.Waiting.Dur, p.Watchdog.Warm, p.Watchdog.Dur))
 	v.p("%s\n", t)
 	v.p("Every library runs on the same go-redis version (the bench module's, which redsync's requirement sets), so dlock is measured on it too.\n\n")
 }
@@ -637,7 +637,11 @@ func (v *view) uncontended() {
 	p := v.res.Plan
 	v.p("## 1. Uncontended: lock+unlock pairs per second\n\n")
 	v.p("Goroutines share one client; each locks and unlocks its own key in a loop with the waiting `Lock` call (which finds the key free). ")
-	v.p("%v warm-up, then pairs are counted for %v.\n\n", p.UncontendedWarm, p.UncontendedDur)
+	v.p("Each target warms up for %v, then pairs are counted for %v", p.UncontendedWarm, p.UncontendedDur)
+	if n := p.UncontendedSlices; n > 1 {
+		v.p(", in %d windows of %v: the targets take turns (each window after a %v warm-up of its own), in an order that changes from turn to turn, so that all of them meet the machine's drift alike", n, p.UncontendedDur/time.Duration(n), TurnWarm(p.UncontendedWarm))
+	}
+	v.p(".\n\n")
 	names := v.names(func(t TargetInfo) bool { return t.Single && !t.Tuned })
 	floor := v.floorName()
 	v.p("%s\n", v.uncontendedTable(1, names, p.UncontendedGoroutines, floorRef(floor)))

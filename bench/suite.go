@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -16,6 +17,9 @@ type Plan struct {
 	UncontendedGoroutines []int
 	UncontendedWarm       time.Duration
 	UncontendedDur        time.Duration
+	// UncontendedSlices cuts UncontendedDur into that many windows, which
+	// the targets run in turns (RunUncontendedInterleaved).
+	UncontendedSlices int
 
 	Contended ContendedSpec
 	Waiting   WaitingSpec
@@ -43,6 +47,7 @@ func DefaultPlan() Plan {
 		UncontendedGoroutines: []int{1, 8, 64},
 		UncontendedWarm:       500 * time.Millisecond,
 		UncontendedDur:        2 * time.Second,
+		UncontendedSlices:     4,
 		Contended:             ContendedSpec{Clients: 4, Goroutines: 16, Warm: time.Second, Dur: 5 * time.Second},
 		Waiting:               WaitingSpec{Clients: 10, Waiters: 1000, Warm: 2 * time.Second, Dur: 4 * time.Second},
 		Watchdog:              WatchdogSpec{Leases: 10000, TTL: 3 * time.Second, Warm: 3 * time.Second, Dur: 6 * time.Second},
@@ -117,12 +122,12 @@ func (s *Suite) logf(format string, args ...any) {
 	}
 }
 
-// rotate returns the order in which ts run in repetition r: backwards in
-// odd repetitions, then rotated by r. No target always runs first, and
+// rotate returns the order in which ts run in repetition (or turn) r:
+// backwards in odd ones, then rotated by r. No target always runs first, and
 // none always right after the same one (rotation alone kept every
 // target's neighbours: redsync's one-goroutine run came right after the
 // same dlock target's 64-goroutine run in every repetition).
-func rotate(ts []Target, r int) []Target {
+func rotate[T any](ts []T, r int) []T {
 	if len(ts) == 0 {
 		return nil
 	}
@@ -167,12 +172,7 @@ func (s *Suite) Run(ctx context.Context) (*Results, error) {
 		// Goroutine count by goroutine count: a target's run follows
 		// another's at the same load, not the previous target's heaviest.
 		for _, g := range p.UncontendedGoroutines {
-			for _, t := range rotate(untuned, rep) {
-				r, err := RunUncontended(ctx, t, s.Single, g, p.UncontendedWarm, p.UncontendedDur)
-				r.RunInfo = RunInfo{Rep: rep, Nodes: 1, Err: errString(err)}
-				res.Uncontended = append(res.Uncontended, r)
-				s.logf("rep %d uncontended %-16s g=%-3d %9.0f pairs/s %s", rep+1, t.Name, g, r.PairsPerSec(), r.Err)
-			}
+			s.runUncontended(ctx, res, untuned, s.Single, g, RunInfo{Rep: rep, Nodes: 1}, "uncontended")
 		}
 		for _, t := range rotate(single, rep) {
 			r, err := RunContended(ctx, t, s.Single, p.Contended)
@@ -199,12 +199,7 @@ func (s *Suite) Run(ctx context.Context) (*Results, error) {
 			}
 			srv := NewServers(s.Nodes[:n]...)
 			for _, g := range p.RedlockGoroutines {
-				for _, t := range rotate(multiUntuned, rep) {
-					r, err := RunUncontended(ctx, t, srv, g, p.UncontendedWarm, p.UncontendedDur)
-					r.RunInfo = RunInfo{Rep: rep, Nodes: n, Err: errString(err)}
-					res.Uncontended = append(res.Uncontended, r)
-					s.logf("rep %d redlock n=%d uncontended %-16s g=%-3d %9.0f pairs/s %s", rep+1, n, t.Name, g, r.PairsPerSec(), r.Err)
-				}
+				s.runUncontended(ctx, res, multiUntuned, srv, g, RunInfo{Rep: rep, Nodes: n}, fmt.Sprintf("redlock n=%d uncontended", n))
 			}
 			for _, t := range rotate(multi, rep) {
 				r, err := RunContended(ctx, t, srv, p.Contended)
@@ -224,6 +219,20 @@ func (s *Suite) Run(ctx context.Context) (*Results, error) {
 	}
 	res.Took = time.Since(res.Started)
 	return res, nil
+}
+
+// runUncontended runs scenario 1 for ts in turns (RunUncontendedInterleaved)
+// and adds their results, each with info, to res; a run that fails is kept
+// with its error.
+func (s *Suite) runUncontended(ctx context.Context, res *Results, ts []Target, srv *Servers, g int, info RunInfo, label string) {
+	p := s.Plan
+	rs, errs, err := RunUncontendedInterleaved(ctx, ts, srv, g, p.UncontendedWarm, p.UncontendedDur, p.UncontendedSlices, info.Rep)
+	for i, r := range rs {
+		r.RunInfo = info
+		r.Err = errString(errors.Join(errs[i], err)) // err: every target's run failed
+		res.Uncontended = append(res.Uncontended, r)
+		s.logf("rep %d %s %-16s g=%-3d %9.0f pairs/s %s", info.Rep+1, label, r.Target, g, r.PairsPerSec(), r.Err)
+	}
 }
 
 // runDelayedRedlock runs scenario 1 at one goroutine over each of

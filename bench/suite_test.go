@@ -33,6 +33,7 @@ func TestSuiteSmoke(t *testing.T) {
 		UncontendedGoroutines: []int{1, 4},
 		UncontendedWarm:       50 * ms,
 		UncontendedDur:        100 * ms,
+		UncontendedSlices:     2,
 		Contended:             ContendedSpec{Clients: 2, Goroutines: 4, Warm: 50 * ms, Dur: 200 * ms},
 		Waiting:               WaitingSpec{Clients: 2, Waiters: 20, Warm: 100 * ms, Dur: 150 * ms},
 		Watchdog:              WatchdogSpec{Leases: 50, TTL: 3 * time.Second, Warm: 100 * ms, Dur: 300 * ms},

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -24,57 +25,150 @@ func (r UncontendedResult) PairsPerSec() float64 {
 	return float64(r.Pairs) / r.Window.Elapsed.Seconds()
 }
 
-// RunUncontended runs scenario 1 for t on srv with g goroutines: warm-up,
-// then pairs are counted for dur. Each goroutine uses its own key, Lock
-// (the waiting call, which finds the key free) and then Unlock.
+// RunUncontended runs scenario 1 for t alone on srv with g goroutines:
+// warm-up, then pairs are counted for dur.
 func RunUncontended(ctx context.Context, t Target, srv *Servers, g int, warm, dur time.Duration) (UncontendedResult, error) {
-	res := UncontendedResult{Target: t.Name, Goroutines: g}
-	if err := srv.Flush(ctx); err != nil {
-		return res, err
-	}
-	var cnt Counter
-	l, err := t.New(Config{Addrs: srv.Addrs, Counter: &cnt})
-	if err != nil {
-		return res, err
-	}
-	defer l.Close()
+	rs, errs, err := RunUncontendedInterleaved(ctx, []Target{t}, srv, g, warm, dur, 1, 0)
+	return rs[0], errors.Join(err, errs[0])
+}
 
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	var (
-		pairs atomic.Int64
-		errs  errorLog
-		wg    sync.WaitGroup
-	)
-	for i := 0; i < g; i++ {
-		key := fmt.Sprintf("bench:u:%d", i)
-		wg.Add(1)
+// RunUncontendedInterleaved runs scenario 1 for every target in ts on srv
+// with g goroutines, taking turns: each target warms up for warm, then dur
+// is cut into slices windows that the targets run one after another, in
+// an order that changes from slice to slice (rotate, from turn on). Each
+// goroutine uses its own key, Lock (the waiting call, which finds the key
+// free) and then Unlock; a target's result sums its windows.
+//
+// Why turns: on a shared machine a target's throughput drifts by more
+// within a minute than the targets differ at one goroutine, and a
+// repetition that ran each target's whole window in a row compared
+// targets measured up to half a minute apart. In turns every target
+// meets the same drift. Every target's client stays open for the whole
+// run (idle between its turns), so no turn pays for dialling.
+//
+// errs[i] is target i's own failure (its client could not be made); err
+// ends the run for all of them (the servers, or ctx).
+func RunUncontendedInterleaved(ctx context.Context, ts []Target, srv *Servers, g int, warm, dur time.Duration, slices, turn int) (rs []UncontendedResult, errs []error, err error) {
+	rs = make([]UncontendedResult, len(ts))
+	errs = make([]error, len(ts))
+	for i, t := range ts {
+		rs[i] = UncontendedResult{Target: t.Name, Goroutines: g}
+	}
+	if err := srv.Flush(ctx); err != nil {
+		return rs, errs, err
+	}
+	// Lock gets a context that can be cancelled but has no deadline, as a
+	// request's; it is cancelled only if ctx ends. Turns end by a flag
+	// checked between pairs, so no Lock is cut off holding its key.
+	lockCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
+
+	runners := make([]*pairRunner, len(ts))
+	for i, t := range ts {
+		r := &pairRunner{}
+		r.l, errs[i] = t.New(Config{Addrs: srv.Addrs, Counter: &r.cnt})
+		if errs[i] != nil {
+			continue
+		}
+		defer r.l.Close()
+		for k := 0; k < g; k++ {
+			r.keys = append(r.keys, fmt.Sprintf("bench:u%d:%d", i, k))
+		}
+		runners[i] = r
+	}
+	for _, i := range rotate(indexes(len(ts)), turn) {
+		if r := runners[i]; r != nil {
+			r.start(lockCtx)
+			err := sleep(ctx, warm)
+			r.halt()
+			if err != nil {
+				return rs, errs, err
+			}
+		}
+	}
+	slices = max(slices, 1)
+	sliceWarm, sliceDur := TurnWarm(warm), dur/time.Duration(slices)
+	for s := 0; s < slices; s++ {
+		for _, i := range rotate(indexes(len(ts)), turn+s) {
+			r := runners[i]
+			if r == nil {
+				continue
+			}
+			var p0, p1 int64
+			r.start(lockCtx)
+			w, err := measure(ctx, srv, &r.cnt, sliceWarm, sliceDur,
+				func() { p0 = r.pairs.Load() },
+				func() { p1 = r.pairs.Load() })
+			r.halt()
+			if err != nil {
+				return rs, errs, err
+			}
+			addWindow(&rs[i].Window, w)
+			rs[i].Pairs += p1 - p0
+		}
+	}
+	for i, r := range runners {
+		if r != nil {
+			rs[i].Errors = r.errs.result()
+		}
+	}
+	return rs, errs, nil
+}
+
+// TurnWarm is the warm-up of each turn of RunUncontendedInterleaved, whose
+// targets warmed up for warm before the first: it covers the start of the
+// turn's goroutines.
+func TurnWarm(warm time.Duration) time.Duration { return warm / 5 }
+
+// pairRunner runs one target's goroutines of scenario 1, a turn at a time.
+type pairRunner struct {
+	l     Locker
+	cnt   Counter
+	keys  []string
+	pairs atomic.Int64
+	errs  errorLog
+	stop  atomic.Bool
+	wg    sync.WaitGroup
+}
+
+// start starts a goroutine per key, locking and unlocking it until halt.
+func (r *pairRunner) start(ctx context.Context) {
+	r.stop.Store(false)
+	for _, key := range r.keys {
+		r.wg.Add(1)
 		go func() {
-			defer wg.Done()
-			for runCtx.Err() == nil {
-				unlock, err := l.Lock(runCtx, key)
+			defer r.wg.Done()
+			for !r.stop.Load() && ctx.Err() == nil {
+				unlock, err := r.l.Lock(ctx, key)
 				if err != nil {
-					if runCtx.Err() == nil {
-						errs.add(fmt.Errorf("lock: %w", err))
-						_ = sleep(runCtx, time.Millisecond)
+					if ctx.Err() == nil {
+						r.errs.add(fmt.Errorf("lock: %w", err))
+						_ = sleep(ctx, time.Millisecond)
 					}
 					continue
 				}
 				if err := unlock(context.Background()); err != nil {
-					errs.add(fmt.Errorf("unlock: %w", err))
+					r.errs.add(fmt.Errorf("unlock: %w", err))
 					continue
 				}
-				pairs.Add(1)
+				r.pairs.Add(1)
 			}
 		}()
 	}
-	var p0, p1 int64
-	res.Window, err = measure(ctx, srv, &cnt, warm, dur,
-		func() { p0 = pairs.Load() },
-		func() { p1 = pairs.Load() })
-	stop()
-	wg.Wait()
-	res.Pairs = p1 - p0
-	res.Errors = errs.result()
-	return res, err
+}
+
+// halt stops the goroutines after their current pair and waits for them.
+func (r *pairRunner) halt() {
+	r.stop.Store(true)
+	r.wg.Wait()
+}
+
+// indexes returns 0, 1, ..., n-1.
+func indexes(n int) []int {
+	is := make([]int, n)
+	for i := range is {
+		is[i] = i
+	}
+	return is
 }

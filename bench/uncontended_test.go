@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -103,4 +104,54 @@ func runPairs(ctx context.Context, l Locker, keys []string, n int64) error {
 	}
 	wg.Wait()
 	return errs.first
+}
+
+// TestUncontendedTurns: RunUncontendedInterleaved counts each target's
+// pairs only in its own turns (its windows add up to dur, not to a turn
+// per target per slice), and a turn that ends leaves no key locked behind.
+func TestUncontendedTurns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a server")
+	}
+	s := redistest.Start(t)
+	srv := NewServers(s.Addr())
+	defer srv.Close()
+	var ts []Target
+	for _, name := range []string{"floor", "dlock", "redsync"} {
+		tg, ok := TargetByName(name)
+		if !ok {
+			t.Fatalf("no target %s", name)
+		}
+		ts = append(ts, tg)
+	}
+	const dur, slices = 600 * time.Millisecond, 3
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rs, errs, err := RunUncontendedInterleaved(ctx, ts, srv, 2, 50*time.Millisecond, dur, slices, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range rs {
+		if errs[i] != nil || r.Errors.Count > 0 || r.Pairs == 0 || r.Target != ts[i].Name {
+			t.Errorf("%s: err %v, errors %+v, %d pairs", r.Target, errs[i], r.Errors, r.Pairs)
+		}
+		// Generous: each of the three windows may overrun its 200 ms by
+		// 300 ms on a loaded machine; a window per turn of every target
+		// would be three times as long.
+		if e := r.Window.Elapsed; e < dur || e > dur+slices*300*time.Millisecond {
+			t.Errorf("%s: windows add up to %v, want %v (in %d turns)", r.Target, e, dur, slices)
+		}
+		if r.Window.Client.Commands == 0 {
+			t.Errorf("%s: no commands counted in its windows", r.Target)
+		}
+	}
+	keys, ok := s.Do(t, "KEYS", "*").([]any)
+	if !ok {
+		t.Fatal("KEYS: not an array")
+	}
+	for _, k := range keys {
+		if ks, _ := k.(string); !strings.HasSuffix(ks, ":fence") {
+			t.Errorf("key %s left behind after the turns (locked?)", ks)
+		}
+	}
 }

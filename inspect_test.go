@@ -2,8 +2,6 @@ package dlock_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -453,15 +451,11 @@ func TestInspectKeyConflicts(t *testing.T) {
 
 // uniqueName returns a lock name no other test, nor another run of this
 // one (-count), uses on the shared server.
-func uniqueName(t *testing.T) string { return uniquePrefix(t, t.Name()+"-") }
+func uniqueName(t *testing.T) string { return uniquePrefix(t.Name() + "-") }
 
 // uniquePrefix returns a key prefix no other test uses.
-func uniquePrefix(t *testing.T, base string) string {
-	var b [4]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	return base + hex.EncodeToString(b[:]) + ":"
+func uniquePrefix(base string) string {
+	return base + redistest.RandomSuffix() + ":"
 }
 
 func names(infos []dlock.LockInfo) []string {
@@ -478,7 +472,7 @@ func TestList(t *testing.T) {
 	srv := redistest.Shared(t)
 	rdb := srv.Client(t)
 	ctx := testCtx(t)
-	prefix := uniquePrefix(t, "list*?[")
+	prefix := uniquePrefix("list*?[")
 	c := newClient(t, srv, dlock.WithKeyPrefix(prefix))
 
 	defer unlockLease(mustLock(t, c, "orders:1"))
@@ -501,7 +495,7 @@ func TestList(t *testing.T) {
 	// Keys that are not dlock's, or under another prefix, are not listed.
 	rdb.Set(ctx, prefix+"{zzz}:foreign", "x", time.Minute)
 	rdb.Set(ctx, prefix+"plain", "x", time.Minute)
-	other := newClient(t, srv, dlock.WithKeyPrefix(uniquePrefix(t, "list-other")))
+	other := newClient(t, srv, dlock.WithKeyPrefix(uniquePrefix("list-other")))
 	defer unlockLease(mustLock(t, other, "orders:3"))
 
 	all := []string{"a", "a}b", "orders:1", "orders:2", "x*y", "{cart:7}:items", "{cart:7}:total"}
@@ -544,7 +538,7 @@ func TestListKeepsOtherNamesOnAConflict(t *testing.T) {
 	srv := redistest.Shared(t)
 	rdb := srv.Client(t)
 	ctx := testCtx(t)
-	prefix := uniquePrefix(t, "conflict")
+	prefix := uniquePrefix("conflict")
 	c := newClient(t, srv, dlock.WithKeyPrefix(prefix))
 	defer unlockLease(mustLock(t, c, "good"))
 	rdb.RPush(ctx, prefix+"{bad}", "x")
@@ -740,7 +734,7 @@ func TestForceUnlockWithNothingHeld(t *testing.T) {
 // own key prefix keeps the other tests' locks out of its List.
 func testInspectListAndForceUnlockOnCluster(t *testing.T, cl *redistest.Cluster) {
 	ctx := testCtx(t)
-	c, err := dlock.New(cl.Client(t), dlock.WithOwnerInfo("on cluster"), dlock.WithKeyPrefix(uniquePrefix(t, "inspect:")))
+	c, err := dlock.New(cl.Client(t), dlock.WithOwnerInfo("on cluster"), dlock.WithKeyPrefix(uniquePrefix("inspect:")))
 	if err != nil {
 		t.Fatal(err)
 	}

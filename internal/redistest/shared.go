@@ -56,9 +56,15 @@ func Shared(tb testing.TB) *Server {
 // other runs of the same test (go test -count N) and of other test
 // binaries using the same server.
 func UniqueName(tb testing.TB) string {
+	return tb.Name() + "-" + RandomSuffix()
+}
+
+// RandomSuffix returns eight random hex digits, to set a test's names or
+// key prefixes apart from those of other tests on the shared server.
+func RandomSuffix() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
-	return tb.Name() + "-" + hex.EncodeToString(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // SharedAddr is Shared for code that has no testing.TB, such as runnable

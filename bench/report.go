@@ -1003,7 +1003,11 @@ func (v *view) primitivesWaiting(names, prims []string) {
 
 func (v *view) method() {
 	v.p("## How it is measured\n\n")
-	v.p("- All libraries in a scenario run against the same redis-server process, one after another, in an order rotated each repetition and reversed in every other one, so that no library always runs first or right after the same one (the uncontended runs of scenarios 1 and 5 take every library at one goroutine count before the next); the server is emptied (FLUSHALL, SCRIPT FLUSH) before each library.\n")
+	v.p("- All libraries in a scenario run against the same redis-server process, one after another, in an order rotated each repetition and reversed in every other one, so that no library always runs first or right after the same one; the server is emptied (FLUSHALL, SCRIPT FLUSH) before each library. The uncontended runs of scenarios 1 and 5 take every library at one goroutine count before the next.")
+	if n := v.res.Plan.UncontendedSlices; n > 1 {
+		v.p(" There the libraries take turns: after each one's warm-up, the measuring time is cut into %d windows that they run in turn, in an order rotated and reversed from turn to turn, every library's client open throughout; the server is emptied before each goroutine count.", n)
+	}
+	v.p("\n")
 	v.p("- Each run builds fresh clients with go-redis's default options (rueidis's for rueidislock), warms up, then resets Redis's counters (CONFIG RESETSTAT) and reads INFO commandstats when the window closes. The harness's own commands (INFO, CONFIG, FLUSHALL, SCRIPT FLUSH, connection handshakes) are left out.\n")
 	v.p("- \"Commands sent\" and \"round trips\" are counted in the client: a single command is one round trip, a pipeline of n commands is n commands and one round trip. \"Redis executed\" comes from commandstats and also counts what scripts call inside them (an EVALSHA whose script runs GET and DEL counts 3).\n")
 	v.p("- Lock gets a context that can be cancelled but has no deadline, as a request's; Unlock gets `context.Background()`. (With a deadline dlock takes a costlier path on a go-redis client without `ContextTimeoutEnabled`; `go test -bench` measures it apart, in scenario 1.)\n")

@@ -64,9 +64,10 @@ func RunUncontendedInterleaved(ctx context.Context, ts []Target, srv *Servers, g
 	defer cancel()
 	defer context.AfterFunc(ctx, cancel)()
 
-	runners := make([]*pairRunner, len(ts))
+	// The targets whose client could be made, each with its result.
+	var runners []*pairRunner
 	for i, t := range ts {
-		r := &pairRunner{}
+		r := &pairRunner{res: &rs[i]}
 		r.l, errs[i] = t.New(Config{Addrs: srv.Addrs, Counter: &r.cnt})
 		if errs[i] != nil {
 			continue
@@ -75,26 +76,20 @@ func RunUncontendedInterleaved(ctx context.Context, ts []Target, srv *Servers, g
 		for k := 0; k < g; k++ {
 			r.keys = append(r.keys, fmt.Sprintf("bench:u%d:%d", i, k))
 		}
-		runners[i] = r
+		runners = append(runners, r)
 	}
-	for _, i := range rotate(indexes(len(ts)), turn) {
-		if r := runners[i]; r != nil {
-			r.start(lockCtx)
-			err := sleep(ctx, warm)
-			r.halt()
-			if err != nil {
-				return rs, errs, err
-			}
+	for _, r := range rotate(runners, turn) {
+		r.start(lockCtx)
+		err := sleep(ctx, warm)
+		r.halt()
+		if err != nil {
+			return rs, errs, err
 		}
 	}
 	slices = max(slices, 1)
 	sliceWarm, sliceDur := TurnWarm(warm), dur/time.Duration(slices)
 	for s := 0; s < slices; s++ {
-		for _, i := range rotate(indexes(len(ts)), turn+s) {
-			r := runners[i]
-			if r == nil {
-				continue
-			}
+		for _, r := range rotate(runners, turn+s) {
 			var p0, p1 int64
 			r.start(lockCtx)
 			w, err := measure(ctx, srv, &r.cnt, sliceWarm, sliceDur,
@@ -104,14 +99,12 @@ func RunUncontendedInterleaved(ctx context.Context, ts []Target, srv *Servers, g
 			if err != nil {
 				return rs, errs, err
 			}
-			addWindow(&rs[i].Window, w)
-			rs[i].Pairs += p1 - p0
+			addWindow(&r.res.Window, w)
+			r.res.Pairs += p1 - p0
 		}
 	}
-	for i, r := range runners {
-		if r != nil {
-			rs[i].Errors = r.errs.result()
-		}
+	for _, r := range runners {
+		r.res.Errors = r.errs.result()
 	}
 	return rs, errs, nil
 }
@@ -123,6 +116,7 @@ func TurnWarm(warm time.Duration) time.Duration { return warm / 5 }
 
 // pairRunner runs one target's goroutines of scenario 1, a turn at a time.
 type pairRunner struct {
+	res   *UncontendedResult
 	l     Locker
 	cnt   Counter
 	keys  []string
@@ -162,13 +156,4 @@ func (r *pairRunner) start(ctx context.Context) {
 func (r *pairRunner) halt() {
 	r.stop.Store(true)
 	r.wg.Wait()
-}
-
-// indexes returns 0, 1, ..., n-1.
-func indexes(n int) []int {
-	is := make([]int, n)
-	for i := range is {
-		is[i] = i
-	}
-	return is
 }

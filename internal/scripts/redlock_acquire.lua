@@ -9,6 +9,13 @@
 --          contenders that split them).
 --          Error DLOCK_CONFLICT (or WRONGTYPE) when the key holds something
 --          that is not a lock; nothing is modified then.
+-- The common case first: the key free, taken in one call (a GET before it
+-- would cost the server another call on every acquire). SET NX writes
+-- nothing to a key that exists, whatever it holds, so a foreign value is
+-- still met, and reported, by the GET below.
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return 1
+end
 local cur = redis.call('GET', KEYS[1])
 if not cur or cur == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])

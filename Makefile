@@ -110,6 +110,27 @@ bench: redis
 	cd bench && $(GO) test -run '^TestReport$$' -count 1 -timeout 90m -v . -args -report -gobench results/gobench.txt -out ../docs $(BENCHFLAGS)
 	@echo "==> wrote docs/benchmarks.md and docs/benchmarks-contended.png"
 
+# instructions: redis-server's instructions per uncontended lock+unlock pair
+# for every target, counted under valgrind's callgrind (TestServerInstructions
+# in bench/). Unlike timings, the count repeats to within about 1% on a noisy
+# machine, so it shows what a change to a script costs the server. About a
+# minute; INSTRUCTIONSFLAGS passes flags, e.g. '-targets floor,dlock -pairs 5000'.
+INSTRUCTIONSFLAGS ?=
+.PHONY: instructions valgrind
+
+## instructions: count redis-server's instructions per lock+unlock pair of every target under callgrind (installs valgrind if missing)
+instructions: redis valgrind
+	cd bench && $(GO) test -run '^TestServerInstructions$$' -count 1 -v . -args -instructions $(INSTRUCTIONSFLAGS)
+
+## valgrind: install valgrind with apt-get if it is missing (make instructions needs it)
+valgrind:
+	@if command -v valgrind >/dev/null && command -v callgrind_control >/dev/null; then \
+		echo "==> using $$(valgrind --version)"; \
+	else \
+		echo "==> valgrind not found: installing it"; \
+		$(call apt_install,valgrind); \
+	fi
+
 # chaos: the long tier of the fault-injection suite (chaos*_test.go, see
 # docs/reliability.md). Every scenario runs at the trial counts the document
 # publishes, then the figures it measured are written into

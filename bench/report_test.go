@@ -59,22 +59,30 @@ func TestReport(t *testing.T) {
 	t.Logf("wrote %s", filepath.Join(*reportOut, "benchmarks.md"))
 }
 
+// selectedTargets returns the targets that -targets names, in its order,
+// or every target.
+func selectedTargets(t *testing.T) []Target {
+	t.Helper()
+	if *targetNames == "" {
+		return Targets()
+	}
+	var targets []Target
+	for _, n := range strings.Split(*targetNames, ",") {
+		tg, ok := TargetByName(strings.TrimSpace(n))
+		if !ok {
+			t.Fatalf("-targets: no target %q", n)
+		}
+		targets = append(targets, tg)
+	}
+	return targets
+}
+
 func runReport(t *testing.T) *Results {
 	plan := DefaultPlan().Scale(*scale)
 	if *reps > 0 {
 		plan.Reps = *reps
 	}
-	targets := Targets()
-	if *targetNames != "" {
-		targets = nil
-		for _, n := range strings.Split(*targetNames, ",") {
-			tg, ok := TargetByName(strings.TrimSpace(n))
-			if !ok {
-				t.Fatalf("no target %q", n)
-			}
-			targets = append(targets, tg)
-		}
-	}
+	targets := selectedTargets(t)
 	single := redistest.Start(t)
 	maxNodes := 0
 	for _, n := range plan.RedlockNodes {

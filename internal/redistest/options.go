@@ -15,6 +15,7 @@ type config struct {
 	args        []string
 	persistence bool
 	password    string
+	wrapper     []string
 }
 
 func newConfig(opts []Option) *config {
@@ -44,6 +45,17 @@ func WithPersistence() Option {
 // authenticate automatically. Default: no password.
 func WithPassword(pw string) Option {
 	return func(c *config) { c.password = pw }
+}
+
+// WithWrapper runs each data server under a wrapper command: the wrapper's
+// argv, then redis-server's path and arguments, as in
+// WithWrapper("valgrind", "--tool=callgrind"), which counts the server's
+// instructions (the bench module's server-cost measurement). The wrapper
+// must run the server in its own process (exec it, as valgrind does), since
+// the harness checks that the process it started is the one answering.
+// Default: none.
+func WithWrapper(argv ...string) Option {
+	return func(c *config) { c.wrapper = append([]string(nil), argv...) }
 }
 
 // serverArgs returns the full argument list of a data server (master,
@@ -80,5 +92,5 @@ func (c *config) serverArgs(s *Server, extra ...string) []string {
 
 // spec describes a data server in dir with extra arguments.
 func (c *config) spec(dir string, extra ...string) spec {
-	return spec{dir: dir, password: c.password, argv: func(s *Server) []string { return c.serverArgs(s, extra...) }}
+	return spec{dir: dir, password: c.password, wrapper: c.wrapper, argv: func(s *Server) []string { return c.serverArgs(s, extra...) }}
 }

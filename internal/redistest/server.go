@@ -23,6 +23,9 @@ import (
 const (
 	// readyTimeout bounds the wait for a started server to answer PING.
 	readyTimeout = 10 * time.Second
+	// wrappedReadyTimeout is readyTimeout under a wrapper (WithWrapper):
+	// valgrind takes seconds to start a server.
+	wrappedReadyTimeout = 60 * time.Second
 	// stopTimeout bounds a graceful Stop before it falls back to SIGKILL.
 	stopTimeout = 5 * time.Second
 	// portAttempts is how often a new server tries another free port when
@@ -44,6 +47,7 @@ var errPortTaken = errors.New("port already in use")
 type Server struct {
 	dir      string
 	password string
+	wrapper  []string               // argv that runs redis-server (WithWrapper); none if empty
 	argv     func(*Server) []string // arguments for the current port(s)
 	ready    func(*Server) error    // optional; runs after every start
 	shared   bool                   // the Shared server: no fault injection
@@ -63,6 +67,7 @@ type Server struct {
 type spec struct {
 	dir      string
 	password string
+	wrapper  []string               // see Server.wrapper
 	cluster  bool                   // needs a cluster bus port as well
 	argv     func(*Server) []string // arguments for the server's port(s)
 	ready    func(*Server) error    // optional; runs after every start
@@ -73,7 +78,7 @@ type spec struct {
 // testing.TB, so it can run on any goroutine; on error nothing is left
 // running.
 func newServer(sp spec) (*Server, error) {
-	s := &Server{dir: sp.dir, password: sp.password, argv: sp.argv, ready: sp.ready}
+	s := &Server{dir: sp.dir, password: sp.password, wrapper: sp.wrapper, argv: sp.argv, ready: sp.ready}
 	cluster := sp.cluster
 	var err error
 	for attempt := 0; attempt < portAttempts; attempt++ {
@@ -213,7 +218,11 @@ func (s *Server) launch() error {
 		return err
 	}
 	s.logOffset = [2]int64{fileSize(s.logPath()), fileSize(s.stdoutPath())}
-	cmd := exec.Command(path, s.argv(s)...)
+	argv := append([]string{path}, s.argv(s)...)
+	if len(s.wrapper) > 0 {
+		argv = append(append([]string(nil), s.wrapper...), argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = s.dir
 	p, err := spawn(cmd, s.stdoutPath())
 	if err != nil {
@@ -238,7 +247,11 @@ func (s *Server) launch() error {
 // reports its own PID, so a server of another test binary that took the port
 // is never mistaken for ours.
 func (s *Server) waitReady(p *process) error {
-	deadline := time.Now().Add(readyTimeout)
+	timeout := readyTimeout
+	if len(s.wrapper) > 0 {
+		timeout = wrappedReadyTimeout
+	}
+	deadline := time.Now().Add(timeout)
 	delay := time.Millisecond
 	for {
 		// Check for an early exit first: if something else holds the port and
@@ -255,7 +268,7 @@ func (s *Server) waitReady(p *process) error {
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("redis-server on %s did not answer PING within %v (%v); last log lines:\n%s",
-				s.Addr(), readyTimeout, err, s.logTail())
+				s.Addr(), timeout, err, s.logTail())
 		}
 		t := time.NewTimer(delay)
 		select {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -362,4 +363,43 @@ func TestPortTakenIsDetected(t *testing.T) {
 	if s.Running() {
 		t.Fatal("the loser is still running")
 	}
+}
+
+// TestWrapperRunsTheServer: WithWrapper's command runs redis-server (here
+// nice, which lowers the priority and execs it), at the first start and
+// after a Restart.
+func TestWrapperRunsTheServer(t *testing.T) {
+	t.Parallel()
+	if _, err := os.ReadFile("/proc/self/stat"); err != nil {
+		t.Skipf("no /proc to read a process's priority from: %v", err)
+	}
+	s := Start(t, WithWrapper("nice", "-n", "7"))
+	wrapped := func(when string) {
+		t.Helper()
+		if got := s.Client(t).Ping(context.Background()).Val(); got != "PONG" {
+			t.Fatalf("%s: PING = %q, want PONG", when, got)
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(s.PID()), "stat"))
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		// The fields after the command's name: state is the first, nice the 17th.
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		self, err := os.ReadFile("/proc/self/stat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ours := strings.Fields(string(self[strings.LastIndexByte(string(self), ')')+1:]))
+		if len(fields) < 17 || len(ours) < 17 {
+			t.Fatalf("%s: short /proc stat: %q", when, stat)
+		}
+		n, _ := strconv.Atoi(fields[16])
+		base, _ := strconv.Atoi(ours[16])
+		if want := min(base+7, 19); n != want {
+			t.Errorf("%s: the server's nice value is %d, want %d: the wrapper did not run it", when, n, want)
+		}
+	}
+	wrapped("after Start")
+	s.Restart()
+	wrapped("after Restart")
 }

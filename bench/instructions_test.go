@@ -58,9 +58,13 @@ func TestServerInstructions(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	var rows [][2]string
-	var floor float64
-	dumps := 0
+	var (
+		b     strings.Builder
+		floor float64
+		dumps int
+	)
+	fmt.Fprintf(&b, "redis-server instructions per uncontended lock+unlock pair (callgrind, %d pairs each, one goroutine):\n\n", *instructionsPairs)
+	b.WriteString("| target | instructions per pair | ÷ floor |\n|---|--:|--:|\n")
 	for i, tg := range selectedTargets(t) {
 		if tg.Tuned { // retry settings only matter when the lock is taken
 			continue
@@ -89,17 +93,11 @@ func TestServerInstructions(t *testing.T) {
 		if tg.Kind == KindFloor {
 			floor = perPair
 		}
-		ratio := "–"
+		ratio := "–" // no floor among the targets run
 		if floor > 0 {
 			ratio = fmt.Sprintf("%.2f×", perPair/floor)
 		}
-		rows = append(rows, [2]string{fmt.Sprintf("| %s | %.1fk |", tg.Name, perPair/1000), ratio})
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "redis-server instructions per uncontended lock+unlock pair (callgrind, %d pairs each, one goroutine):\n\n", *instructionsPairs)
-	b.WriteString("| target | instructions per pair | ÷ floor |\n|---|--:|--:|\n")
-	for _, r := range rows {
-		fmt.Fprintf(&b, "%s %s |\n", r[0], r[1])
+		fmt.Fprintf(&b, "| %s | %.1fk | %s |\n", tg.Name, perPair/1000, ratio)
 	}
 	t.Log("\n" + b.String())
 }

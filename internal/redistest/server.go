@@ -146,7 +146,8 @@ func freePort() (int, error) {
 // Start starts one redis-server on a free port in a temporary directory,
 // waits until it answers PING, and registers a cleanup on tb that stops it
 // (and, if the test failed, logs the tail of its log). It fails tb if
-// redis-server is not installed or does not come up within 10 s.
+// redis-server is not installed or does not come up within 10 s (60 s
+// under WithWrapper).
 func Start(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
 	cfg := newConfig(opts)

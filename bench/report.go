@@ -671,7 +671,7 @@ func (v *view) uncontended() {
 		v.p("(`go test -bench` figures were not part of this run.)\n\n")
 		return
 	}
-	v.p("`go test -bench BenchmarkUncontended -benchmem` in bench/ (ns per pair is wall time divided by pairs, across all goroutines; medians over its `-count` runs):\n\n")
+	v.p("`go test -bench BenchmarkUncontended -benchmem` in bench/ (ns per pair is wall time divided by pairs, across all goroutines; medians over its runs: `make bench` runs every target once per pass, in `BENCH_COUNT` passes (3 by default), so that a target's runs are spread over the whole time rather than made in a row):\n\n")
 	var rows []string
 	deadlineRows := false
 	for _, n := range names {

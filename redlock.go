@@ -613,7 +613,12 @@ func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireRes
 	wait := min(redlockNodeTimeout(&m.cfg), valid)
 	deadline := start.Add(wait)
 	calls := m.nodeCalls(nil, scripts.RedlockAcquire, owner, px.Milliseconds())
-	replies, settled := r.fanout(ctx, deadline, calls, func(replies []nodeReply) bool {
+	// A free key is taken with a native SET NX PX, the script only when
+	// the key exists (goredis.Driver.SetNX): a third less work per node.
+	setNX := func(ctx context.Context, i int, c *driver.Call) bool {
+		return r.nodes[i].drv.SetNX(ctx, c, m.key, owner, px)
+	}
+	replies, settled := r.fanoutFirst(ctx, deadline, calls, func(replies []nodeReply) bool {
 		granted := 0
 		for _, rep := range replies {
 			if rep.done && rep.err == nil {
@@ -623,7 +628,7 @@ func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireRes
 			}
 		}
 		return granted >= q // a quorum is all it takes: slower nodes finish in the background
-	})
+	}, setNX)
 	elapsed := time.Since(start)
 
 	var (
@@ -1088,6 +1093,13 @@ type nodeReply struct {
 // context deadlines (otherwise by its read timeout); their outcome is
 // dropped, settled closes once all have returned, and Close waits for them.
 func (r *Redlock) fanout(ctx context.Context, deadline time.Time, calls []*driver.Call, enough func([]nodeReply) bool) ([]nodeReply, <-chan struct{}) {
+	return r.fanoutFirst(ctx, deadline, calls, enough, nil)
+}
+
+// fanoutFirst is fanout whose requests each try first(ctx, i, calls[i]),
+// on node i, before the call: the call is not sent when first reports that
+// it settled it.
+func (r *Redlock) fanoutFirst(ctx context.Context, deadline time.Time, calls []*driver.Call, enough func([]nodeReply) bool, first func(ctx context.Context, i int, c *driver.Call) bool) ([]nodeReply, <-chan struct{}) {
 	replies := make([]nodeReply, len(calls))
 	settled := make(chan struct{})
 	asked := 0
@@ -1119,7 +1131,9 @@ func (r *Redlock) fanout(ctx context.Context, deadline time.Time, calls []*drive
 		r.workers.Go(func() {
 			// The fan-out stops waiting at the deadline by itself: the
 			// driver need not hand the call to another goroutine for that.
-			r.nodes[i].drv.RunToReply(nctx, c)
+			if first == nil || !first(nctx, i, c) {
+				r.nodes[i].drv.RunToReply(nctx, c)
+			}
 			results <- i
 			if left.Add(-1) == 0 {
 				allReturned()

@@ -242,6 +242,57 @@ func TestRedlockMutualExclusion(t *testing.T) {
 	wantNoKey(t, servers, lockKey(t.Name()))
 }
 
+// TestRedlockTakesAFreeKeyWithANativeSet: an uncontended Lock takes each
+// node's free key with one SET NX PX and runs no script there (a third of
+// a lock+unlock's work per node, bench/levers.md); the Unlock's release
+// script is the only one. A key held by another owner still gets the
+// script, which tells the holder and its remaining time.
+func TestRedlockTakesAFreeKeyWithANativeSet(t *testing.T) {
+	servers := redistest.StartNodes(t, 3)
+	r := newRedlock(t, addrsOf(servers))
+	ctx := testCtx(t)
+	name := t.Name()
+	// Dial, and load the release script, before counting.
+	warm, err := r.Mutex(name + "-warm").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range servers {
+		s.Do(t, "CONFIG", "RESETSTAT")
+	}
+	l, err := r.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range servers {
+		stats, _ := s.Do(t, "INFO", "commandstats").(string)
+		if !strings.Contains(stats, "cmdstat_set:calls=1,") || !strings.Contains(stats, "cmdstat_evalsha:calls=1,") {
+			t.Errorf("node %d: want one SET and one script (the release); commandstats:\n%s", i, stats)
+		}
+	}
+
+	// Held by another owner: the attempt reports the holder's time.
+	other := newRedlock(t, addrsOf(servers))
+	held, err := other.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = held.Unlock(ctx) }()
+	_, err = r.Mutex(name).TryLock(ctx)
+	if !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("TryLock of a held lock: %v, want ErrNotObtained", err)
+	}
+	if !strings.Contains(err.Error(), "held by another owner for") {
+		t.Errorf("TryLock of a held lock: %v; want it to say how long the holder has left", err)
+	}
+}
+
 func TestRedlockLeaseSemantics(t *testing.T) {
 	servers := redistest.StartNodes(t, 3)
 	r := newRedlock(t, addrsOf(servers), dlock.WithTTL(10*time.Second))

@@ -1,0 +1,68 @@
+package goredis
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// SetNX tries to take key for value with a native SET key value NX PX px,
+// before c, a script call whose fast path does the same, is sent. It
+// reports whether it settled c: the key was set (c.Reply is int64(1)), or
+// the SET failed (c.Err, as Run reports failures; a transport failure may
+// have set the key all the same). It settles nothing, and the caller runs
+// c as usual, when the key exists (c's script then decides: it may be the
+// caller's own from an earlier sending), when other calls are in flight
+// (they go out in shared pipelines, which serve load better: batch.go), or
+// on a Cluster (whose failover handling is the script path's).
+//
+// A script costs the server about 13k instructions before it does
+// anything, a native SET about as much as the script's own SET: for
+// Redlock's acquire, which takes a free key in one SET on each node, that
+// is a third of a lock+unlock's cost per node (bench/levers.md).
+//
+// Like RunToReply, it waits for the reply in the caller, whatever ctx's
+// deadline: the Redlock fan-out that calls it has a timer of its own.
+func (d *Driver) SetNX(ctx context.Context, c *driver.Call, key, value string, px time.Duration) (settled bool) {
+	if d.cc != nil {
+		return false
+	}
+	if d.active.Add(1) > 1 {
+		d.active.Add(-1)
+		return false
+	}
+	defer d.active.Add(-1)
+	v := countedValue{s: value}
+	res, err := d.rdb.Do(ctx, "set", key, &v, "nx", "px", px.Milliseconds()).Result()
+	if errors.Is(err, redis.Nil) {
+		return false
+	}
+	c.Reply, c.Err = normalize(res, err)
+	if c.Err == nil {
+		c.Reply = int64(1)
+	}
+	c.Resent = mayHaveRun(v.writes.Load(), err) > 1
+	return true
+}
+
+// countedValue is a command argument that counts how often go-redis wrote
+// it, as scriptArg does for scripts: a command written twice may have run
+// twice.
+type countedValue struct {
+	s      string
+	writes atomic.Int32
+}
+
+// MarshalBinary implements encoding.BinaryMarshaler for go-redis's writer.
+func (v *countedValue) MarshalBinary() ([]byte, error) {
+	v.writes.Add(1)
+	return []byte(v.s), nil
+}
+
+// String is what hooks that print a command's arguments show.
+func (v *countedValue) String() string { return v.s }

@@ -283,13 +283,43 @@ func TestRedlockTakesAFreeKeyWithANativeSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = held.Unlock(ctx) }()
 	_, err = r.Mutex(name).TryLock(ctx)
 	if !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("TryLock of a held lock: %v, want ErrNotObtained", err)
 	}
 	if !strings.Contains(err.Error(), "held by another owner for") {
 		t.Errorf("TryLock of a held lock: %v; want it to say how long the holder has left", err)
+	}
+
+	// Once r has waited for the lock, it still listens for its releases
+	// (the subscription lingers): the lock is contended, and r asks with
+	// the script at once, which answers a taken key in one round trip.
+	got := startRedlockLock(ctx, r, name)
+	waitUntil(t, 10*time.Second, "the waiting Lock to listen for releases", func() bool { return dlock.RedlockGateHears(r, name) })
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res := <-got
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	if err := res.l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range servers {
+		s.Do(t, "CONFIG", "RESETSTAT")
+	}
+	if l, err = r.Mutex(name).Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range servers {
+		stats, _ := s.Do(t, "INFO", "commandstats").(string)
+		if !strings.Contains(stats, "cmdstat_evalsha:calls=2,") {
+			t.Errorf("node %d, after a wait: want two scripts (acquire and release) and no native SET; commandstats:\n%s", i, stats)
+		}
 	}
 }
 

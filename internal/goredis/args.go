@@ -8,28 +8,29 @@ import (
 	"github.com/dlock-go/dlock/driver"
 )
 
-// scriptArg is a script call's second argument, the script's hash
-// (EVALSHA) or source (EVAL). go-redis writes it through MarshalBinary,
-// which counts the writes: go-redis writes a command again when it lost the
-// reply (its MaxRetries), although the server may have run the script, and
-// the count tells the driver so (driver.Call.Resent). It costs no
-// allocation: the bytes are the script's, made once.
-type scriptArg struct {
+// countedArg is a command argument that go-redis writes through
+// MarshalBinary, which counts the writes: go-redis writes a command again
+// when it lost the reply (its MaxRetries), although the server may have run
+// it, and the count tells the driver so (driver.Call.Resent). A script
+// call's second argument is one, the script's hash (EVALSHA) or source
+// (EVAL), which costs no allocation: the bytes are the script's, made
+// once. So is the value of SetNX's native SET.
+type countedArg struct {
 	b      []byte
 	writes atomic.Int32
 }
 
 // MarshalBinary implements encoding.BinaryMarshaler for go-redis's writer.
-func (s *scriptArg) MarshalBinary() ([]byte, error) {
+func (s *countedArg) MarshalBinary() ([]byte, error) {
 	s.writes.Add(1)
 	return s.b, nil
 }
 
 // String is what hooks that print a command's arguments show.
-func (s *scriptArg) String() string { return string(s.b) }
+func (s *countedArg) String() string { return string(s.b) }
 
 // set points s at c's hash or source and clears its count.
-func (s *scriptArg) set(c *driver.Call, eval bool) {
+func (s *countedArg) set(c *driver.Call, eval bool) {
 	b := bytesOf(c.Script)
 	if eval {
 		s.b = b.source
@@ -40,7 +41,7 @@ func (s *scriptArg) set(c *driver.Call, eval bool) {
 }
 
 // resent reports whether go-redis wrote the argument more than once.
-func (s *scriptArg) resent() bool { return s.writes.Load() > 1 }
+func (s *countedArg) resent() bool { return s.writes.Load() > 1 }
 
 // argv is a command line reused across calls: go-redis reads a command's
 // arguments only while it sends it, and the driver drops the command once
@@ -50,7 +51,7 @@ func (s *scriptArg) resent() bool { return s.writes.Load() > 1 }
 // such as OpenTelemetry's, read them during the call.)
 type argv struct {
 	args   []any
-	script scriptArg // args[1]
+	script countedArg // args[1]
 }
 
 var argvPool = sync.Pool{New: func() any { return &argv{args: make([]any, 0, 16)} }}

@@ -3,7 +3,6 @@ package goredis
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,7 +36,7 @@ func (d *Driver) SetNX(ctx context.Context, c *driver.Call, key, value string, p
 		return false
 	}
 	defer d.active.Add(-1)
-	v := countedValue{s: value}
+	v := countedArg{b: []byte(value)}
 	res, err := d.rdb.Do(ctx, "set", key, &v, "nx", "px", px.Milliseconds()).Result()
 	if errors.Is(err, redis.Nil) {
 		return false
@@ -49,20 +48,3 @@ func (d *Driver) SetNX(ctx context.Context, c *driver.Call, key, value string, p
 	c.Resent = mayHaveRun(v.writes.Load(), err) > 1
 	return true
 }
-
-// countedValue is a command argument that counts how often go-redis wrote
-// it, as scriptArg does for scripts: a command written twice may have run
-// twice.
-type countedValue struct {
-	s      string
-	writes atomic.Int32
-}
-
-// MarshalBinary implements encoding.BinaryMarshaler for go-redis's writer.
-func (v *countedValue) MarshalBinary() ([]byte, error) {
-	v.writes.Add(1)
-	return []byte(v.s), nil
-}
-
-// String is what hooks that print a command's arguments show.
-func (v *countedValue) String() string { return v.s }

@@ -3,12 +3,14 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestWaitersOfOneClientShareOneQueueEntry: however many goroutines of one
@@ -163,21 +165,118 @@ func TestUnlockHandsOverLocally(t *testing.T) {
 	}
 	// Three local hand-offs (to the goroutines behind the first), then the
 	// first one's grant through the queue: one message on the channel.
-	published := 0
-	for {
-		msgCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		_, err := sub.ReceiveMessage(msgCtx)
-		cancel()
-		if err != nil {
-			break
-		}
-		published++
-	}
+	published := messagesLeft(ctx, sub)
 	if published != 1 {
 		t.Errorf("%d grants published for %d hand-offs, want 1 (the rest handed over locally)", published, waiters)
 	}
 	if n := lockKeysLeft(ctx, t, srv, name); n != 0 {
 		t.Errorf("%d keys left after every waiter unlocked", n)
+	}
+}
+
+// TestTurnServesItsFirstWaiterLocally: once a Client's head is granted
+// the lock through Redis, the Client's turn serves its other waiters, the
+// first included, by local hand-offs in arrival order, with nobody of it
+// queued in Redis meanwhile. Before, the first of them queued in Redis as
+// the turn began and sat the turn out: it came last (A, C, B), through a
+// second published grant.
+func TestTurnServesItsFirstWaiterLocally(t *testing.T) {
+	srv := redistest.Shared(t)
+	name := t.Name()
+	ctx := testCtx(t)
+	x, c := newClient(t, srv), newClient(t, srv)
+	// A machine stall in the turn must not make B queue in Redis by itself.
+	dlock.SetStandbyGrace(c, time.Minute)
+	held := mustLock(t, x, name)
+
+	sub := srv.Client(t).Subscribe(ctx, lockKey(name))
+	t.Cleanup(func() { _ = sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	var order []string
+	queuedInTurn := int64(-1)
+	var wg sync.WaitGroup
+	for i, label := range []string{"A", "B", "C"} {
+		label := label
+		lockThen(ctx, t, &wg, c, name, func(*dlock.Lease) {
+			mu.Lock()
+			order = append(order, label)
+			mu.Unlock()
+			if label == "A" {
+				// B and C stand by, in this Client's queue only.
+				queuedInTurn = srv.Client(t).ZCard(ctx, lockKey(name)+":q").Val()
+			}
+		})
+		if i == 0 {
+			waitQueued(t, srv, name, 1)
+		}
+		waitFor(t, 10*time.Second, func() bool { return dlock.LocalWaiters(c, name) == i+1 }, "the goroutine to line up")
+	}
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if got := strings.Join(order, " "); got != "A B C" {
+		t.Errorf("grant order %s, want A B C", got)
+	}
+	if queuedInTurn != 0 {
+		t.Errorf("%d owners queued in Redis while the Client's turn served its waiters, want 0", queuedInTurn)
+	}
+	published := messagesLeft(ctx, sub)
+	if published != 1 {
+		t.Errorf("%d grants published, want 1 (to A; B and C served locally)", published)
+	}
+	if n := lockKeysLeft(ctx, t, srv, name); n != 0 {
+		t.Errorf("%d keys left after every waiter unlocked", n)
+	}
+}
+
+// TestTurnWithoutUnlockPassesTheLockOn: a Client's turn whose holder never
+// unlocks (its lease expires) still ends: the waiter standing by for a
+// local hand-off queues in Redis after the standby grace, and takes the
+// lock once the holder's key expires.
+func TestTurnWithoutUnlockPassesTheLockOn(t *testing.T) {
+	srv := redistest.Shared(t)
+	name := t.Name()
+	ctx := testCtx(t)
+	x, c := newClient(t, srv), newClient(t, srv)
+	held := mustLock(t, x, name)
+	opts := []dlock.Option{dlock.WithTTL(500 * time.Millisecond), dlock.WithAutoRenew(false)}
+
+	first := make(chan *dlock.Lease, 1)
+	go func() {
+		l, err := c.Mutex(name, opts...).Lock(ctx)
+		if err != nil {
+			t.Errorf("first Lock: %v", err)
+		}
+		first <- l // and never unlocked
+	}()
+	waitQueued(t, srv, name, 1)
+	second := make(chan error, 1)
+	go func() {
+		l, err := c.Mutex(name, opts...).Lock(ctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		second <- err
+	}()
+	waitFor(t, 10*time.Second, func() bool { return dlock.LocalWaiters(c, name) == 2 }, "the second goroutine to line up")
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l := <-first; l == nil {
+		return
+	}
+	select {
+	case err := <-second:
+		if err != nil {
+			t.Fatalf("second Lock and Unlock: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the second waiter never got the lock that the first holder let expire")
 	}
 }
 
@@ -332,6 +431,20 @@ func lockThen(ctx context.Context, t testing.TB, wg *sync.WaitGroup, c *dlock.Cl
 			t.Errorf("Unlock: %v", err)
 		}
 	}()
+}
+
+// messagesLeft counts the messages sub receives until none comes for 200 ms.
+func messagesLeft(ctx context.Context, sub *redis.PubSub) int {
+	n := 0
+	for {
+		msgCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, err := sub.ReceiveMessage(msgCtx)
+		cancel()
+		if err != nil {
+			return n
+		}
+		n++
+	}
 }
 
 // lockKeysLeft counts the Mutex name's lock key and queue still in Redis.

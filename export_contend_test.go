@@ -1,5 +1,7 @@
 package dlock
 
+import "time"
+
 // LocalWaiters returns how many goroutines of c wait in its local queue(s)
 // for the Mutex called name (under the default key prefix), so tests can
 // wait for them to line up.
@@ -17,6 +19,11 @@ func LocalWaiters(c *Client, name string) int {
 
 // MaxLocalHandoffs is how many local hand-offs an Unlock makes in a row.
 const MaxLocalHandoffs = maxLocalHandoffs
+
+// SetStandbyGrace sets how long the first local waiter of c's turn on a
+// lock waits for a local hand-off before it queues in Redis itself; call it
+// before c's first Lock.
+func SetStandbyGrace(c *Client, d time.Duration) { c.local.grace = d }
 
 // GrantWaiters returns how many waits of c are registered for grants on
 // channel (a lock's key, for a Mutex), so tests can tell that a wait is

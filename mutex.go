@@ -217,16 +217,25 @@ func (m *Mutex) acquire(ctx context.Context, owner string, join any) (attemptRes
 // that waits for the lock when the local hand-off allows it (contend.go),
 // else through the lock's queue in Redis.
 func (m *Mutex) unlock(ctx context.Context, owner string) error {
-	if m.fair || m.cfg.replicaAck > 0 { // a transfer has no WAIT of its own
+	if m.fair {
 		return m.release(ctx, owner)
 	}
-	w := m.c.local.takeSuccessor(m.localKey())
+	key := m.localKey()
+	// A transfer has no WAIT of its own: with replica acks, through Redis.
+	w := m.c.local.takeSuccessor(key, m.cfg.replicaAck == 0)
 	if w == nil {
 		return m.release(ctx, owner)
 	}
+	// A hand-off that fails ends this Client's turn (contend.go): the
+	// waiter starts over, behind the first local waiter, which queues in
+	// Redis again.
+	restart := func() {
+		m.c.local.endTurn(key, nil)
+		w.wake <- localTurn{restart: true}
+	}
 	next, err := newOwner(w.m.cfg.ownerInfo)
 	if err != nil {
-		w.wake <- localTurn{restart: true}
+		restart()
 		return m.release(ctx, owner)
 	}
 	g := &localGrant{px: w.m.cfg.initialPX(), from: time.Now()}
@@ -243,7 +252,7 @@ func (m *Mutex) unlock(ctx context.Context, owner string) error {
 		// lock stayed held until its TTL, however often it was retried.)
 		// Not when the Redis client sent the script twice: the error may
 		// be the second sending's, after the first moved the lock to next.
-		w.wake <- localTurn{restart: true}
+		restart()
 		return m.release(ctx, owner)
 	}
 	if err != nil {
@@ -253,7 +262,7 @@ func (m *Mutex) unlock(ctx context.Context, owner string) error {
 		// call is done with, as a waiter's place is after an abandoned
 		// attempt. (Before, the lock stayed held by nobody until it
 		// expired, and a retried Unlock could not free it.)
-		w.wake <- localTurn{restart: true}
+		restart()
 		if !errors.Is(err, ErrNotHeld) {
 			m.c.abandon(ctx, m, &m.cfg, next, err, nil)
 		}

@@ -48,10 +48,12 @@ import (
 // releases through that queue. Before, the next waiter became the head as
 // soon as the turn began and sat the whole turn out in Redis: it waited two
 // rounds of every process's turn where the others waited one (in the
-// contended benchmark, 58 grants to others in a row against 27). Should
-// the turn end in any other way (a holder that never unlocks, a lease lost,
-// a hand-off that failed), the first waiter takes the head's place after
-// standbyGrace without a hand-off, as it always had one before.
+// contended benchmark, 58 grants to others in a row against 27). A
+// hand-off that fails, or a grant its waiter cannot take, ends the turn at
+// once (endTurn). Should the turn end with nobody to end it (a holder that
+// never unlocks, a lease lost before Unlock), the first waiter becomes the
+// head itself after standbyGrace without a hand-off: there always was a
+// head in Redis before.
 // localQueueKey identifies the waiters that can share a place: the same
 // lock, with the settings that shape its queue entry.
 type localQueueKey struct {

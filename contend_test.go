@@ -280,6 +280,53 @@ func TestTurnWithoutUnlockPassesTheLockOn(t *testing.T) {
 	}
 }
 
+// TestFailedHandOffEndsTheTurn: a local hand-off that fails in the middle
+// of a Client's turn (the holder's key is gone) ends the turn at once: a
+// waiter that stood by queues in Redis, and every waiter gets the lock,
+// although a turn nobody ends would keep them standing by for a minute here.
+func TestFailedHandOffEndsTheTurn(t *testing.T) {
+	srv := redistest.Shared(t)
+	name := t.Name()
+	ctx := testCtx(t)
+	x, c := newClient(t, srv), newClient(t, srv)
+	dlock.SetStandbyGrace(c, time.Minute)
+	held := mustLock(t, x, name)
+
+	unlocked := make(chan error, 1)
+	go func() {
+		l, err := c.Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Errorf("first Lock: %v", err)
+			unlocked <- nil
+			return
+		}
+		srv.Client(t).Del(ctx, lockKey(name)) // the holder's key is gone
+		unlocked <- l.Unlock(ctx)
+	}()
+	waitQueued(t, srv, name, 1)
+	var wg sync.WaitGroup
+	for i := 2; i <= 3; i++ {
+		lockThen(ctx, t, &wg, c, name, func(*dlock.Lease) {})
+		waitFor(t, 10*time.Second, func() bool { return dlock.LocalWaiters(c, name) == i }, "the goroutine to line up")
+	}
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-unlocked; !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Unlock of a lock whose key is gone: %v, want ErrNotHeld", err)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the waiters behind a failed hand-off still wait")
+	}
+	if n := lockKeysLeft(ctx, t, srv, name); n != 0 {
+		t.Errorf("%d keys left after every waiter unlocked", n)
+	}
+}
+
 // TestWaiterFindingTheLockFreeLeavesTheQueue: a queued waiter whose poll
 // finds the lock free (its holder's key vanished without a hand-off) takes
 // it and leaves the queue, so its own release does not hand the lock back

@@ -20,12 +20,12 @@ import (
 // passes its place, owner and all, to the next local waiter, so nobody
 // behind it loses its turn. Waiting costs Redis the same whether one
 // goroutine waits or a thousand; processes take turns; within a process
-// goroutines are served in order (but for a head passed over, below).
+// goroutines are served in arrival order.
 // FairMutex does not share: each of its waiters keeps its own place, for
 // strict arrival order across goroutines.
 //
-// Local hand-off. An Unlock whose Client has goroutines waiting for the
-// lock may pass it straight to the first of them: one script moves the key
+// Local hand-off. An Unlock in its Client's turn (below) whose Client has
+// goroutines waiting for the lock passes it straight to the first of them: one script moves the key
 // to a fresh owner and issues the next fencing token, and the releasing
 // goroutine hands the lease over itself. No queue in Redis, no publish, no
 // second goroutine joining the queue: under contention a hand-off then
@@ -53,7 +53,11 @@ import (
 // once (endTurn). Should the turn end with nobody to end it (a holder that
 // never unlocks, a lease lost before Unlock), the first waiter becomes the
 // head itself after standbyGrace without a hand-off: there always was a
-// head in Redis before.
+// head in Redis before. Outside a turn (a goroutine of this Client waits
+// in Redis: it queued while another took the lock without queueing, or it
+// stood by longer than standbyGrace) an Unlock goes through the queue in
+// Redis, which serves that head in its order: a local hand-off past it
+// would serve goroutines that came after it first.
 // localQueueKey identifies the waiters that can share a place: the same
 // lock, with the settings that shape its queue entry.
 type localQueueKey struct {
@@ -325,7 +329,11 @@ func (c *Client) takeTurn(ctx context.Context, q *localQueue, w *localWaiter, t 
 // takeSuccessor takes out of its local queue the waiter an Unlock of the
 // lock keyed key may hand the lock to (see "Local hand-off"), or returns
 // nil when the Unlock must go through the queue in Redis (always when
-// local is false): then it ends this Client's turn.
+// local is false): then it ends this Client's turn. Only the first waiter
+// of a turn can be handed the lock: while a goroutine of this Client waits
+// in Redis (it queued before the Client held the lock, or it stood by
+// longer than standbyGrace), the queue there serves it, and nobody behind
+// it goes first.
 func (lq *localQueues) takeSuccessor(key localQueueKey, local bool) *localWaiter {
 	lq.mu.Lock()
 	defer lq.mu.Unlock()
@@ -333,18 +341,14 @@ func (lq *localQueues) takeSuccessor(key localQueueKey, local bool) *localWaiter
 	if q == nil {
 		return nil
 	}
-	next := 0 // during a turn, the first waiter stands by for it
-	if q.contending {
-		next = 1 // the head is served by the queue in Redis, where it keeps its place
-	}
-	if !local || lq.closing || len(q.waiters) <= next || q.streak >= maxLocalHandoffs || q.waiters[next].m.cfg.replicaAck > 0 {
+	if !local || lq.closing || q.contending || len(q.waiters) == 0 || q.streak >= maxLocalHandoffs || q.waiters[0].m.cfg.replicaAck > 0 {
 		q.streak = 0 // this Unlock serves the queue in Redis
 		lq.endTurnLocked(q)
 		return nil
 	}
 	q.streak++
-	w := q.waiters[next]
-	q.waiters = append(q.waiters[:next], q.waiters[next+1:]...)
+	w := q.waiters[0]
+	q.waiters = append(q.waiters[:0], q.waiters[1:]...)
 	q.standByLocked()
 	return w
 }

@@ -56,8 +56,11 @@ func TestWaitersOfOneClientShareOneQueueEntry(t *testing.T) {
 // TestProcessesTakeTurns: with many goroutines waiting in each of two
 // clients, the lock alternates between the clients in turns of at most
 // MaxLocalHandoffs+1 grants (a grant through Redis, then local hand-offs),
-// and the fencing tokens increase in grant order. The first turn may be
-// twice as long: the holder's client also has the first place in Redis.
+// and the fencing tokens increase in grant order. That holds for the first
+// turn too, although the holder's client also has the first place in Redis:
+// the holder took the lock without queueing, so its Unlock goes through the
+// queue (before, it handed the lock to its own goroutines first, and the
+// first turn was up to twice as long).
 func TestProcessesTakeTurns(t *testing.T) {
 	srv := redistest.Shared(t)
 	name := t.Name()
@@ -114,11 +117,7 @@ func TestProcessesTakeTurns(t *testing.T) {
 		if l == "a" {
 			other = "b"
 		}
-		limit := dlock.MaxLocalHandoffs + 1
-		if turns == 1 {
-			limit *= 2
-		}
-		if run > limit && left[other] > 0 {
+		if limit := dlock.MaxLocalHandoffs + 1; run > limit && left[other] > 0 {
 			t.Fatalf("grant order %v: a client got %d grants in a row while the other waited", labels, run)
 		}
 	}
@@ -127,10 +126,12 @@ func TestProcessesTakeTurns(t *testing.T) {
 	}
 }
 
-// TestUnlockHandsOverLocally: an Unlock passes the lock to the next
-// goroutine of its own Client without publishing a grant, with a fresh
-// fencing token, while that Client's first waiter keeps its place in Redis
-// and is served through the queue (one grant published).
+// TestUnlockHandsOverLocally: a Client's goroutines that wait for a lock
+// one of them took without queueing are served in arrival order: the
+// first, which waits in Redis, through the queue (one grant published),
+// and in its turn the others by local hand-offs, without a grant
+// published, each with a fresh fencing token. Before, the holder's Unlock
+// handed the lock locally past the first, which came last.
 func TestUnlockHandsOverLocally(t *testing.T) {
 	srv := redistest.Shared(t)
 	name := t.Name()
@@ -145,26 +146,34 @@ func TestUnlockHandsOverLocally(t *testing.T) {
 	}
 
 	const waiters = 4
-	tokens := make(chan int64, waiters)
+	type grant struct {
+		waiter int
+		token  int64
+	}
+	grants := make(chan grant, waiters)
 	var wg sync.WaitGroup
 	for i := 0; i < waiters; i++ {
-		lockThen(ctx, t, &wg, c, name, func(l *dlock.Lease) { tokens <- l.Token() })
+		i := i
+		lockThen(ctx, t, &wg, c, name, func(l *dlock.Lease) { grants <- grant{i, l.Token()} })
 		waitFor(t, 10*time.Second, func() bool { return dlock.LocalWaiters(c, name) == i+1 }, "the goroutine to line up")
 	}
 	if err := held.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	close(tokens)
-	last := held.Token()
-	for tok := range tokens {
-		if tok <= last {
-			t.Errorf("token %d after %d", tok, last)
+	close(grants)
+	last, next := held.Token(), 0
+	for g := range grants {
+		if g.token <= last {
+			t.Errorf("token %d after %d", g.token, last)
 		}
-		last = tok
+		if g.waiter != next {
+			t.Errorf("grant %d went to waiter %d, want waiter %d (arrival order)", next+1, g.waiter, next)
+		}
+		last, next = g.token, next+1
 	}
-	// Three local hand-offs (to the goroutines behind the first), then the
-	// first one's grant through the queue: one message on the channel.
+	// The first one's grant through the queue, then three local hand-offs
+	// in its turn: one message on the channel.
 	published := messagesLeft(ctx, sub)
 	if published != 1 {
 		t.Errorf("%d grants published for %d hand-offs, want 1 (the rest handed over locally)", published, waiters)

@@ -24,19 +24,19 @@ import (
 // waiter lease (WithWaiterLease) runs out.
 //
 // Goroutines of one Client waiting for the same name share one place in
-// that queue: they line up locally, in arrival order, and each grant to the
-// Client goes to the first of them, while the rest queue again at the back.
-// A thousand waiting goroutines cost Redis what one does. An Unlock may also
-// hand the lock straight to the next goroutine of its own Client waiting
-// behind that first one, in one script and without a message, up to 7
-// times in a row; the next Unlock then serves the queue in Redis. So the
-// queue is served at least every 8th grant (a process's turn is at most 8
-// grants, or 16 when its own next place was first in the queue), and under
-// contention most hand-offs cost one small script. The first goroutine in
-// the local line, which waits in Redis, is the one these hand-offs pass
-// over: up to 7 goroutines that came after it may take the lock before it
-// does. FairMutex gives every waiter its own place instead, and never hands
-// over locally: its order is strict.
+// that queue: they line up locally, in arrival order, and only the first of
+// them waits in Redis. A thousand waiting goroutines cost Redis what one
+// does. A grant to the Client begins its turn: each Unlock hands the lock
+// straight to the next goroutine in the local line, in one script and
+// without a message, up to 7 times in a row, and the Unlock that ends the
+// turn puts the goroutine then first in line back in the queue in Redis,
+// at the back. So the queue is served at least every 8th grant, under
+// contention most hand-offs cost one small script, and the Client's
+// goroutines are served in arrival order: a goroutine waiting in Redis is
+// never passed over (an Unlock hands over locally only while none of its
+// Client's goroutines waits there). FairMutex gives every waiter its own
+// place instead, and never hands over locally: its order is strict across
+// goroutines.
 //
 // A Mutex is not reentrant (unlike Redisson's RLock): a Lock by whoever
 // already holds it waits like any other, until the holder's Unlock or ctx's

@@ -77,10 +77,12 @@ const maxLocalHandoffs = 7
 
 // standbyGrace is how long the first local waiter of a turn (see "A
 // process's turn") waits for a local hand-off before it contends in Redis
-// itself. A turn's hand-offs come a critical section apart; one longer
-// than this only brings back the head in Redis (which then sits the turn
-// out), and a turn that ended without a hand-off delays its waiters by no
-// more than this.
+// itself. A turn's hand-offs come a critical section apart: after a longer
+// one the waiter is queued in Redis, and the holder's Unlock ends the turn
+// through the queue, where other processes may come first. Local hand-offs
+// are worth their unfairness to those only while a hand-off through Redis
+// (about 0.1 ms) is a real share of the hold (docs/design.md). A turn that
+// ended without an Unlock delays its waiters by no more than this.
 const standbyGrace = 10 * time.Millisecond
 
 // localQueue is one Client's waiters for one lock; waiters[0] is the head.
@@ -242,23 +244,36 @@ func (m *Mutex) localKey() localQueueKey {
 // queue whose turn it is (nobody contending) becomes the head by itself
 // when no hand-off came within standbyGrace.
 func (c *Client) awaitTurn(ctx context.Context, q *localQueue, w *localWaiter, began time.Time) (*Lease, error) {
-	var grace *time.Timer
-	var graceC <-chan time.Time
+	var (
+		grace  *time.Timer
+		graceC <-chan time.Time
+		closed <-chan struct{} // Close ends a wait that stands by too
+	)
 	defer func() {
 		if grace != nil {
 			grace.Stop()
 		}
 	}()
 	for waiting := true; waiting; {
+		standBy := false
 		select {
 		case t := <-w.wake:
 			return c.takeTurn(ctx, q, w, t, began)
 		case <-w.first:
 			if grace == nil {
 				grace = time.NewTimer(c.local.standbyGrace())
-				graceC = grace.C
+				graceC, closed = grace.C, c.closed
 			}
 		case <-graceC:
+			standBy = true
+		case <-closed:
+			standBy = true
+		case <-ctx.Done():
+			waiting = false
+		}
+		if standBy {
+			// No hand-off came (or the Client closed): contend as the head,
+			// which ends every wait of the queue if the Client is closed.
 			c.local.mu.Lock()
 			if len(q.waiters) > 0 && q.waiters[0] == w && !q.contending {
 				q.contending = true
@@ -266,9 +281,7 @@ func (c *Client) awaitTurn(ctx context.Context, q *localQueue, w *localWaiter, b
 				return c.contend(ctx, q, w, "", nil, nil, began)
 			}
 			c.local.mu.Unlock()
-			graceC = nil // served, or made the head, meanwhile: its message is on its way
-		case <-ctx.Done():
-			waiting = false
+			graceC, closed = nil, nil // served, or made the head, meanwhile: its message is on its way
 		}
 	}
 	c.local.mu.Lock()

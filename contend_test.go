@@ -336,6 +336,60 @@ func TestFailedHandOffEndsTheTurn(t *testing.T) {
 	}
 }
 
+// TestCloseEndsAWaitStandingBy: Close ends the wait of a goroutine that
+// stands by for a local hand-off in its Client's turn (nobody of the Client
+// waits in Redis then) at once, not when the standby grace runs out.
+func TestCloseEndsAWaitStandingBy(t *testing.T) {
+	srv := redistest.Shared(t)
+	name := redistest.UniqueName(t)
+	ctx := testCtx(t)
+	// The first holder's Client closes with the lock held: free its keys.
+	rdb := srv.Client(t)
+	t.Cleanup(func() { rdb.Del(context.Background(), lockKey(name), lockKey(name)+":q", lockKey(name)+":w") })
+	x := newClient(t, srv)
+	c, err := dlock.New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	dlock.SetStandbyGrace(c, time.Minute)
+	held := mustLock(t, x, name)
+
+	first := make(chan *dlock.Lease, 1)
+	go func() {
+		l, err := c.Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Errorf("first Lock: %v", err)
+		}
+		first <- l
+	}()
+	waitQueued(t, srv, name, 1)
+	second := make(chan error, 1)
+	go func() {
+		_, err := c.Mutex(name).Lock(ctx)
+		second <- err
+	}()
+	waitFor(t, 10*time.Second, func() bool { return dlock.LocalWaiters(c, name) == 2 }, "the second goroutine to line up")
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l := <-first; l == nil {
+		return
+	}
+	// The turn has begun: the second goroutine stands by.
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-second:
+		if !errors.Is(err, dlock.ErrClosed) {
+			t.Errorf("Lock standing by when the Client closed: %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close left a Lock standing by for a local hand-off")
+	}
+}
+
 // TestWaiterFindingTheLockFreeLeavesTheQueue: a queued waiter whose poll
 // finds the lock free (its holder's key vanished without a hand-off) takes
 // it and leaves the queue, so its own release does not hand the lock back

@@ -255,30 +255,11 @@ func TestTurnWithoutUnlockPassesTheLockOn(t *testing.T) {
 	held := mustLock(t, x, name)
 	opts := []dlock.Option{dlock.WithTTL(500 * time.Millisecond), dlock.WithAutoRenew(false)}
 
-	first := make(chan *dlock.Lease, 1)
-	go func() {
-		l, err := c.Mutex(name, opts...).Lock(ctx)
-		if err != nil {
-			t.Errorf("first Lock: %v", err)
-		}
-		first <- l // and never unlocked
-	}()
-	waitQueued(t, srv, name, 1)
-	second := make(chan error, 1)
-	go func() {
-		l, err := c.Mutex(name, opts...).Lock(ctx)
-		if err == nil {
-			err = l.Unlock(ctx)
-		}
-		second <- err
-	}()
-	waitFor(t, 10*time.Second, func() bool { return dlock.LocalWaiters(c, name) == 2 }, "the second goroutine to line up")
-	if err := held.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if l := <-first; l == nil {
+	first, second := beginTurn(ctx, t, srv, c, held, name, true, opts...)
+	if first == nil {
 		return
 	}
+	// first never unlocks: its lease expires.
 	select {
 	case err := <-second:
 		if err != nil {
@@ -355,25 +336,8 @@ func TestCloseEndsAWaitStandingBy(t *testing.T) {
 	dlock.SetStandbyGrace(c, time.Minute)
 	held := mustLock(t, x, name)
 
-	first := make(chan *dlock.Lease, 1)
-	go func() {
-		l, err := c.Mutex(name).Lock(ctx)
-		if err != nil {
-			t.Errorf("first Lock: %v", err)
-		}
-		first <- l
-	}()
-	waitQueued(t, srv, name, 1)
-	second := make(chan error, 1)
-	go func() {
-		_, err := c.Mutex(name).Lock(ctx)
-		second <- err
-	}()
-	waitFor(t, 10*time.Second, func() bool { return dlock.LocalWaiters(c, name) == 2 }, "the second goroutine to line up")
-	if err := held.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if l := <-first; l == nil {
+	first, second := beginTurn(ctx, t, srv, c, held, name, false)
+	if first == nil {
 		return
 	}
 	// The turn has begun: the second goroutine stands by.
@@ -541,6 +505,37 @@ func lockThen(ctx context.Context, t testing.TB, wg *sync.WaitGroup, c *dlock.Cl
 			t.Errorf("Unlock: %v", err)
 		}
 	}()
+}
+
+// beginTurn lines up two goroutines of c on name, which held (a lease of
+// another Client) holds, releases held, and returns once the first of them
+// holds the lock through Redis, which begins c's turn: the second then
+// stands by for a local hand-off. The first's lease is returned (nil when
+// its Lock failed, reported on t); second receives the second's Lock error,
+// after it unlocked when unlock is set.
+func beginTurn(ctx context.Context, t *testing.T, srv *redistest.Server, c *dlock.Client, held *dlock.Lease, name string, unlock bool, opts ...dlock.Option) (first *dlock.Lease, second <-chan error) {
+	t.Helper()
+	firstc, secondc := make(chan *dlock.Lease, 1), make(chan error, 1)
+	go func() {
+		l, err := c.Mutex(name, opts...).Lock(ctx)
+		if err != nil {
+			t.Errorf("first Lock: %v", err)
+		}
+		firstc <- l
+	}()
+	waitQueued(t, srv, name, 1)
+	go func() {
+		l, err := c.Mutex(name, opts...).Lock(ctx)
+		if err == nil && unlock {
+			err = l.Unlock(ctx)
+		}
+		secondc <- err
+	}()
+	waitFor(t, 10*time.Second, func() bool { return dlock.LocalWaiters(c, name) == 2 }, "the second goroutine to line up")
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return <-firstc, secondc
 }
 
 // messagesLeft counts the messages sub receives until none comes for 200 ms.

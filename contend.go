@@ -24,10 +24,10 @@ import (
 // FairMutex does not share: each of its waiters keeps its own place, for
 // strict arrival order across goroutines.
 //
-// Local hand-off. An Unlock in its Client's turn (below) whose Client has
-// goroutines waiting for the lock passes it straight to the first of them: one script moves the key
-// to a fresh owner and issues the next fencing token, and the releasing
-// goroutine hands the lease over itself. No queue in Redis, no publish, no
+// Local hand-off. An Unlock in its Client's turn (below), with goroutines
+// of its Client waiting for the lock, passes it straight to the first of
+// them: one script moves the key to a fresh owner and issues the next
+// fencing token, and the releasing goroutine hands the lease over itself. No queue in Redis, no publish, no
 // second goroutine joining the queue: under contention a hand-off then
 // costs one script that touches two keys, where a hand-off through the
 // queue costs two larger scripts, a message parsed by every subscribed
@@ -58,6 +58,7 @@ import (
 // stood by longer than standbyGrace) an Unlock goes through the queue in
 // Redis, which serves that head in its order: a local hand-off past it
 // would serve goroutines that came after it first.
+
 // localQueueKey identifies the waiters that can share a place: the same
 // lock, with the settings that shape its queue entry.
 type localQueueKey struct {
@@ -101,7 +102,7 @@ type localWaiter struct {
 	m    *Mutex // its own descriptor: its lease gets its options
 	wake chan localTurn
 	// first is signalled when the waiter becomes waiters[0] of a queue
-	// whose turn it is (standsBy).
+	// whose turn it is (standByLocked).
 	first chan struct{}
 }
 

@@ -327,12 +327,7 @@ func TestCloseEndsAWaitStandingBy(t *testing.T) {
 	// The first holder's Client closes with the lock held: free its keys.
 	rdb := srv.Client(t)
 	t.Cleanup(func() { rdb.Del(context.Background(), lockKey(name), lockKey(name)+":q", lockKey(name)+":w") })
-	x := newClient(t, srv)
-	c, err := dlock.New(srv.Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	x, c := newClient(t, srv), newClient(t, srv) // Close is idempotent: the test's own comes first
 	dlock.SetStandbyGrace(c, time.Minute)
 	held := mustLock(t, x, name)
 

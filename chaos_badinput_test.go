@@ -163,6 +163,7 @@ func snapshot(ctx context.Context, rdb *redis.Client, keys []string) []string {
 // ErrKeyConflict and change nothing at all, or succeed without touching the
 // foreign key. Nothing may panic, hang, or return another error.
 func TestChaosForeignKeys(t *testing.T) {
+	chaosParallel(t)
 	started := time.Now()
 	seed := chaos.Seed(t)
 	srv := redistest.Start(t)
@@ -271,6 +272,7 @@ func indexOf(s []string, v string) int {
 // client that counts what it sends: each must return ErrInvalidArgument and
 // send nothing. FuzzArguments (fuzz_test.go) explores the same space.
 func TestChaosInvalidArguments(t *testing.T) {
+	chaosParallel(t)
 	srv := redistest.Start(t)
 	rdb, counter := countingClient(t, srv)
 	c, err := dlock.New(rdb)

@@ -20,6 +20,7 @@ import (
 // lost, no fenced write may be refused or lost, every key has a TTL, tokens
 // increase, and no renewal follows a release (see contention.check).
 func TestChaosContention(t *testing.T) {
+	chaosParallel(t)
 	c := runContention(t, chaosSpec{})
 	c.check(t)
 	c.publish(t, "contention")
@@ -29,6 +30,7 @@ func TestChaosContention(t *testing.T) {
 // every waiting goroutine has its own place in the lock's queue: the same
 // checks, and every section must be served.
 func TestChaosFairContention(t *testing.T) {
+	chaosParallel(t)
 	c := runContention(t, chaosSpec{Kind: "fair"})
 	c.check(t)
 	c.publish(t, "fair-contention")
@@ -41,6 +43,7 @@ func TestChaosFairContention(t *testing.T) {
 // would be an overlap), every nested Lock and Unlock must succeed and the
 // nested leases carry the grant's token, and the locks are free at the end.
 func TestChaosReentrantContention(t *testing.T) {
+	chaosParallel(t)
 	c := runContention(t, chaosSpec{Kind: "reentrant", Hold: 4 * time.Millisecond, HoldRand: true, Beat: time.Millisecond})
 	c.check(t)
 	nested := c.h.Count(chaos.Reenter, func(e chaos.Event) bool { return e.Note == "lock" })
@@ -59,6 +62,7 @@ func TestChaosReentrantContention(t *testing.T) {
 // and readers must have held a lock together at least once, or the check
 // proved nothing about them. Only writers touch the counters.
 func TestChaosRWContention(t *testing.T) {
+	chaosParallel(t)
 	c := runContention(t, chaosSpec{Kind: "rwmutex", Reads: 75, Hold: 4 * time.Millisecond, HoldRand: true, Beat: time.Millisecond})
 	c.check(t)
 	isRead := func(e chaos.Event) bool { return e.Note == chaos.ModeRead }
@@ -82,6 +86,7 @@ func TestChaosRWContention(t *testing.T) {
 // meets a renewal in flight only now and then here; TestNoRenewalAfterUnlock
 // and TestReentrantNoRenewalFollowsTheLastRelease test that race directly.
 func TestChaosRenewalRacesRelease(t *testing.T) {
+	chaosParallel(t)
 	for _, kind := range []string{"", "reentrant", "rwmutex"} {
 		kind := kind
 		name := kind
@@ -290,6 +295,7 @@ func distinctKeys(h chaos.History) int {
 // no more than the limit may ever hold permits of one semaphore, tokens
 // increase with every grant, and every key has a TTL.
 func TestChaosSemaphoreContention(t *testing.T) {
+	chaosParallel(t)
 	started := time.Now()
 	seed := chaos.Seed(t)
 	r := chaos.Rand(seed)

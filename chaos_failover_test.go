@@ -164,6 +164,7 @@ func runFailoverTrial(t *testing.T, rec *chaos.Recorder, name string, c failover
 // from the replica (WithReplicaAck), no lock may be granted twice: a grant
 // the replica did not acknowledge is refused with ErrReplicaAck.
 func TestChaosFailover(t *testing.T) {
+	chaosParallel(t)
 	started := time.Now()
 	seed := chaos.Seed(t)
 	var rows [][]string

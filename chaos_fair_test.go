@@ -230,6 +230,7 @@ type fairScenario struct {
 // grants must follow arrival order less the faulty waiter, no holds may
 // overlap, and the queue may stall only as long as the scenario allows.
 func TestChaosFairOrder(t *testing.T) {
+	chaosParallel(t)
 	const (
 		ttl   = time.Second
 		lease = 300 * time.Millisecond // the waiter lease, and so the claim window
@@ -429,6 +430,7 @@ func TestChaosFairOrder(t *testing.T) {
 // queue's order in Redis, the arrival order the FairMutex promises, for
 // goroutines of one process as for those of different ones.
 func TestChaosFairOrderAcrossProcesses(t *testing.T) {
+	chaosParallel(t)
 	started := time.Now()
 	seed := chaos.Seed(t)
 	r := chaos.Rand(seed)

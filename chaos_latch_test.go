@@ -21,6 +21,7 @@ import (
 // released soon after the count reaches zero, even when the message that
 // announced it was lost.
 func TestChaosLatch(t *testing.T) {
+	chaosParallel(t)
 	started := time.Now()
 	seed := chaos.Seed(t)
 	r := chaos.Rand(seed)

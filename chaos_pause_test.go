@@ -98,6 +98,7 @@ func runPauseTrial(t *testing.T, srv *redistest.Server, rec *chaos.Recorder, r *
 // of the loss promptly once resumed, and its late Unlock must return
 // ErrNotHeld and leave the successor's lock alone.
 func TestChaosPausedHolder(t *testing.T) {
+	chaosParallel(t)
 	started := time.Now()
 	seed := chaos.Seed(t)
 	r := chaos.Rand(seed)
@@ -192,6 +193,7 @@ func TestChaosPausedHolder(t *testing.T) {
 // retry delay (which for a Mutex is the poll at the holder's expiry, up to
 // 10% late for jitter) plus 100ms.
 func TestChaosKilledHolder(t *testing.T) {
+	chaosParallel(t)
 	started := time.Now()
 	seed := chaos.Seed(t)
 	r := chaos.Rand(seed)

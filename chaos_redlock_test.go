@@ -126,6 +126,7 @@ func pickNodes(r *rand.Rand, n, k int) []int {
 // succeed within the node timeout plus 50ms. With three down, TryLock must
 // fail fast with ErrQuorum and leave no key on the nodes it reached.
 func TestChaosRedlockAvailability(t *testing.T) {
+	chaosParallel(t)
 	started := time.Now()
 	seed := chaos.Seed(t)
 	r := chaos.Rand(seed)
@@ -258,6 +259,7 @@ func kindWord(kind string, n int) string {
 // at a time: no two holds may overlap, and no increment of the unfenced
 // counter may be lost.
 func TestChaosRedlockSafety(t *testing.T) {
+	chaosParallel(t)
 	started := time.Now()
 	seed := chaos.Seed(t)
 	r := chaos.Rand(seed)

@@ -22,6 +22,7 @@ import (
 // always) nothing is lost at all. The counters and the fenced store live
 // on a second server that is not restarted.
 func TestChaosRestartAndScriptFlush(t *testing.T) {
+	chaosParallel(t)
 	for _, persist := range []bool{false, true} {
 		name := "without-persistence"
 		if persist {

@@ -1061,6 +1061,17 @@ func waitProcStopped(pid int, timeout time.Duration) error {
 	}
 }
 
+// chaosParallel lets a scenario run beside other tests in the short tier,
+// where it checks invariants against generous bounds on servers of its own.
+// The long tier runs the scenarios one at a time, since it publishes their
+// timings. TestChaosMutants never runs beside anything: it swaps the
+// library's scripts for the whole test binary.
+func chaosParallel(t *testing.T) {
+	if !chaos.Long() {
+		t.Parallel()
+	}
+}
+
 // --- Reporting ---
 
 // publish writes a section of docs/reliability.md's figures in the long

@@ -21,6 +21,7 @@ import (
 // may be lost while Redis is healthy, and no renewal may be sent after its
 // lease's release.
 func TestChaosWatchdogHealthy(t *testing.T) {
+	chaosParallel(t)
 	started := time.Now()
 	seed := chaos.Seed(t)
 	r := chaos.Rand(seed)
@@ -203,6 +204,7 @@ func runBlackholeTrial(t *testing.T, srv *redistest.Server, rec *chaos.Recorder,
 // the network: the holder must see its loss at its local validity
 // deadline, before anyone else can get the lock.
 func TestChaosWatchdogBlackhole(t *testing.T) {
+	chaosParallel(t)
 	started := time.Now()
 	seed := chaos.Seed(t)
 	r := chaos.Rand(seed)

@@ -21,6 +21,7 @@ import (
 // 10 s TTL must reach the new master within a few seconds of the
 // promotion, rather than when go-redis's map turns 10 s old.
 func TestClusterFailoverRouting(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3, 1)
 	ctx := testCtx(t)
 	base := uniqueName(t)

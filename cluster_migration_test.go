@@ -22,6 +22,7 @@ import (
 // retry (16 rounds: 2.5 s of pauses, about 4 s in all), and both succeed
 // once it completes.
 func TestClusterMigrationBlocksUntilItEnds(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3, 0)
 	ctx := testCtx(t)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})

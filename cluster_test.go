@@ -22,6 +22,7 @@ import (
 // sharded pub/sub, WAIT routed to each key's master, and resharding while
 // locks are taken, held and released.
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3, 1)
 	for _, tc := range []struct {
 		name string

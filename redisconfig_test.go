@@ -262,6 +262,7 @@ var pubsubDenied = map[string][]any{
 // leases were reported lost although the release had landed, and the last
 // CountDown failed although it had counted.
 func TestReleaseWhenPublishIsDenied(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	for user, rules := range pubsubDenied {
 		t.Run(user, func(t *testing.T) {
@@ -407,6 +408,7 @@ func TestRenewalAtMaxMemory(t *testing.T) {
 // higher than the evicted holder's, since a fencing counter that is gone
 // starts again at the server clock in µs, far ahead of any counter.
 func TestEvictedLockIsReportedLost(t *testing.T) {
+	t.Parallel()
 	for _, policy := range []string{"allkeys-lru", "allkeys-random", "volatile-lru", "volatile-ttl"} {
 		t.Run(policy, func(t *testing.T) {
 			srv := redistest.Start(t, redistest.WithArgs("--maxmemory-policy", policy))
@@ -619,6 +621,7 @@ func TestRefusedFenceLeavesNothingHeld(t *testing.T) {
 // subscribe logs that it waits by polling, and gets the lock when it is
 // released.
 func TestWaitWithoutPubSubPollsAndWarns(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	for user, rules := range pubsubDenied {
 		t.Run(user, func(t *testing.T) {

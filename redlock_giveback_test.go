@@ -30,6 +30,7 @@ import (
 // unlocks, which leaves no key behind (a late grant was given back after it
 // arrived).
 func TestRedlockLateGiveBackKeepsLaterGrant(t *testing.T) {
+	t.Parallel()
 	const lag = 2 * time.Second
 	servers := redistest.StartNodes(t, 3)
 	proxies, addrs := proxied(t, servers)

@@ -24,6 +24,7 @@ import (
 // returned is released: no node keeps the key, a Lock waiting behind the
 // one that gave up gets the lock (successor), and so does another Redlock.
 func TestRedlockLockReturnsAtItsDeadlineDuringALocalHandoff(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name            string
 		wake, successor bool

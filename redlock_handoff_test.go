@@ -223,6 +223,7 @@ func handOverTwice(ctx context.Context, t *testing.T, r *dlock.Redlock, servers 
 // must not read as "expired or taken over": the key was the lease's until
 // its own hand-off moved it.
 func TestRedlockHandoffThatDidNotAnswer(t *testing.T) {
+	t.Parallel()
 	servers := redistest.StartNodes(t, 3)
 	proxies, addrs := proxied(t, servers)
 	// At most one idle connection per node: the one the transfer takes is

@@ -524,6 +524,7 @@ func TestRedlockLockerSwitchesBackends(t *testing.T) {
 }
 
 func TestRedlockOneNodeDown(t *testing.T) {
+	t.Parallel()
 	servers := redistest.StartNodes(t, 3)
 	r := newRedlock(t, addrsOf(servers), dlock.WithTTL(600*time.Millisecond), dlock.WithNodeTimeout(100*time.Millisecond))
 	servers[2].Kill()
@@ -555,6 +556,7 @@ func TestRedlockOneNodeDown(t *testing.T) {
 }
 
 func TestRedlockQuorumDownFailsFastAndCleanly(t *testing.T) {
+	t.Parallel()
 	servers := redistest.StartNodes(t, 3)
 	// go-redis retries a refused dial for a while: a dead node shows as a
 	// node timeout.
@@ -594,6 +596,7 @@ func TestRedlockQuorumDownFailsFastAndCleanly(t *testing.T) {
 }
 
 func TestRedlockBlackholedNodes(t *testing.T) {
+	t.Parallel()
 	servers := redistest.StartNodes(t, 3)
 	proxies, addrs := proxied(t, servers)
 	const nodeTimeout = 300 * time.Millisecond
@@ -646,6 +649,7 @@ func TestRedlockBlackholedNodes(t *testing.T) {
 // connections past a context's end), and its share on the node that
 // answered is given back in the background.
 func TestRedlockLockReturnsAtItsDeadline(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	// Ports 1 and 2 of the loopback refuse connections: nothing listens
 	// there (tcpmux and its neighbour are not run on any test machine).
@@ -672,6 +676,7 @@ func TestRedlockLockReturnsAtItsDeadline(t *testing.T) {
 // TestRedlockDefaultClientsStillTimeOut checks the node timeout with
 // go-redis's default options, which ignore context deadlines.
 func TestRedlockDefaultClientsStillTimeOut(t *testing.T) {
+	t.Parallel()
 	servers := redistest.StartNodes(t, 3)
 	proxies, addrs := proxied(t, servers)
 	nodes := make([]dlock.RedisClient, len(addrs))
@@ -760,6 +765,7 @@ func TestRedlockHeldByAnotherOwner(t *testing.T) {
 // TestRedlockContentionVersusOutage checks which error wins when some nodes
 // are held by another owner and others are down.
 func TestRedlockContentionVersusOutage(t *testing.T) {
+	t.Parallel()
 	servers := redistest.StartNodes(t, 5)
 	r := newRedlock(t, addrsOf(servers))
 	ctx := testCtx(t)
@@ -831,6 +837,7 @@ func TestRedlockKeyConflict(t *testing.T) {
 }
 
 func TestRedlockRenewalOutlivesSeveralTTLs(t *testing.T) {
+	t.Parallel()
 	servers := redistest.StartNodes(t, 3)
 	const ttl = 300 * time.Millisecond
 	r := newRedlock(t, addrsOf(servers), dlock.WithTTL(ttl), dlock.WithNodeTimeout(100*time.Millisecond))
@@ -917,6 +924,7 @@ func TestRedlockExtendAndTTLSeeQuorumLoss(t *testing.T) {
 }
 
 func TestRedlockLossWhenNodesUnreachable(t *testing.T) {
+	t.Parallel()
 	servers := redistest.StartNodes(t, 3)
 	proxies, addrs := proxied(t, servers)
 	const ttl = 500 * time.Millisecond

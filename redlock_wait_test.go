@@ -81,6 +81,7 @@ func TestRedlockWaiterWokenByRelease(t *testing.T) {
 }
 
 func TestRedlockWaiterWokenWithANodeDown(t *testing.T) {
+	t.Parallel()
 	servers := redistest.StartNodes(t, 3)
 	servers[2].Kill()
 	// Two live nodes of three: any holder's quorum includes one of them.
@@ -143,6 +144,7 @@ func TestRedlockWaiterTakesOverFromADeadHolder(t *testing.T) {
 }
 
 func TestRedlockWaitersSendNothingBetweenReleases(t *testing.T) {
+	t.Parallel()
 	servers := redistest.StartNodes(t, 3)
 	addrs := addrsOf(servers)
 	ctx := testCtx(t)

@@ -102,6 +102,7 @@ var ackCases = []ackCase{
 // paused it fails with ErrReplicaAck after the WAIT timeout, holding
 // nothing.
 func TestReplicaAckAcquire(t *testing.T) {
+	t.Parallel()
 	rep := redistest.StartReplicated(t, 2)
 	const timeout = 200 * time.Millisecond
 	c := newClient(t, rep.Master, dlock.WithReplicaAck(2, timeout))
@@ -197,6 +198,7 @@ func TestReplicaAckHandOff(t *testing.T) {
 // must not extend the lease, which is lost at its deadline. Extend reports
 // ErrReplicaAck.
 func TestReplicaAckRenewal(t *testing.T) {
+	t.Parallel()
 	rep := redistest.StartReplicated(t, 1)
 	ctx := testCtx(t)
 	const ttl = 600 * time.Millisecond

@@ -101,9 +101,11 @@ cc:
 # bench: the side-by-side benchmarks against the peers (module bench/, which
 # starts its own redis-server processes). The Go benchmarks go first (ns, B
 # and allocs per pair, BENCH_COUNT passes over every target), then TestReport runs every
-# scenario three times and writes docs/benchmarks.md and its chart. Raw
-# results stay in bench/results/ (ignored by git). About 20 minutes on two
-# cores; BENCHFLAGS passes flags to TestReport, e.g. '-scale 2 -reps 5'.
+# scenario five times and writes docs/benchmarks.md and its chart. Raw
+# results stay in bench/results/ (ignored by git). About 30 minutes on two
+# cores; BENCHFLAGS passes flags to TestReport, e.g. '-reps 3' (about 18
+# minutes, with wider ranges: the one-goroutine ratios move by up to a fifth
+# from run to run) or '-scale 2'.
 BENCHFLAGS ?=
 BENCH_COUNT ?= 3
 .PHONY: bench

@@ -14,6 +14,7 @@ import (
 // three times as many, the Mutex's send 10/s.
 func primitivesResults() *Results {
 	plan := DefaultPlan()
+	plan.Reps = 3 // the runs made up below
 	plan.UncontendedGoroutines = []int{1, 8}
 	res := &Results{Plan: plan}
 	for _, name := range []string{"floor", "dlock", "dlock-fair", "redsync"} {

@@ -238,8 +238,8 @@ func (v *view) markdown() string {
 	v.p("Ratios are taken run by run, against the floor or the peer measured in the same repetition on the same redis-server, and then summarized the same way: ")
 	v.p("this machine is shared and noisy, so absolute figures drift from run to run while ratios hold better. ")
 	v.p("The run took %s.\n\n", r.Took.Round(time.Second))
-	v.p("Speed is measured here, never asserted in tests. To run it again: `make bench` (about 20 minutes with its default 3 runs; 5 runs take over 30); ")
-	v.p("for steadier figures, `make bench BENCHFLAGS='-scale 2 -reps 5'`.\n\n")
+	v.p("Speed is measured here, never asserted in tests. To run it again: `make bench` (about 30 minutes with its default 5 runs; `BENCHFLAGS='-reps 3'` takes about 18, with wider ranges); ")
+	v.p("for steadier figures still, `make bench BENCHFLAGS='-scale 2'`.\n\n")
 
 	v.machine()
 	v.targets()

@@ -17,7 +17,7 @@ var (
 	reportOut   = flag.String("out", "../docs", "where to write benchmarks.md and its chart")
 	resultsDir  = flag.String("results", "results", "where to write the raw results as JSON")
 	goBenchFile = flag.String("gobench", "", "`go test -bench` output of BenchmarkUncontended to include in the report")
-	reps        = flag.Int("reps", 0, "repetitions of every scenario (0: the plan's 3)")
+	reps        = flag.Int("reps", 0, "repetitions of every scenario (0: the plan's 5)")
 	scale       = flag.Float64("scale", 1, "multiplies every warm-up and measuring window (e.g. 2 for steadier figures)")
 	targetNames = flag.String("targets", "", "comma-separated target names to run (default: all)")
 	renderFrom  = flag.String("render", "", "render the report from this results JSON instead of running anything")

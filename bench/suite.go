@@ -43,7 +43,7 @@ type Plan struct {
 // DefaultPlan returns the plan `make bench` runs.
 func DefaultPlan() Plan {
 	return Plan{
-		Reps:                  3,
+		Reps:                  5,
 		UncontendedGoroutines: []int{1, 8, 64},
 		UncontendedWarm:       500 * time.Millisecond,
 		UncontendedDur:        2 * time.Second,

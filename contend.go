@@ -27,17 +27,17 @@ import (
 // Local hand-off. An Unlock in its Client's turn (below), with goroutines
 // of its Client waiting for the lock, passes it straight to the first of
 // them: one script moves the key to a fresh owner and issues the next
-// fencing token, and the releasing goroutine hands the lease over itself. No queue in Redis, no publish, no
-// second goroutine joining the queue: under contention a hand-off then
-// costs one script that touches two keys, where a hand-off through the
-// queue costs two larger scripts, a message parsed by every subscribed
-// process, and a wake-up through the subscription. Other processes keep
-// their turn by a bound: after maxLocalHandoffs local hand-offs in a row,
-// the next Unlock goes through the queue in Redis, whose head (another
-// process's, or this one's own) is served next: the queue is served at
-// least every maxLocalHandoffs+1 grants, as cohort locks bound their turns
-// between the cores of one NUMA node. FairMutex never does this: its order
-// is strict.
+// fencing token, and the releasing goroutine hands the lease over itself.
+// No queue in Redis, no publish, no second goroutine joining the queue:
+// under contention a hand-off then costs one script that touches two
+// keys, where a hand-off through the queue costs two larger scripts, a
+// message parsed by every subscribed process, and a wake-up through the
+// subscription. Other processes keep their turn by a bound: after
+// maxLocalHandoffs local hand-offs in a row, the next Unlock goes through
+// the queue in Redis, whose head (another process's, or this one's own) is
+// served next: the queue is served at least every maxLocalHandoffs+1
+// grants, as cohort locks bound their turns between the cores of one NUMA
+// node. FairMutex never does this: its order is strict.
 //
 // A process's turn. While a goroutine of this Client holds the lock that
 // its head was granted through Redis, nobody of this Client contends in

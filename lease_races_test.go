@@ -317,6 +317,74 @@ func TestLockWithAClosedRedisClientFailsAtOnce(t *testing.T) {
 	}
 }
 
+// A Lock already waiting when its go-redis client is closed returns at once,
+// not at its next poll: the subscription hears the client close and wakes
+// every waiter, whose attempt then fails for good. Waiters of every kind
+// that waits (a Mutex's local line, the places of the other kinds) end.
+func TestWaitingLockEndsWhenTheRedisClientCloses(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	holder := newClient(t, srv)
+	name := uniqueName(t)
+	held := mustLock(t, holder, name)
+	defer unlockLease(held)
+	sem := holder.Semaphore(name+"-sem", 1)
+	permits, err := sem.Acquire(testCtx(t), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = permits.Release(context.Background()) }()
+
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	// Polls every 10 s: only the subscription can end the waits sooner.
+	c, err := dlock.New(rdb, dlock.WithWaiterLease(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	waits := []func() error{
+		func() error { _, err := c.Mutex(name).Lock(ctx); return err },
+		func() error { _, err := c.Mutex(name).Lock(ctx); return err },
+		func() error { _, err := c.FairMutex(name).Lock(ctx); return err },
+		func() error { _, err := c.Semaphore(name+"-sem", 1).Acquire(ctx, 1); return err },
+	}
+	errs := make(chan error, len(waits))
+	for _, wait := range waits {
+		wait := wait
+		go func() { errs <- wait() }()
+	}
+	// Every waiter queued and subscribed: the Mutex's and the FairMutex's
+	// share the lock's queue, the Semaphore's has one of its own.
+	waitUntil(t, 10*time.Second, "waiters queued", func() bool {
+		a, _ := srv.Client(t).ZCard(ctx, "dlock:{"+name+"}:q").Result()
+		b, _ := srv.Client(t).ZCard(ctx, "dlock:{"+name+"-sem}:sem:q").Result()
+		return a == 2 && b == 1
+	})
+	waitUntil(t, 10*time.Second, "subscriptions", func() bool {
+		mutexCh, semCh := lockKey(name), "dlock:{"+name+"-sem}:sem"
+		n, _ := srv.Client(t).PubSubNumSub(ctx, mutexCh, semCh).Result()
+		return n[mutexCh] >= 1 && n[semCh] >= 1
+	})
+	closed := time.Now()
+	_ = rdb.Close()
+	for range waits {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, driver.ErrClientClosed) {
+				t.Errorf("wait = %v; want driver.ErrClientClosed", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("a wait went on for 15 s after its go-redis client closed")
+		}
+	}
+	// A poll would come 10 s after the last; the wake-up, at once.
+	if elapsed := time.Since(closed); elapsed > 5*time.Second {
+		t.Errorf("the waits ended %v after the go-redis client closed; want at once", elapsed)
+	}
+}
+
 // hookedClient wraps a go-redis client, as users do to add behaviour.
 type hookedClient struct{ *redis.Client }
 

@@ -285,7 +285,8 @@ func (n *notifier) Message(channel, payload string) {
 }
 
 // Reset implements driver.Handler: messages may have been lost while the
-// subscription was down, so every waiter asks the server again.
+// subscription was down, or its Redis client was closed, so every waiter
+// asks the server again.
 func (n *notifier) Reset() {
 	n.mu.Lock()
 	waiting := 0
@@ -298,7 +299,7 @@ func (n *notifier) Reset() {
 		}
 	}
 	n.mu.Unlock()
-	n.logger.Info("dlock: pub/sub subscription reconnected; waiters ask the server again", slog.Int("waiters", waiting))
+	n.logger.Info("dlock: pub/sub subscription reset (reconnected, or its Redis client closed); waiters ask the server again", slog.Int("waiters", waiting))
 }
 
 // deliver passes a grant to the local waiter that owns it, if it is still

@@ -150,6 +150,9 @@ type Handler interface {
 	Message(channel, payload string)
 	// Reset is called after the subscription reconnected: messages published
 	// while it was down are lost, so waiters should check the server again.
+	// It is also called once when the client library's client is closed, so
+	// that waiters learn it from their next attempt (ErrClientClosed) at
+	// once.
 	Reset()
 }
 

@@ -266,6 +266,7 @@ var errClosed = errors.New("dlock: subscription closed")
 func (s *subscription) loop(ps *redis.PubSub) {
 	broken := false
 	pinged := false
+	toldClosed := false
 	backoff := newBackoff()
 	for {
 		s.flushUnsent(ps)
@@ -274,6 +275,14 @@ func (s *subscription) loop(ps *redis.PubSub) {
 			return
 		}
 		if err != nil {
+			if errors.Is(err, redis.ErrClosed) && !toldClosed {
+				// The go-redis client was closed: nothing it sends can
+				// succeed again. Waiters ask the server again now, and
+				// each learns it from its own attempt, not at its next
+				// poll.
+				toldClosed = true
+				s.h.Reset()
+			}
 			if isTimeout(err) && !pinged {
 				pinged = true
 				if perr := ps.Ping(s.ctx); perr == nil {

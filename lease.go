@@ -150,8 +150,11 @@ func (l *Lease) Owner() string {
 }
 
 // Done returns a channel that is closed when the lease ends: when the lock is
-// lost, or after Unlock.
+// lost, or after Unlock. A lease past its local validity deadline is lost
+// when Done is called, even if the watchdog has not run since (a process
+// that was paused).
 func (l *Lease) Done() <-chan struct{} {
+	l.expireIfDue()
 	l.wd.mu.Lock()
 	defer l.wd.mu.Unlock()
 	if l.done == nil {
@@ -172,8 +175,11 @@ var closedChan = func() chan struct{} {
 
 // Err returns nil while the lease is held. Once the lock is lost it returns
 // an error matching ErrLockLost that says why; after Unlock, one matching
-// ErrNotHeld.
+// ErrNotHeld. It compares the local validity deadline (monotonic clock) when
+// called, so a check right before a write is as good as the local clock
+// allows, even just after the process was paused.
 func (l *Lease) Err() error {
+	l.expireIfDue()
 	l.wd.mu.Lock()
 	defer l.wd.mu.Unlock()
 	switch {
@@ -183,6 +189,33 @@ func (l *Lease) Err() error {
 		return errReleased
 	}
 	return nil
+}
+
+// expireIfDue declares the lease lost when its validity deadline has
+// passed, as the watchdog would at its next step: the watchdog may not have
+// run since (GC, a paused process). A nested hold's deadline is its
+// parent's, and a MultiLock's its locks': their loss is its loss.
+func (l *Lease) expireIfDue() {
+	if h, ok := l.h.(*multiHolder); ok {
+		for _, p := range h.parts {
+			p.expireIfDue()
+		}
+		return
+	}
+	root := l
+	for root.parent != nil {
+		root = root.parent
+	}
+	w := root.wd
+	now := time.Now()
+	w.mu.Lock()
+	if root.err != nil || root.state != leaseHeld || root.validUntil.IsZero() || now.Before(root.validUntil) {
+		w.mu.Unlock()
+		return
+	}
+	funcs := w.loseLocked(root, root.deadlineReasonLocked())
+	w.mu.Unlock()
+	runLossFuncs(funcs, root)
 }
 
 // lossErr returns the loss, or nil if the lease was not lost.

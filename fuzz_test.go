@@ -63,8 +63,9 @@ func (fuzzSubscription) Subscribe(context.Context, ...string) error   { return n
 func (fuzzSubscription) Unsubscribe(context.Context, ...string) error { return nil }
 func (fuzzSubscription) Close() error                                 { return nil }
 
-// grant is the reply of an acquire script that granted the lock.
-var grant = []any{int64(1), int64(7), int64(1000)}
+// grant is the reply of an acquire script that granted the lock (with the
+// hold count and grant id a reentrant lock's reply adds).
+var grant = []any{int64(1), int64(7), int64(1000), int64(1), "0123456789abcdef0123456789abcdef"}
 
 // FuzzScriptReplies answers every script of every primitive with an
 // arbitrary reply: nothing may panic (in the caller's goroutine or in the

@@ -190,6 +190,7 @@ type nameState struct {
 type heldBy struct {
 	kind    Kind
 	member  string   // the owner value; for an RWMutex the mode byte, then it
+	value   string   // what the lock's key holds, as GET shows it ("" for sets)
 	owner   string   // its Holder.Owner, which ForceUnlockOwner matches
 	info    string   // its Holder.Info
 	holdIDs []string // a ReentrantMutex holder's holds
@@ -242,11 +243,17 @@ func parseInspect(name string, call *driver.Call) (*nameState, error) {
 			if !ok1 || !ok2 || err != nil {
 				return bad()
 			}
-			mode, owner, ok := splitMember(kind, member, false)
+			mode, owner, ok := splitMember(kind, member)
 			if !ok {
 				return bad()
 			}
 			hb := heldBy{kind: kind, member: member}
+			switch kind {
+			case KindMutex:
+				hb.value = member
+			case KindReentrant:
+				hb.member, hb.value = owner, member // the key names the grant's hold too
+			}
 			for _, id := range ids {
 				s, ok := id.(string)
 				if !ok {
@@ -275,7 +282,7 @@ func parseInspect(name string, call *driver.Call) (*nameState, error) {
 			if !ok1 || err != nil {
 				return bad()
 			}
-			mode, owner, ok := splitMember(kind, member, true)
+			mode, owner, ok := splitMember(kind, member)
 			if !ok {
 				return bad()
 			}
@@ -290,8 +297,9 @@ func parseInspect(name string, call *driver.Call) (*nameState, error) {
 
 // splitMember separates a holder's or waiter's member, as kind stores it,
 // into its mode and owner value: an RWMutex member starts with its mode,
-// and a ReentrantMutex waiter with its hold id.
-func splitMember(kind Kind, member string, waiting bool) (mode, owner string, ok bool) {
+// and a ReentrantMutex waiter with its hold id, as its key does with the id
+// of the hold that took the grant.
+func splitMember(kind Kind, member string) (mode, owner string, ok bool) {
 	switch kind {
 	case KindRWMutex:
 		if len(member) < 2 {
@@ -305,12 +313,10 @@ func splitMember(kind Kind, member string, waiting bool) (mode, owner string, ok
 		}
 		return "", "", false
 	case KindReentrant:
-		if waiting {
-			if len(member) <= ownerIDLen {
-				return "", "", false
-			}
-			return "", member[ownerIDLen:], true
+		if len(member) <= ownerIDLen {
+			return "", "", false
 		}
+		return "", member[ownerIDLen:], true
 	}
 	return "", member, member != ""
 }
@@ -498,7 +504,9 @@ func (c *Client) ForceUnlockOwner(ctx context.Context, name, owner string) (rele
 		return 0, err
 	}
 	id, info, whole := strings.Cut(owner, ";")
-	st.held = slices.DeleteFunc(st.held, func(h heldBy) bool { return h.owner != id || whole && h.info != info })
+	st.held = slices.DeleteFunc(st.held, func(h heldBy) bool {
+		return (h.owner != id || whole && h.info != info) && (!whole || h.value != owner)
+	})
 	return c.forceRelease(ctx, st)
 }
 

@@ -184,9 +184,13 @@ func isHoldOf(member, owner string) bool {
 // reentrantHold is one Lock call's hold: the queuedLock acquire waits with,
 // and then the holder of the Lease it returns.
 type reentrantHold struct {
-	m        *ReentrantMutex
-	owner    string
-	hold     string
+	m     *ReentrantMutex
+	owner string
+	hold  string
+	// grant is the id of the hold that took the grant this hold joined,
+	// from the attempt that granted it; "" when this hold took it (or was
+	// handed it).
+	grant    string
 	anchor   *anchor // the owner's shared renewal, once the hold is granted
 	attached bool    // counted in the anchor's holds
 	onLoss   lossID  // the hold's loss callback on the anchor's lease
@@ -207,6 +211,7 @@ func (h *reentrantHold) place(member string) placeSpec {
 
 func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) (attemptResult, error) {
 	m := h.m
+	h.grant = ""
 	a := &mutexCall{owner: member}
 	a.args = [5]any{&a.owner, &m.cfg.pxMillis, boolFlag(queue), lockMode(m.c.drv, false), &m.cfg.timings}
 	a.call = driver.Call{Script: scripts.ReentrantAcquire, Keys: m.all, Args: a.args[:]}
@@ -227,6 +232,17 @@ func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) 
 		return attemptResult{}, err
 	}
 	if v[0] == 1 {
+		items := call.Reply.([]any) // replyInts checked it
+		grant, ok := "", len(items) >= 5
+		if ok {
+			grant, ok = items[4].(string)
+		}
+		if !ok || len(grant) != ownerIDLen {
+			return attemptResult{}, unexpectedReply(call.Reply)
+		}
+		if grant != h.hold {
+			h.grant = grant
+		}
 		return grantAcked(ctx, h, &m.cfg, member, call, attemptResult{granted: true, fence: v[1], pttl: ms(v[2])})
 	}
 	return attemptResult{pttl: ms(v[1]), lastFence: lastFenceAt(call.Reply, 3)}, nil
@@ -311,21 +327,34 @@ func (h *reentrantHold) sendRelease(ctx context.Context, member string) (ended b
 }
 
 // renew, remaining: a hold's lease delegates Extend and TTL to its anchor
-// (Lease.parent), so these serve only the anchor's holder, reentrantOwner.
+// (Lease.parent), so these serve only the anchor's holder, reentrantOwner,
+// for the grant the hold joined.
 func (h *reentrantHold) renew(ctx context.Context, _ string, px time.Duration, shorten bool) error {
-	return renewVia(ctx, h.m.c.drv, (*reentrantOwner)(h.m), h.owner, px, shorten)
+	return renewVia(ctx, h.m.c.drv, (*reentrantOwner)(h.m), h.grantValue(), px, shorten)
 }
 
 func (h *reentrantHold) remaining(ctx context.Context, _ string) (time.Duration, error) {
-	return ownedRemaining(ctx, h.m.c.drv, h.m.keys.lock, h.owner)
+	return ownedRemaining(ctx, h.m.c.drv, h.m.keys.lock, h.grantValue())
 }
 
-// makeLease returns the Lease of a granted hold: a child of the owner's
-// anchor, which it creates with the owner's first hold.
+// grantValue is what the lock's key holds while the grant this hold joined
+// lasts: the id of the hold that took it, then the owner value. Renewals
+// and TTLs compare all of it, so they never act on a later grant of the
+// same owner.
+func (h *reentrantHold) grantValue() string {
+	if h.grant != "" {
+		return h.grant + h.owner
+	}
+	return h.hold + h.owner
+}
+
+// makeLease returns the Lease of a granted hold: a child of the anchor of
+// the grant it joined, which the grant's first hold here creates.
 func (h *reentrantHold) makeLease(ctx context.Context, cfg *config, member string, r attemptResult, from time.Time) (*Lease, error) {
 	m := h.m
-	anchor, err := m.c.anchors.attach(anchorKey{lock: m.keys.lock, owner: h.owner}, func() (*Lease, error) {
-		return newLease(ctx, m.c.wd, (*reentrantOwner)(m), cfg, h.owner, r.fence, from, r.pttl)
+	grant := h.grantValue()
+	anchor, err := m.c.anchors.attach(anchorKey{lock: m.keys.lock, grant: grant}, func() (*Lease, error) {
+		return newLease(ctx, m.c.wd, (*reentrantOwner)(m), cfg, grant, r.fence, from, r.pttl)
 	})
 	if err != nil {
 		if err != errGrantExpired {
@@ -391,12 +420,15 @@ func (o *reentrantOwner) remaining(ctx context.Context, owner string) (time.Dura
 // leases, and the anchor retires with the last of them.
 func (o *reentrantOwner) release(context.Context, string) error { return nil }
 
-// anchorKey identifies one owner's hold on one reentrant lock.
-type anchorKey struct{ lock, owner string }
+// anchorKey identifies one grant of a reentrant lock to an owner: grant is
+// the value the lock's key holds while it lasts (reentrantHold.grantValue).
+type anchorKey struct{ lock, grant string }
 
-// anchorSet is a Client's anchors: for each owner holding a reentrant lock
-// through the Client, the internal lease the watchdog renews, and how many
-// holds hang on it.
+// anchorSet is a Client's anchors: for each grant of a reentrant lock to an
+// owner of the Client, the internal lease the watchdog renews, and how many
+// holds hang on it. A later grant to the same owner, after the earlier one
+// vanished (ForceUnlock, eviction), has an anchor of its own: the earlier
+// one's renewals fail, and its holds are lost.
 type anchorSet struct {
 	mu      sync.Mutex
 	anchors map[anchorKey]*anchor

@@ -1,7 +1,8 @@
 -- reentrant_acquire.lua: take a reentrant lock, add a hold to it when the
 -- owner already holds it, or wait in its queue.
--- KEYS: 1 lock (the holder's owner value, PX), 2 fence, 3 queue, 4 waiters
---       (see lock_lib.lua), 5 holds (set of the holder's hold ids, same PX)
+-- KEYS: 1 lock (the grant: the hold id that took it, then the holder's owner
+--       value; PX), 2 fence, 3 queue, 4 waiters (see lock_lib.lua), 5 holds
+--       (set of the holder's hold ids, same PX)
 -- ARGV: 1 member: the hold id (32 hex digits) followed by the owner value,
 --       2 ttl ms, 3 "1" to join (or stay in) the queue when not granted,
 --       "0" not to, 4 mode and 5 timings, as mutex_acquire.lua's (the first
@@ -9,13 +10,18 @@
 --       past a queued waiter); the lock's channel is its key.
 -- Returns: fence (a bare integer): the owner took the free lock with this
 --          hold, for ARGV[2] ms (the fast path below).
---          {1, fence, pttl, holds}: the owner holds the lock and this hold
---          is counted (taken now, nested, or handed over while waiting);
---          holds is the owner's hold count.
+--          {1, fence, pttl, holds, grant}: the owner holds the lock and this
+--          hold is counted (taken now, nested, or handed over while waiting);
+--          holds is the owner's hold count, grant the id of the hold that
+--          took this grant of the lock.
 --          {0, holder pttl, position, fence}: another owner holds it;
 --          fence is the last token issued (see mutex_acquire.lua).
 -- Holds are ids in a set, not a counter: an acquire retried after a lost
 -- reply adds nothing, so it never counts twice (Redisson issue #7367).
+-- The key names the grant, not only the owner: a renewal or a TTL of an
+-- earlier grant of the same owner (deleted by ForceUnlock, evicted, or
+-- expired while its process was paused) compares the whole value, and so
+-- never acts on a newer grant.
 local member = ARGV[1]
 local hold, owner = string.sub(member, 1, 32), string.sub(member, 33)
 
@@ -25,7 +31,7 @@ local hold, owner = string.sub(member, 1, 32), string.sub(member, 33)
 -- INCR under pcall writes nothing when it fails (a foreign value, an ACL),
 -- and the lock just set is deleted again within this atomic script: the
 -- full path below then reports what it found.
-if redis.call('EXISTS', KEYS[3], KEYS[5]) == 0 and redis.call('SET', KEYS[1], owner, 'NX', 'PX', ARGV[2]) then
+if redis.call('EXISTS', KEYS[3], KEYS[5]) == 0 and redis.call('SET', KEYS[1], member, 'NX', 'PX', ARGV[2]) then
   local token = redis.pcall('INCR', KEYS[2])
   if type(token) == 'number' then
     if token == 1 then -- a fresh counter starts at the clock (see dlock_issue_fence)
@@ -44,19 +50,19 @@ end
 local lease_ms, grant_px, retention_ms = string.match(ARGV[5], '^(%d+) (%d+) (%d+)$')
 local publish = string.sub(ARGV[4], 2) == 's' and 'SPUBLISH' or 'PUBLISH'
 
-local function hold_on(pttl)
+local function hold_on(pttl, grant)
   redis.call('SADD', KEYS[5], hold)
   redis.call('PEXPIRE', KEYS[5], pttl)
   dlock_dequeue(KEYS[3], KEYS[4], member)
-  return {1, dlock_last_fence(KEYS[2]), pttl, redis.call('SCARD', KEYS[5])}
+  return {1, dlock_last_fence(KEYS[2]), pttl, redis.call('SCARD', KEYS[5]), grant}
 end
 
 local cur = redis.call('GET', KEYS[1])
-if cur == owner then
+if cur and string.sub(cur, 33) == owner then
   if redis.call('TYPE', KEYS[5]).ok ~= 'set' and redis.call('EXISTS', KEYS[5]) == 1 then
     return redis.error_reply('DLOCK_CONFLICT ' .. KEYS[5] .. ' holds something no reentrant lock wrote')
   end
-  return hold_on(redis.call('PTTL', KEYS[1]))
+  return hold_on(redis.call('PTTL', KEYS[1]), string.sub(cur, 1, 32))
 end
 
 local pttl
@@ -77,16 +83,16 @@ if not cur then
     reentrant_check_holds(KEYS[5])
     local token = dlock_issue_fence(KEYS[2], now_us, retention_ms)
     dlock_dequeue(KEYS[3], KEYS[4], member)
-    redis.call('SET', KEYS[1], owner, 'PX', ARGV[2])
+    redis.call('SET', KEYS[1], member, 'PX', ARGV[2])
     redis.call('DEL', KEYS[5])
     redis.call('SADD', KEYS[5], hold)
     redis.call('PEXPIRE', KEYS[5], ARGV[2])
-    return {1, token, tonumber(ARGV[2]), 1}
+    return {1, token, tonumber(ARGV[2]), 1, hold}
   end
   -- Free, but others queued first: the head gets it.
   reentrant_grant(KEYS, head, px, now_us, retention_ms, publish, KEYS[1])
   if string.sub(head, 33) == owner then
-    return hold_on(tonumber(px)) -- the head was another hold of this owner
+    return hold_on(tonumber(px), string.sub(head, 1, 32)) -- the head was another hold of this owner
   end
   pttl = tonumber(px)
 end

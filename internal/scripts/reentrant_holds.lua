@@ -1,8 +1,10 @@
 -- reentrant_holds.lua: how many holds an owner has on a reentrant lock.
--- KEYS: 1 lock, 2 holds (see reentrant_acquire.lua)
+-- KEYS: 1 lock (the grant's hold id, then the owner value), 2 holds (see
+--       reentrant_acquire.lua)
 -- ARGV: 1 owner value
 -- Returns: the owner's hold count, 0 when another owner or nobody holds it.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local cur = redis.call('GET', KEYS[1])
+if cur and string.sub(cur, 33) == ARGV[1] then
   return redis.call('SCARD', KEYS[2])
 end
 return 0

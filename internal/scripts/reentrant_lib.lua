@@ -13,12 +13,13 @@ end
 
 -- reentrant_grant hands the lock to the waiting member (hold id followed by
 -- owner value): the owner holds the lock with that one hold, for the claim
--- window px, and is told as by dlock_grant.
+-- window px, and is told as by dlock_grant. The key holds member: this
+-- grant's hold id names the grant (see reentrant_acquire.lua).
 local function reentrant_grant(keys, member, px, now_us, retention_ms, publish, channel)
   reentrant_check_holds(keys[5])
   local token = dlock_issue_fence(keys[2], now_us, retention_ms)
   dlock_dequeue(keys[3], keys[4], member)
-  redis.call('SET', keys[1], string.sub(member, 33), 'PX', px)
+  redis.call('SET', keys[1], member, 'PX', px)
   redis.call('DEL', keys[5])
   redis.call('SADD', keys[5], string.sub(member, 1, 32))
   redis.call('PEXPIRE', keys[5], px)

@@ -24,7 +24,8 @@ local queued = redis.call('EXISTS', KEYS[3]) == 1
 if queued and redis.pcall('ZREM', KEYS[3], member) == 1 then
   redis.pcall('HDEL', KEYS[4], member)
 end
-if redis.call('GET', KEYS[1]) ~= owner then
+local cur = redis.call('GET', KEYS[1])
+if not cur or string.sub(cur, 33) ~= owner then
   return {0}
 end
 if redis.call('SREM', KEYS[5], hold) == 0 then

@@ -9,6 +9,15 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 
+# Every library module builds and tests against its own go.mod, as its users
+# get it (go.work would resolve one set of versions for all of them); the
+# CLI's module, which has no replace directive (see cmd/dlock/go.mod), builds
+# against the library beside it through go.work.
+export GOWORK := off
+WORKSPACE := GOWORK=$(CURDIR)/go.work
+# GOENV is the go command's environment in the loops' module $$m.
+GOENV = env $$(if [ "$$m" = ./cmd/dlock ]; then echo $(WORKSPACE); else echo GOWORK=off; fi)
+
 GO ?= go
 TEST_TIMEOUT ?= 15m
 TESTFLAGS ?=
@@ -44,25 +53,16 @@ endef
 test: redis cc vet
 	@for m in $(MODULES); do \
 		echo "==> go test $(strip -race -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TESTFLAGS)) ./...   (module $$m)"; \
-		(cd "$$m" && $(GO) test -race -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...); \
+		(cd "$$m" && $(GOENV) $(GO) test -race -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...); \
 	done
 	@echo "==> all tests passed"
 
-## vet: go vet in every module, for this platform and for macOS
+## vet: go vet in every module, for this platform
 vet:
 	@for m in $(MODULES); do \
 		echo "==> go vet ./...   (module $$m)"; \
-		(cd "$$m" && $(GO) vet ./...); \
+		(cd "$$m" && $(GOENV) $(GO) vet ./...); \
 	done
-	@# Developers on macOS run the tests too: their build must not rot.
-	@for m in $(MODULES); do \
-		echo "==> GOOS=darwin go vet ./...   (module $$m)"; \
-		(cd "$$m" && GOOS=darwin $(GO) vet ./...); \
-	done
-	@# The library is used on Windows too (the tests need Debian's
-	@# redis-server, but the module, tests included, must build there).
-	@echo "==> GOOS=windows go vet ./...   (module .)"
-	@GOOS=windows $(GO) vet ./...
 
 # lint: staticcheck in every module, at a pinned version fetched through the
 # module proxy (not part of `make test`: CI's Go may be older than this
@@ -70,11 +70,22 @@ vet:
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 .PHONY: lint
 
-## lint: staticcheck in every module
+## lint: staticcheck in every module, and go vet for macOS and Windows
 lint:
 	@for m in $(MODULES); do \
 		echo "==> staticcheck ./...   (module $$m)"; \
-		(cd "$$m" && $(GO) run $(STATICCHECK) ./...); \
+		(cd "$$m" && $(GOENV) $(GO) run $(STATICCHECK) ./...); \
+	done
+	@# Developers on macOS run the tests too: their build must not rot.
+	@for m in $(MODULES); do \
+		echo "==> GOOS=darwin go vet ./...   (module $$m)"; \
+		(cd "$$m" && $(GOENV) GOOS=darwin $(GO) vet ./...); \
+	done
+	@# The library is used on Windows too (the tests need Debian's
+	@# redis-server, but the module, tests included, must build there).
+	@for m in . ./cmd/dlock; do \
+		echo "==> GOOS=windows go vet ./...   (module $$m)"; \
+		(cd "$$m" && $(GOENV) GOOS=windows $(GO) vet ./...); \
 	done
 
 ## redis: install redis-server (which brings redis-cli) with apt-get if it is missing

@@ -5,7 +5,7 @@ go 1.23.0
 replace github.com/dlock-go/dlock => ../
 
 require (
-	github.com/dlock-go/dlock v0.0.0-00010101000000-000000000000
+	github.com/dlock-go/dlock v0.0.0-20261128164520-cf6e667c9dac
 	github.com/redis/go-redis/v9 v9.17.3
 	go.opentelemetry.io/otel v1.38.0
 	go.opentelemetry.io/otel/metric v1.38.0

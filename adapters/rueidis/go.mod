@@ -3,7 +3,7 @@ module github.com/dlock-go/dlock/adapters/rueidis
 go 1.23.0
 
 require (
-	github.com/dlock-go/dlock v0.0.0-00010101000000-000000000000
+	github.com/dlock-go/dlock v0.0.0-20261128164520-cf6e667c9dac
 	github.com/redis/rueidis v1.0.69
 )
 

@@ -399,7 +399,7 @@ func (w *chaosWorker) section(ctx context.Context, g, i int, r *rand.Rand) {
 		holdFor = holdFor/2 + time.Duration(r.Int63n(int64(holdFor/2)+1))
 	}
 	if w.spec.Kind == "reentrant" {
-		w.reenter(ctx, name, hold, 1+r.Intn(2), holdFor)
+		w.reenter(ctx, lease, name, hold, 1+r.Intn(2), holdFor)
 	}
 	w.hold(ctx, lease, name, hold, holdFor, writes)
 	t0 := chaos.Now()
@@ -439,13 +439,23 @@ func (w *chaosWorker) hold(ctx context.Context, lease *dlock.Lease, name, hold s
 // in reverse order, recording each nested Lock and Unlock (Reenter events).
 // Each nested lease is held for d once the leases nested in it are
 // unlocked, and the section holds its own lease after reenter returns: a
-// nested Unlock that let the lock go shows as an overlap.
-func (w *chaosWorker) reenter(ctx context.Context, name, hold string, depth int, d time.Duration) {
+// nested Unlock that let the lock go shows as an overlap. outer is the
+// lease the nesting starts from: once its grant has ended (a process
+// starved past the TTL), a nested Lock takes a grant of its own, which is
+// not a nested hold of outer's and is given back at once.
+func (w *chaosWorker) reenter(ctx context.Context, outer *dlock.Lease, name, hold string, depth int, d time.Duration) {
+	if outer.Err() != nil {
+		return
+	}
 	lctx, cancel := context.WithTimeout(ctx, w.lockTimeout())
 	t0 := chaos.Now()
 	lease, err := w.client.ReentrantMutex(name).Lock(lctx)
 	cancel()
 	e := outcome(chaos.Event{Kind: chaos.Reenter, T0: t0, Proc: w.spec.Proc, Lock: name, Hold: hold, Note: "lock"}, err)
+	if err == nil && lease.Token() != outer.Token() && outer.Err() != nil {
+		_ = lease.Unlock(context.WithoutCancel(ctx))
+		return
+	}
 	if err != nil {
 		w.rec.Add(e)
 		return
@@ -453,7 +463,7 @@ func (w *chaosWorker) reenter(ctx context.Context, name, hold string, depth int,
 	e.Token = lease.Token()
 	w.rec.Add(e)
 	if depth > 1 {
-		w.reenter(ctx, name, hold, depth-1, d)
+		w.reenter(ctx, outer, name, hold, depth-1, d)
 	}
 	w.hold(ctx, lease, name, hold, d, true)
 	t0 = chaos.Now()
@@ -604,8 +614,10 @@ func (h *cmdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 }
 
 // classify names a script call and finds its owner, ARGV[1] of every
-// script it records, less the hold id (32 hex digits) that starts it for
-// a reentrant hold: renewals name the owner alone.
+// script it records, less the hold id (32 hex digits) that starts it for a
+// reentrant lock (a hold's release names the hold, a renewal the grant's
+// hold): the suite knows a reentrant holder by its owner value
+// (chaosOwner).
 func (h *cmdHook) classify(cmd redis.Cmder) (op, owner string) {
 	args := cmd.Args()
 	if len(args) < 3 {
@@ -620,10 +632,26 @@ func (h *cmdHook) classify(cmd redis.Cmder) (op, owner string) {
 		return "", ""
 	}
 	owner = argString(args[3+numKeys])
-	if op == "release-hold" && len(owner) > 32 {
-		owner = owner[32:]
+	if op == "release-hold" {
+		owner = chaosOwner(reentrantKeySuffix, owner)
+	} else {
+		owner = chaosOwner(argString(args[3]), owner)
 	}
 	return op, owner
+}
+
+// reentrantKeySuffix ends the key of a reentrant lock.
+const reentrantKeySuffix = ":re"
+
+// chaosOwner is the owner the suite records for value, found in key (or a
+// script's ARGV[1] on key): a reentrant lock's key, and its holds, start
+// with a hold id, which it leaves out, so that every hold and grant of one
+// owner reads as that owner (dlock.LeaseOwner).
+func chaosOwner(key, value string) string {
+	if strings.HasSuffix(key, reentrantKeySuffix) && len(value) > 32 {
+		return value[32:]
+	}
+	return value
 }
 
 // argString reads a command argument as go-redis writes it: drivers pass
@@ -699,7 +727,8 @@ func probeKey(ctx context.Context, rdb *redis.Client, rec *chaos.Recorder, key s
 	}
 	e := chaos.Event{Kind: chaos.Probe, T0: t0, Key: key, Val: ms}
 	if typ.Val() == "string" {
-		e.Owner, _ = rdb.Get(ctx, key).Result()
+		v, _ := rdb.Get(ctx, key).Result()
+		e.Owner = chaosOwner(key, v)
 	}
 	e.T = chaos.Now()
 	rec.Add(e)

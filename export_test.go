@@ -8,13 +8,13 @@ import "time"
 
 // LeaseOwner returns the owner value a lease's key holds, so that the
 // suite can tell whose lock a script call (seen by a go-redis hook) or a
-// key's value belongs to: for a reentrant hold its grant's value, which the
-// owner's holds on that grant share; for an RWMutex the member, mode and
-// owner.
+// key's value belongs to: for a reentrant hold the owner's value, which
+// its holds share (the key holds the grant's hold id before it); for an
+// RWMutex the member, mode and owner.
 func LeaseOwner(l *Lease) string {
 	switch h := l.h.(type) {
 	case *reentrantHold:
-		return h.grantValue()
+		return h.owner
 	case *rwHalf:
 		return h.member(l.owner)
 	}

@@ -41,7 +41,8 @@ type Redlock struct {
 type redlockNode struct {
 	addr   string
 	drv    *goredis.Driver
-	notify *notifier // the node's subscription, for waiters (redlock_wait.go)
+	notify *notifier   // the node's subscription, for waiters (redlock_wait.go)
+	health *nodeHealth // whether it answers (redlock_silent.go)
 }
 
 // NewRedlock returns a Redlock over nodes, one go-redis client
@@ -84,7 +85,7 @@ func NewRedlock(nodes []RedisClient, opts ...Option) (*Redlock, error) {
 			return nil, invalidArgf("NewRedlock: nodes %d and %d both address %s: Redlock needs distinct, independent masters", j, i, addr)
 		}
 		seen[addr] = i
-		r.nodes = append(r.nodes, redlockNode{addr: addr, drv: goredis.New(rdb)})
+		r.nodes = append(r.nodes, redlockNode{addr: addr, drv: goredis.New(rdb), health: new(nodeHealth)})
 	}
 	cfg := defaultConfig()
 	cfg.redlock = true
@@ -300,10 +301,12 @@ func (m *RedlockMutex) Name() string { return m.name }
 
 // TryLock makes one attempt to take the lock: it asks every node at once and
 // returns when a quorum has granted it, or when every node has answered or
-// the node timeout has passed. When it returns without a Lease, the nodes
-// that granted their share have released it again (nodes that did not
-// answer are sent a release in the background, once their request has
-// returned). It returns:
+// the node timeout has passed. A node that did not answer its last request
+// (down, frozen, unreachable) is not waited for once the others have
+// answered: it delays only the first call that meets it, by up to the node
+// timeout. When it returns without a Lease, the nodes that granted their
+// share have released it again (the others are sent a release in the
+// background, once their request has returned). It returns:
 //   - an error matching ErrNotObtained when another owner holds the lock on
 //     enough nodes that no quorum is left for us;
 //   - ErrQuorum when fewer than a quorum of the nodes answered (down,
@@ -352,11 +355,14 @@ func (m *RedlockMutex) tryLock(ctx context.Context) (*Lease, error) {
 // pub/sub on the nodes) or its keys could have expired, and after a random
 // delay (WithRetryDelay) when no owner holds a quorum (a split vote) or too
 // few nodes answer. Lock calls of one Redlock for one name take turns: the
-// others wait, in arrival order, until the first returns. When ctx ends
-// first, Lock returns then, even with an attempt still waiting for nodes
-// that do not answer, or an Unlock of the same Redlock still handing the
-// lock over to it: what that attempt may have taken, or that hand-off
-// delivers, is released in the background (Close waits for it). The error
+// others wait, in arrival order, until the first returns. What a node that
+// does not answer is owed (the release of a failed attempt's share, a
+// subscription) goes on in the background, and its attempts do not wait
+// for it once it is known silent (see TryLock). When ctx ends first, Lock
+// returns then, even with an attempt still waiting for nodes that do not
+// answer, or an Unlock of the same Redlock still handing the lock over to
+// it: what that attempt may have taken, or that hand-off delivers, is
+// released in the background (Close waits for it). The error
 // matches ErrNotObtained and ctx's error and carries the last attempt's
 // failure (which may match ErrQuorum). It returns at once with
 // ErrInvalidArgument, with ErrClosed when the Redlock is closed (a Lock
@@ -603,7 +609,6 @@ func quorumRemaining(q int, ours []time.Duration) (time.Duration, bool) {
 func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireResult {
 	countAttempt(ctx, &m.cfg)
 	r := m.r
-	n, q := len(r.nodes), quorum(len(r.nodes))
 	px := redlockPX(&m.cfg)
 	valid := px - m.drift(px)
 	start := time.Now()
@@ -619,53 +624,13 @@ func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireRes
 	setNX := func(ctx context.Context, i int, c *driver.Call) bool {
 		return !r.nodes[i].notify.confirmed(m.key) && r.nodes[i].drv.SetNX(ctx, c, m.key, owner, px)
 	}
-	replies, settled := r.fanoutFirst(ctx, deadline, calls, func(replies []nodeReply) bool {
-		granted := 0
-		for _, rep := range replies {
-			if rep.done && rep.err == nil {
-				if ok, _, _, err := parseAcquire(rep.reply); err == nil && ok {
-					granted++
-				}
-			}
-		}
-		return granted >= q // a quorum is all it takes: slower nodes finish in the background
-	}, setNX)
+	replies, tail := r.fanoutFirst(ctx, deadline, calls, r.acquireDecided, setNX)
 	elapsed := time.Since(start)
 
-	var (
-		granted   int
-		holders   []time.Duration
-		nFailed   int
-		permanent int
-		release   = make([]bool, n)
-		grantedBy = make([]bool, n)
-		heldBy    = make(map[string]int, 1) // nodes per other owner
-	)
-	for i, rep := range replies {
-		ok, pttl, holder, err := readAcquire(rep)
-		switch {
-		case !rep.done || err != nil:
-			nFailed++
-			if isReplyError(err) {
-				// The script raised the error before writing anything.
-				if !isTransient(err) {
-					permanent++
-				}
-			} else {
-				release[i] = true // it may have been granted all the same
-			}
-		case ok:
-			granted++
-			release[i] = true
-			grantedBy[i] = true
-		default:
-			holders = append(holders, pttl)
-			heldBy[holder]++
-		}
-	}
-
-	verdict := judgeAcquire(n, granted, nFailed, elapsed, valid)
-	hold := &redlockHold{m: m, settled: settled, deadline: deadline}
+	var t acquireTally
+	t.count(replies)
+	verdict := judgeAcquire(len(r.nodes), t.granted, t.failed, elapsed, valid)
+	hold := &redlockHold{m: m, tail: tail, replies: replies, deadline: deadline}
 	if verdict == verdictGranted {
 		// Nodes that had not answered when the quorum did are not failures
 		// here: their errors are made only for an attempt that failed.
@@ -681,47 +646,122 @@ func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireRes
 	// spent: a Lock that goes on asks as another owner, since a late
 	// give-back would delete the next attempt's share after its grant (a
 	// lease that holds fewer nodes than it counts, and two holders). A call
-	// whose ctx has ended never uses owner again, so it returns now and
-	// leaves the giving back to the background (Close waits for it).
+	// whose ctx has ended never uses owner again: it returns at once, and
+	// the giving back goes on in the background (Close waits for it).
 	res := acquireResult{start: start}
-	if ctx.Err() != nil || !hold.awaitSettledUnless(ctx.Done()) {
-		r.workers.Go(func() {
-			hold.awaitSettled()
-			hold.giveBack(ctx, owner, release, replies, grantedBy)
-		})
-		return res
-	}
-	res.spent = !hold.giveBack(ctx, owner, release, replies, grantedBy)
+	res.spent = !hold.giveBack(ctx, owner, t.release, t.grantedBy)
 	if ctx.Err() != nil {
 		return res
 	}
+	failed := r.attemptFailures(ctx, replies, wait)
+	m.explainFailure(&res, op, verdict, &t, failed, elapsed, valid)
+	return res
+}
+
+// acquireDecided reports whether an attempt's replies decide it: a quorum
+// granted it (slower nodes finish in the background), or every node that
+// answers has answered and they are a quorum: the silent nodes are not
+// waited for then (redlock_silent.go).
+func (r *Redlock) acquireDecided(replies []nodeReply) bool {
+	q := quorum(len(r.nodes))
+	granted, answered := 0, 0
+	for _, rep := range replies {
+		if rep.done {
+			answered++
+			if ok, _, _, err := readAcquire(rep); err == nil && ok {
+				granted++
+			}
+		}
+	}
+	if granted >= q {
+		return true
+	}
+	live, _ := r.unanswered(replies)
+	return live == 0 && answered >= q
+}
+
+// acquireTally counts the replies to one attempt.
+type acquireTally struct {
+	granted   int
+	failed    int // did not answer usably
+	permanent int // answered with an error that retrying cannot fix
+	holders   []time.Duration
+	held      int    // the most nodes one other owner holds
+	release   []bool // may hold our share: give it back
+	grantedBy []bool
+}
+
+// count tallies an attempt's replies.
+func (t *acquireTally) count(replies []nodeReply) {
+	t.release = make([]bool, len(replies))
+	t.grantedBy = make([]bool, len(replies))
+	heldBy := make(map[string]int, 1) // nodes per other owner
+	for i, rep := range replies {
+		ok, pttl, holder, err := readAcquire(rep)
+		switch {
+		case !rep.done || err != nil:
+			t.failed++
+			if isReplyError(err) {
+				// The script raised the error before writing anything.
+				if !isTransient(err) {
+					t.permanent++
+				}
+			} else {
+				t.release[i] = true // it may have been granted all the same
+			}
+		case ok:
+			t.granted++
+			t.release[i] = true
+			t.grantedBy[i] = true
+		default:
+			t.holders = append(t.holders, pttl)
+			heldBy[holder]++
+		}
+	}
+	for holder, nodes := range heldBy {
+		if holder != "" { // an older dlock's script names no owner
+			t.held = max(t.held, nodes)
+		}
+	}
+}
+
+// attemptFailures describes the nodes of an attempt's replies that did not
+// answer usably, within a node timeout of wait.
+func (r *Redlock) attemptFailures(ctx context.Context, replies []nodeReply, wait time.Duration) nodeErrors {
 	var failed nodeErrors
 	for i, rep := range replies {
-		if _, _, _, err := readAcquire(rep); !rep.done || err != nil {
+		_, _, _, err := readAcquire(rep)
+		switch {
+		case !rep.done && !rep.late: // left early: silent
+			failed = append(failed, r.silentError(ctx, i))
+		case !rep.done || err != nil:
 			failed = append(failed, r.nodeError(ctx, i, rep.done, err, wait))
 		}
 	}
+	return failed
+}
+
+// explainFailure sets res's error, and what a waiter needs to know, for an
+// attempt that was not granted: verdict, judged on t after elapsed for a
+// validity of valid, with the nodes that failed.
+func (m *RedlockMutex) explainFailure(res *acquireResult, op string, verdict acquireVerdict, t *acquireTally, failed nodeErrors, elapsed, valid time.Duration) {
+	n, q := len(m.r.nodes), quorum(len(m.r.nodes))
 	switch verdict {
 	case verdictTooSlow:
 		res.err = errorf("dlock: %s %q: %w: a quorum (%d of %d nodes) granted it only after %v, past its validity of %v",
-			op, m.name, ErrQuorum, granted, n, elapsed.Round(time.Millisecond), valid)
+			op, m.name, ErrQuorum, t.granted, n, elapsed.Round(time.Millisecond), valid)
 		if len(failed) > 0 {
 			res.err = fmt.Errorf("%w; %w", res.err, failed)
 		}
 	case verdictNoQuorum:
 		res.err = errorf("dlock: %s %q: %w: %d of %d answered, %d needed: %w",
 			op, m.name, ErrQuorum, n-len(failed), n, q, failed)
-		res.permanent = permanent > n-q
+		res.permanent = t.permanent > n-q
 	default:
-		res.holderTTL = quorumFreeIn(q-granted, holders)
-		for holder, nodes := range heldBy {
-			if holder != "" && nodes > res.held {
-				res.held = nodes
-			}
-		}
+		res.holderTTL = quorumFreeIn(q-t.granted, t.holders)
+		res.held = t.held
 		res.err = &notObtainedError{name: m.name, holderTTL: res.holderTTL, last: failed.orNil()}
 	}
-	return res
 }
 
 // readAcquire reads one node's reply to an attempt: rep.err, or what
@@ -763,11 +803,13 @@ func parseAcquire(reply any) (granted bool, holderTTL time.Duration, holder stri
 // TTL go to every node.
 type redlockHold struct {
 	m *RedlockMutex
-	// settled closes when every request of the acquisition has returned;
-	// none runs past deadline unless the node's client ignores deadlines
-	// or the driver's batching sent it in a pipeline, which has none (see
-	// attempt).
-	settled  <-chan struct{}
+	// replies are the acquisition's, as its fan-out returned them, and tail
+	// its requests still running then: a node not done may still be
+	// granting (split). None runs past deadline unless the node's client
+	// ignores deadlines or the driver's batching sent it in a pipeline,
+	// which has none (see attempt).
+	replies  []nodeReply
+	tail     fanoutTail
 	deadline time.Time
 	handoffs int // local hand-offs in a row that led to it (redlock_handoff.go)
 }
@@ -785,25 +827,18 @@ func (h *redlockHold) drift(px time.Duration) time.Duration { return h.m.drift(p
 // awaitSettled waits until the acquisition's requests have returned, at
 // most until their deadline, even when the caller's context has ended: a
 // release sent earlier could overtake a grant still in flight.
-func (h *redlockHold) awaitSettled() { h.awaitSettledUnless(nil) }
-
-// awaitSettledUnless is awaitSettled that stops early when stop closes; it
-// reports whether the wait ended without stop.
-func (h *redlockHold) awaitSettledUnless(stop <-chan struct{}) bool {
+func (h *redlockHold) awaitSettled() {
 	select {
-	case <-h.settled:
-		return true
+	case <-h.tail.settled:
+		return
 	default:
 	}
 	timer := time.NewTimer(time.Until(h.deadline))
 	defer timer.Stop()
 	select {
-	case <-h.settled:
+	case <-h.tail.settled:
 	case <-timer.C:
-	case <-stop:
-		return false
 	}
-	return true
 }
 
 // renew re-arms the key for px on every node. It succeeds only when a quorum

@@ -29,30 +29,63 @@ func (m *RedlockMutex) nodeCalls(which []bool, script *driver.Script, args ...an
 	return calls
 }
 
+// fanoutTail is what a fan-out leaves running when its caller stops
+// waiting: settled closes once every request has returned, and returned
+// then gives, once each, the nodes whose requests returned after the wait
+// (buffered: the requests never wait for a reader).
+type fanoutTail struct {
+	settled  <-chan struct{}
+	returned <-chan int
+}
+
 // nodeReply is one node's outcome in a fan-out.
 type nodeReply struct {
 	skipped bool // not asked
 	done    bool // returned before the fan-out stopped waiting
-	reply   any
-	err     error
-	resent  bool // the node's client sent the script more than once (driver.Call.Resent)
+	// late: not done when the fan-out stopped waiting at its deadline
+	// (a node not done without it was left earlier, by ctx or enough)
+	late   bool
+	reply  any
+	err    error
+	resent bool // the node's client sent the script more than once (driver.Call.Resent)
 }
 
 // fanout sends calls[i] to node i (nil: skip the node), all in parallel,
 // each bounded by deadline and ctx. It returns when every node has returned,
-// when enough (if not nil) says the outcome is decided, when ctx ends, or at
-// the deadline, whichever comes first. Requests still running then finish
-// in the background, bounded by the deadline if the node's client honours
-// context deadlines (otherwise by its read timeout); their outcome is
-// dropped, settled closes once all have returned, and Close waits for them.
-func (r *Redlock) fanout(ctx context.Context, deadline time.Time, calls []*driver.Call, enough func([]nodeReply) bool) ([]nodeReply, <-chan struct{}) {
-	return r.fanoutFirst(ctx, deadline, calls, enough, nil)
+// when enough (if not nil) says the outcome is decided (which it may say
+// before any node has), when ctx ends, or at the deadline, whichever comes
+// first. Requests still running then finish in the background, bounded by
+// the deadline if the node's client honours context deadlines (otherwise
+// by its read timeout); their outcome is dropped, settled closes once all
+// have returned, and Close waits for them. How each request ends tells
+// whether its node answers (redlock_silent.go). The tail tells how the
+// requests left running end.
+func (r *Redlock) fanout(ctx context.Context, deadline time.Time, calls []*driver.Call, enough func([]nodeReply) bool) ([]nodeReply, fanoutTail) {
+	return r.fanoutRun(ctx, ctx.Done(), deadline, calls, enough, nil)
+}
+
+// fanoutDetached is fanout whose requests outlive ctx's cancellation, as a
+// release must: they run to their deadline or their reply however ctx
+// ends, and only the wait for them ends with ctx.
+func (r *Redlock) fanoutDetached(ctx context.Context, deadline time.Time, calls []*driver.Call, enough func([]nodeReply) bool) ([]nodeReply, fanoutTail) {
+	stop := ctx.Done()
+	if stop != nil { // a ctx that cannot end needs no detaching
+		ctx = context.WithoutCancel(ctx)
+	}
+	return r.fanoutRun(ctx, stop, deadline, calls, enough, nil)
 }
 
 // fanoutFirst is fanout whose requests each try first(ctx, i, calls[i]),
 // on node i, before the call: the call is not sent when first reports that
 // it settled it.
-func (r *Redlock) fanoutFirst(ctx context.Context, deadline time.Time, calls []*driver.Call, enough func([]nodeReply) bool, first func(ctx context.Context, i int, c *driver.Call) bool) ([]nodeReply, <-chan struct{}) {
+func (r *Redlock) fanoutFirst(ctx context.Context, deadline time.Time, calls []*driver.Call, enough func([]nodeReply) bool, first func(ctx context.Context, i int, c *driver.Call) bool) ([]nodeReply, fanoutTail) {
+	return r.fanoutRun(ctx, ctx.Done(), deadline, calls, enough, first)
+}
+
+// fanoutRun is fanoutFirst whose requests run under ctx and whose wait
+// ends when stop closes.
+func (r *Redlock) fanoutRun(ctx context.Context, stop <-chan struct{}, deadline time.Time, calls []*driver.Call, enough func([]nodeReply) bool, first func(ctx context.Context, i int, c *driver.Call) bool) ([]nodeReply, fanoutTail) {
+	start := time.Now()
 	replies := make([]nodeReply, len(calls))
 	settled := make(chan struct{})
 	asked := 0
@@ -65,9 +98,10 @@ func (r *Redlock) fanoutFirst(ctx context.Context, deadline time.Time, calls []*
 	}
 	if asked == 0 {
 		close(settled)
-		return replies, settled
+		return replies, fanoutTail{settled: settled}
 	}
 	results := make(chan int, asked) // buffered: a straggler never blocks
+	tail := fanoutTail{settled: settled, returned: results}
 	// One deadline for the whole fan-out: the nodes' requests share it.
 	nctx, cancel := context.WithDeadline(ctx, deadline)
 	allReturned := func() {
@@ -87,29 +121,57 @@ func (r *Redlock) fanoutFirst(ctx context.Context, deadline time.Time, calls []*
 			if first == nil || !first(nctx, i, c) {
 				r.nodes[i].drv.RunToReply(nctx, c)
 			}
+			r.nodes[i].health.note(c.Err, ctx.Err() != nil)
 			results <- i
 			if left.Add(-1) == 0 {
 				allReturned()
 			}
 		})
 	}
+	if enough != nil && enough(replies) {
+		return replies, tail
+	}
 
+	take := func(i int) {
+		replies[i] = nodeReply{done: true, reply: calls[i].Reply, err: calls[i].Err, resent: calls[i].Resent}
+	}
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	for got := 0; got < asked; got++ {
 		select {
 		case i := <-results:
-			replies[i] = nodeReply{done: true, reply: calls[i].Reply, err: calls[i].Err, resent: calls[i].Resent}
+			take(i)
 			if enough != nil && enough(replies) {
-				return replies, settled
+				return replies, tail
 			}
 		case <-timer.C:
-			return replies, settled
-		case <-ctx.Done():
-			return replies, settled
+			r.late(replies, results, take, deadline.Sub(start))
+			return replies, tail
+		case <-stop:
+			return replies, tail
 		}
 	}
-	return replies, settled
+	return replies, tail
+}
+
+// late ends a fan-out at its deadline, wait after its start: replies that
+// came with the deadline count (take records them), and the nodes still
+// without one did not answer in time.
+func (r *Redlock) late(replies []nodeReply, results <-chan int, take func(int), wait time.Duration) {
+	for more := true; more; {
+		select {
+		case i := <-results:
+			take(i)
+		default:
+			more = false
+		}
+	}
+	for i, rep := range replies {
+		if !rep.skipped && !rep.done {
+			replies[i].late = true
+			r.nodes[i].health.timedOut(wait)
+		}
+	}
 }
 
 // nodeError describes node i's failure: err, or no reply (done false)

@@ -123,7 +123,7 @@ func (m *RedlockMutex) transfer(ctx context.Context, from, to string, handoffs i
 	deadline := start.Add(min(redlockNodeTimeout(&m.cfg), valid))
 	calls := m.nodeCalls(nil, scripts.OwnedTransfer, from, to, px.Milliseconds())
 	isMoved := func(rep nodeReply) bool { return rep.done && rep.err == nil && rep.reply == int64(1) }
-	replies, settled := m.r.fanout(context.WithoutCancel(ctx), deadline, calls, func(replies []nodeReply) bool {
+	replies, tail := m.r.fanout(context.WithoutCancel(ctx), deadline, calls, func(replies []nodeReply) bool {
 		count := 0
 		for _, rep := range replies {
 			if isMoved(rep) {
@@ -143,13 +143,13 @@ func (m *RedlockMutex) transfer(ctx context.Context, from, to string, handoffs i
 			mayHold[i] = !isReplyError(rep.err) // an error reply: the script wrote nothing
 		}
 	}
-	hold := &redlockHold{m: m, settled: settled, deadline: deadline, handoffs: handoffs}
+	hold := &redlockHold{m: m, tail: tail, replies: replies, deadline: deadline, handoffs: handoffs}
 	// Judged as an acquisition is: a failure to answer is not held against
 	// it, since a quorum moved or it did not.
 	if judgeAcquire(n, countTrue(moved), 0, elapsed, valid) == verdictGranted {
 		return acquireResult{hold: hold, start: start, px: px}, moved, mayHold
 	}
 	hold.awaitSettled()
-	hold.giveBack(ctx, to, mayHold, replies, moved)
+	hold.giveBack(ctx, to, mayHold, moved)
 	return acquireResult{start: start}, moved, mayHold
 }

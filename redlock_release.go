@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
@@ -19,6 +20,68 @@ func (h *redlockHold) release(ctx context.Context, owner string) error {
 	// Wait for every node (each bounded by the node timeout), so that when
 	// Unlock returns no reachable node still holds the key.
 	return h.m.releaseVerdict(h.m.releaseOn(ctx, owner, nil, true, nil, nil))
+}
+
+// split divides the nodes in which (all when nil) into those whose request
+// of the acquisition has returned, where a release may go now, and the
+// others (later, nil when none), where it must follow that request: sent
+// before, it could reach the node ahead of a grant still on its way there,
+// which would then stay until its TTL.
+func (h *redlockHold) split(which []bool) (now, later []bool) {
+	for i, rep := range h.replies {
+		if !rep.done && !rep.skipped && (which == nil || which[i]) {
+			if later == nil {
+				later = make([]bool, len(h.replies))
+			}
+			later[i] = true
+		}
+	}
+	if later == nil || h.returned(later) {
+		return which, nil
+	}
+	now = make([]bool, len(later))
+	for i := range now {
+		now[i] = (which == nil || which[i]) && !later[i]
+	}
+	return now, later
+}
+
+// returned clears in pending the nodes whose request of the acquisition
+// has returned since, and reports whether all have.
+func (h *redlockHold) returned(pending []bool) bool {
+	for {
+		select {
+		case <-h.tail.settled:
+			return true
+		case i := <-h.tail.returned:
+			pending[i] = false
+		default:
+			return countTrue(pending) == 0
+		}
+	}
+}
+
+// releaseLater releases owner's key on the nodes in later (if any) in the
+// background, once every request of the acquisition has returned, however
+// long its client takes, or when the Redlock closes; the release timeout
+// counts from then. tell publishes the release to waiters.
+func (h *redlockHold) releaseLater(ctx context.Context, owner string, later []bool, tell bool) {
+	if later == nil {
+		return
+	}
+	m := h.m
+	m.r.workers.Go(func() {
+		select {
+		case <-h.tail.settled:
+		case <-m.r.closed:
+		}
+		rctx, cancel := detach(ctx, m.cfg.releaseTimeout)
+		defer cancel()
+		if t := m.releaseOn(rctx, owner, later, tell, nil, nil); len(t.failed) > 0 {
+			m.cfg.logger.Warn("dlock: a Redlock node did not answer a release; the lock's key there expires by its TTL",
+				slog.String("lock", m.name), slog.Any("error", t.failed))
+		}
+	})
 }
 
 // releaseTally counts the answers to a release of our key on every node.
@@ -51,22 +114,19 @@ func (m *RedlockMutex) releaseVerdict(t releaseTally) error {
 }
 
 // giveBack gives back a failed acquisition's shares for owner on the nodes
-// in which, detached from ctx's cancellation. replies are the acquisition's
-// replies as its fan-out returned them. On a node whose request had
-// returned then, or on every node when all requests have returned since,
-// the release goes now: giveBack waits until the nodes that granted their
-// share (granted) have answered, and the others' releases go on in the
-// background (they are unreachable, or too slow to matter). On a node whose
-// request was still running, the release goes in the background once every
-// request of the acquisition has returned, however long its client takes
-// (or when the Redlock closes): sent before, it could reach the node ahead
-// of a grant still on its way there, which would then stay until its TTL.
+// in which, detached from ctx's cancellation. It waits, until ctx ends, for
+// the nodes that granted their share (granted) to answer: they answered
+// the acquisition just now. The other nodes' releases go on in the
+// background: those nodes failed the acquisition, and may be silent (a
+// give-back waited for there would add a node timeout to a failed TryLock,
+// and keep a Lock past its deadline). On a node whose request of the
+// acquisition is still running, the release follows it (releaseLater).
 // Each release is bounded by the node timeout alone; what it cannot reach
 // expires by its TTL.
 //
 // It reports whether every release answered. Otherwise one may still reach
 // its node at any later time, and the caller must not use owner again.
-func (h *redlockHold) giveBack(ctx context.Context, owner string, which []bool, replies []nodeReply, granted []bool) (answered bool) {
+func (h *redlockHold) giveBack(ctx context.Context, owner string, which, granted []bool) (answered bool) {
 	m := h.m
 	some := countTrue(which)
 	if some == 0 {
@@ -75,29 +135,8 @@ func (h *redlockHold) giveBack(ctx context.Context, owner string, which []bool, 
 	// Waiters wait only for an owner seen on a quorum of the nodes (see
 	// redlock_wait.go): tell them only when these shares may be as many.
 	tell := some >= quorum(len(m.r.nodes))
-	ctx = context.WithoutCancel(ctx)
-	now, later := which, []bool(nil)
-	select {
-	case <-h.settled:
-	default:
-		for i, set := range which {
-			if set && !replies[i].done {
-				if later == nil {
-					now, later = append([]bool(nil), which...), make([]bool, len(which))
-				}
-				now[i], later[i] = false, true
-			}
-		}
-	}
-	if later != nil {
-		m.r.workers.Go(func() {
-			select {
-			case <-h.settled:
-			case <-m.r.closed:
-			}
-			m.releaseOn(ctx, owner, later, tell, nil, nil)
-		})
-	}
+	now, later := h.split(which)
+	h.releaseLater(ctx, owner, later, tell)
 	if countTrue(now) == 0 {
 		return false // all later
 	}
@@ -110,7 +149,7 @@ func (h *redlockHold) giveBack(ctx context.Context, owner string, which []bool, 
 		return true
 	}
 	t := m.releaseOn(ctx, owner, now, tell, enough, nil)
-	if len(t.failed) > 0 {
+	if len(t.failed) > 0 && ctx.Err() == nil { // the releases left at ctx's end are logged if they fail
 		m.cfg.logger.Warn("dlock: could not release a failed Redlock acquisition on every node; the lock's key there expires by its TTL",
 			slog.String("lock", m.name), slog.Any("error", t.failed))
 	}
@@ -129,11 +168,12 @@ func countTrue(mask []bool) int {
 }
 
 // releaseOn runs the compare-and-delete on the nodes in which (all when nil),
-// in parallel, each bounded by the node timeout, publishing the release to
-// the lock's waiters when tell is set. It waits for every answer,
-// or until enough (if not nil) says that the rest cannot matter: their
-// requests then finish in the background, and they are not counted as
-// failed. unsure (if not nil) marks the nodes where a command of ours whose
+// in parallel, each bounded by the node timeout and detached from ctx's
+// cancellation, publishing the release to the lock's waiters when tell is
+// set. It waits for every answer, or until enough (if not nil) says that
+// the rest cannot matter, or until ctx ends: the requests left then go on
+// in the background, are not counted as failed, and are logged if they
+// fail. unsure (if not nil) marks the nodes where a command of ours whose
 // outcome is unknown may have removed our key already.
 func (m *RedlockMutex) releaseOn(ctx context.Context, owner string, which []bool, tell bool, enough func([]nodeReply) bool, unsure []bool) (t releaseTally) {
 	publish := "0"
@@ -142,13 +182,16 @@ func (m *RedlockMutex) releaseOn(ctx context.Context, owner string, which []bool
 	}
 	calls := m.nodeCalls(which, scripts.OwnedRelease, owner, publish)
 	wait := redlockNodeTimeout(&m.cfg)
-	replies, _ := m.r.fanout(ctx, time.Now().Add(wait), calls, enough)
-	early := enough != nil && enough(replies)
+	replies, tail := m.r.fanoutDetached(ctx, time.Now().Add(wait), calls, enough)
+	left := false
 	for i, rep := range replies {
 		switch {
 		case rep.skipped:
 		case !rep.done:
-			if !early {
+			// Left by enough (a silent node, see redlock_silent.go) or when
+			// ctx ended, it goes on in the background.
+			left = left || !rep.late
+			if rep.late || ctx.Err() != nil {
 				t.failed = append(t.failed, m.r.nodeError(ctx, i, false, nil, wait))
 			}
 		case rep.err != nil:
@@ -163,5 +206,39 @@ func (m *RedlockMutex) releaseOn(ctx context.Context, owner string, which []bool
 			t.failed = append(t.failed, m.r.nodeError(ctx, i, true, unexpectedReply(rep.reply), wait))
 		}
 	}
+	if left {
+		m.logLeftReleases(ctx, calls, replies, tail.settled, wait)
+	}
 	return t
+}
+
+// logLeftReleases logs, in the background, the releases of calls that a
+// release fan-out left running and that then failed.
+func (m *RedlockMutex) logLeftReleases(ctx context.Context, calls []*driver.Call, replies []nodeReply, settled <-chan struct{}, wait time.Duration) {
+	ctx = context.WithoutCancel(ctx)
+	// Only the calls left, in a slice of their own: calls stays the
+	// caller's, on its stack.
+	left := make([]*driver.Call, len(calls))
+	for i, rep := range replies {
+		if !rep.skipped && !rep.done {
+			left[i] = calls[i]
+		}
+	}
+	m.r.workers.Go(func() {
+		select {
+		case <-settled:
+		case <-m.r.closed:
+			return
+		}
+		var failed nodeErrors
+		for i, c := range left {
+			if c != nil && c.Err != nil {
+				failed = append(failed, m.r.nodeError(ctx, i, true, c.Err, wait))
+			}
+		}
+		if len(failed) > 0 {
+			m.cfg.logger.Warn("dlock: a Redlock node did not answer a release; the lock's key there expires by its TTL",
+				slog.String("lock", m.name), slog.Any("error", failed))
+		}
+	})
 }

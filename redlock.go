@@ -285,6 +285,13 @@ func (r *Redlock) checkOpen(op, name string) error {
 // straight to its own Redlock's first waiter for it, up to 7 times in a
 // row. Its leases carry no fencing token (Lease.Token returns 0). Lease.TTL
 // reports how long a quorum of the nodes still hold the key.
+//
+// Unlock returns once a quorum of the nodes released the key and every node
+// that answers has: it returns nil then, and a node that did not answer
+// its last request (down, frozen, unreachable) is released in the
+// background (Close waits for it; a failure is logged, and the key there
+// expires by its TTL). Only a node that stops answering unnoticed, during
+// the Unlock or just before it, is waited for, up to the node timeout.
 type RedlockMutex struct {
 	r    *Redlock
 	name string
@@ -823,23 +830,6 @@ var (
 func (h *redlockHold) lockName() string { return h.m.name }
 
 func (h *redlockHold) drift(px time.Duration) time.Duration { return h.m.drift(px) }
-
-// awaitSettled waits until the acquisition's requests have returned, at
-// most until their deadline, even when the caller's context has ended: a
-// release sent earlier could overtake a grant still in flight.
-func (h *redlockHold) awaitSettled() {
-	select {
-	case <-h.tail.settled:
-		return
-	default:
-	}
-	timer := time.NewTimer(time.Until(h.deadline))
-	defer timer.Stop()
-	select {
-	case <-h.tail.settled:
-	case <-timer.C:
-	}
-}
 
 // renew re-arms the key for px on every node. It succeeds only when a quorum
 // renewed it within the validity this renewal gives (px − drift from its

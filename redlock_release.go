@@ -15,19 +15,25 @@ import (
 // nodes it could not reach expire by their TTL. It returns ErrNotHeld when
 // too many nodes had already lost our key for a quorum to be left, and
 // ErrQuorum when a quorum may still hold it.
+//
+// It waits for every node that answers (each bounded by the node timeout),
+// so that when Unlock returns none of them still holds the key; a silent
+// node is not waited for once a quorum released (redlock_silent.go), and
+// its release goes on in the background.
 func (h *redlockHold) release(ctx context.Context, owner string) error {
-	h.awaitSettled() // a late grant must not land after its release
-	// Wait for every node (each bounded by the node timeout), so that when
-	// Unlock returns no reachable node still holds the key.
-	return h.m.releaseVerdict(h.m.releaseOn(ctx, owner, nil, true, nil, nil))
+	now, later := h.split(ctx, nil, true)
+	h.releaseLater(ctx, owner, later, true)
+	return h.m.releaseVerdict(h.m.releaseOn(ctx, owner, now, true, h.m.releaseDecided(0), nil))
 }
 
 // split divides the nodes in which (all when nil) into those whose request
 // of the acquisition has returned, where a release may go now, and the
 // others (later, nil when none), where it must follow that request: sent
 // before, it could reach the node ahead of a grant still on its way there,
-// which would then stay until its TTL.
-func (h *redlockHold) split(which []bool) (now, later []bool) {
+// which would then stay until its TTL. With wait set, it first waits for
+// the requests to nodes that answer, until the acquisition's deadline or
+// ctx's end; a silent node's request is not waited for.
+func (h *redlockHold) split(ctx context.Context, which []bool, wait bool) (now, later []bool) {
 	for i, rep := range h.replies {
 		if !rep.done && !rep.skipped && (which == nil || which[i]) {
 			if later == nil {
@@ -36,7 +42,7 @@ func (h *redlockHold) split(which []bool) (now, later []bool) {
 			later[i] = true
 		}
 	}
-	if later == nil || h.returned(later) {
+	if later == nil || h.returned(later, wait, ctx.Done()) {
 		return which, nil
 	}
 	now = make([]bool, len(later))
@@ -47,16 +53,44 @@ func (h *redlockHold) split(which []bool) (now, later []bool) {
 }
 
 // returned clears in pending the nodes whose request of the acquisition
-// has returned since, and reports whether all have.
-func (h *redlockHold) returned(pending []bool) bool {
+// has returned, and reports whether all have. With wait set, it waits while
+// a node that answers is pending, until the acquisition's deadline or
+// stop.
+func (h *redlockHold) returned(pending []bool, wait bool, stop <-chan struct{}) bool {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-h.tail.settled:
 			return true
 		case i := <-h.tail.returned:
 			pending[i] = false
+			continue
 		default:
+		}
+		live := false
+		for i, p := range pending {
+			live = live || p && h.m.r.nodes[i].health.silentErr() == nil
+		}
+		if !wait || !live {
 			return countTrue(pending) == 0
+		}
+		if timer == nil {
+			timer = time.NewTimer(time.Until(h.deadline))
+		}
+		select {
+		case <-h.tail.settled:
+			return true
+		case i := <-h.tail.returned:
+			pending[i] = false
+		case <-timer.C:
+			wait = false
+		case <-stop:
+			wait = false
 		}
 	}
 }
@@ -82,6 +116,26 @@ func (h *redlockHold) releaseLater(ctx context.Context, owner string, later []bo
 				slog.String("lock", m.name), slog.Any("error", t.failed))
 		}
 	})
+}
+
+// releaseDecided returns the enough of a release fan-out that may leave
+// silent nodes behind: a quorum released (already of them released
+// otherwise), and every node that answers has answered.
+func (m *RedlockMutex) releaseDecided(already int) func([]nodeReply) bool {
+	q := quorum(len(m.r.nodes))
+	return func(replies []nodeReply) bool {
+		released := already
+		for _, rep := range replies {
+			if rep.done && rep.err == nil && rep.reply == int64(1) {
+				released++
+			}
+		}
+		if released < q {
+			return false
+		}
+		live, _ := m.r.unanswered(replies)
+		return live == 0
+	}
 }
 
 // releaseTally counts the answers to a release of our key on every node.
@@ -135,7 +189,7 @@ func (h *redlockHold) giveBack(ctx context.Context, owner string, which, granted
 	// Waiters wait only for an owner seen on a quorum of the nodes (see
 	// redlock_wait.go): tell them only when these shares may be as many.
 	tell := some >= quorum(len(m.r.nodes))
-	now, later := h.split(which)
+	now, later := h.split(ctx, which, false)
 	h.releaseLater(ctx, owner, later, tell)
 	if countTrue(now) == 0 {
 		return false // all later

@@ -16,16 +16,24 @@ import (
 // node remembers whether it answers (nodeHealth): a request that gets no
 // reply within its fan-out's deadline, or fails for want of a connection,
 // marks the node silent, and any reply from it, even an error reply,
-// clears the mark. Then an attempt does not wait for a silent node once
-// every other node has answered, if those are a quorum (acquireDecided):
-// the live nodes decide, even where the silent node's grant would have
-// completed a quorum (it would most likely not come within the node
-// timeout; Lock tries again). So a waiter spends its time between
-// attempts, where a release on the live nodes wakes it at once, not in an
-// attempt that waits for the node. With fewer live nodes than a quorum,
-// the silent ones are waited for: a client cut off from most nodes, or too
-// loaded to hear them in time (which marks them all), would otherwise fail
-// every attempt at once, and a Lock would send the next at once.
+// clears the mark. Then:
+//
+//   - an attempt does not wait for a silent node once every other node has
+//     answered, if those are a quorum (acquireDecided): the live nodes
+//     decide, even where the silent node's grant would have completed a
+//     quorum (it would most likely not come within the node timeout; Lock
+//     tries again). So a waiter spends its time between attempts, where a
+//     release on the live nodes wakes it at once, not in an attempt that
+//     waits for the node. With fewer live nodes than a quorum, the silent
+//     ones are waited for: a client cut off from most nodes, or too loaded
+//     to hear them in time (which marks them all), would otherwise fail
+//     every attempt at once, and a Lock would send the next at once;
+//   - a release (Unlock, or what a failed hand-off did not move) returns
+//     once a quorum released and every node that answers has answered
+//     (releaseDecided);
+//   - Unlock and a hand-off wait for the acquisition's requests still
+//     running only on nodes that answer (redlockHold.split): the release
+//     for a silent node follows its request in the background.
 //
 // What a silent node is owed besides is never waited for: the give-back of
 // a failed attempt's share on a node that did not grant one (giveBack),

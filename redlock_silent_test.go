@@ -217,3 +217,86 @@ func TestRedlockWaiterServedWithASilentNode(t *testing.T) {
 		})
 	}
 }
+
+// TestRedlockUnlockWithASilentNode: with node 0 silent, a lease taken on
+// the live quorum is released there, and Unlock returns once they have
+// answered: the release owed to the silent node follows in the background,
+// after the acquisition's own request to it has returned. The lock is
+// free at once for another process, and a waiter of the same Redlock is
+// handed it just as fast.
+func TestRedlockUnlockWithASilentNode(t *testing.T) {
+	for _, f := range silentFaults {
+		f := f
+		t.Run(f.name, func(t *testing.T) {
+			t.Parallel()
+			servers := redistest.StartNodes(t, 3)
+			addrs := addrsOf(servers)
+			a := newRedlock(t, addrs, dlock.WithNodeTimeout(silentNodeTimeout))
+			b := newRedlock(t, addrs, dlock.WithNodeTimeout(silentNodeTimeout))
+			ctx := testCtx(t)
+			name := t.Name()
+			f.silence(servers[0])
+			limit := silentNodeTimeout / 2
+
+			// The first Unlock waits for the acquisition's request to node
+			// 0, not yet known silent, up to the node timeout; then the
+			// node counts silent, and is not waited for.
+			for i := 0; i < 3; i++ {
+				l, err := a.Mutex(name).TryLock(ctx)
+				if err != nil {
+					t.Fatalf("TryLock %d on the live quorum: %v", i, err)
+				}
+				start := time.Now()
+				err = l.Unlock(ctx)
+				took := time.Since(start)
+				if err != nil {
+					t.Fatalf("Unlock %d: %v", i, err)
+				}
+				t.Logf("Unlock %d took %v", i, took.Round(time.Millisecond))
+				want := limit
+				if i == 0 {
+					want = silentNodeTimeout + limit
+				}
+				if took > want {
+					t.Errorf("Unlock %d took %v, want at most %v (node timeout %v)", i, took, want, silentNodeTimeout)
+				}
+				lb, err := b.Mutex(name).TryLock(ctx)
+				if err != nil {
+					t.Fatalf("another process's TryLock right after Unlock %d: %v", i, err)
+				}
+				if err := lb.Unlock(ctx); err != nil {
+					t.Fatalf("its Unlock: %v", err)
+				}
+			}
+
+			// A waiter of the same Redlock: the Unlock hands the lock over.
+			// Until node 0 counts silent (a request above has failed
+			// there), the waiter's attempts would still wait for it.
+			waitUntil(t, 10*time.Second, "node 0 counted silent", func() bool { return dlock.RedlockNodeSilent(a, 0) })
+			l, err := a.Mutex(name).TryLock(ctx)
+			if err != nil {
+				t.Fatalf("TryLock before the hand-off: %v", err)
+			}
+			next := lockWhenHeir(ctx, t, a, name)
+			// Measured from when the waiter listens on the live nodes: its
+			// own first subscription is not the hand-off's.
+			waitUntil(t, 10*time.Second, "the waiter listening", func() bool { return dlock.RedlockGateHears(a, name) })
+			start := time.Now()
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatalf("Unlock handing over: %v", err)
+			}
+			got := <-next
+			handed := time.Since(start)
+			if got.err != nil {
+				t.Fatalf("the waiter's Lock: %v", got.err)
+			}
+			t.Logf("hand-off took %v", handed.Round(time.Millisecond))
+			if handed > limit {
+				t.Errorf("the waiter of the same Redlock got the lock %v after the Unlock began, want at most %v", handed, limit)
+			}
+			if err := got.l.Unlock(ctx); err != nil {
+				t.Errorf("the waiter's Unlock: %v", err)
+			}
+		})
+	}
+}

@@ -81,3 +81,10 @@ func withRedlockGate(r *Redlock, name string, fn func(g *redlockGate)) {
 		fn(g)
 	}
 }
+
+// RedlockNodeSilent reports whether r counts its node i silent: its last
+// request got no reply (redlock_silent.go). Tests wait for it before they
+// measure what a silent node does not delay.
+func RedlockNodeSilent(r *Redlock, i int) bool {
+	return r.nodes[i].health.silentErr() != nil
+}

@@ -257,7 +257,9 @@ func (n *notifier) subscribe(ctx context.Context, channel string) error {
 		cs.pending = nil
 		cs.confirmed = err == nil
 		cs.unsure = err != nil
-		if len(cs.waiters) == 0 && n.channels[channel] == cs && !cs.confirmed {
+		// The waiters may all have left meanwhile (a Redlock's subscribe
+		// goes on without them): unregister left the channel to this.
+		if len(cs.waiters) == 0 && n.channels[channel] == cs && cs.idle == nil {
 			n.idleLocked(channel, cs)
 		}
 		close(done)

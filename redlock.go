@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sort"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -44,7 +41,8 @@ type Redlock struct {
 type redlockNode struct {
 	addr   string
 	drv    *goredis.Driver
-	notify *notifier // the node's subscription, for waiters (redlock_wait.go)
+	notify *notifier   // the node's subscription, for waiters (redlock_wait.go)
+	health *nodeHealth // whether it answers (redlock_silent.go)
 }
 
 // NewRedlock returns a Redlock over nodes, one go-redis client
@@ -87,7 +85,7 @@ func NewRedlock(nodes []RedisClient, opts ...Option) (*Redlock, error) {
 			return nil, invalidArgf("NewRedlock: nodes %d and %d both address %s: Redlock needs distinct, independent masters", j, i, addr)
 		}
 		seen[addr] = i
-		r.nodes = append(r.nodes, redlockNode{addr: addr, drv: goredis.New(rdb)})
+		r.nodes = append(r.nodes, redlockNode{addr: addr, drv: goredis.New(rdb), health: new(nodeHealth)})
 	}
 	cfg := defaultConfig()
 	cfg.redlock = true
@@ -287,6 +285,13 @@ func (r *Redlock) checkOpen(op, name string) error {
 // straight to its own Redlock's first waiter for it, up to 7 times in a
 // row. Its leases carry no fencing token (Lease.Token returns 0). Lease.TTL
 // reports how long a quorum of the nodes still hold the key.
+//
+// Unlock returns once a quorum of the nodes released the key and every node
+// that answers has: it returns nil then, and a node that did not answer
+// its last request (down, frozen, unreachable) is released in the
+// background (Close waits for it; a failure is logged, and the key there
+// expires by its TTL). Only a node that stops answering unnoticed, during
+// the Unlock or just before it, is waited for, up to the node timeout.
 type RedlockMutex struct {
 	r    *Redlock
 	name string
@@ -303,10 +308,12 @@ func (m *RedlockMutex) Name() string { return m.name }
 
 // TryLock makes one attempt to take the lock: it asks every node at once and
 // returns when a quorum has granted it, or when every node has answered or
-// the node timeout has passed. When it returns without a Lease, the nodes
-// that granted their share have released it again (nodes that did not
-// answer are sent a release in the background, once their request has
-// returned). It returns:
+// the node timeout has passed. A node that did not answer its last request
+// (down, frozen, unreachable) is not waited for once the others have
+// answered: it delays only the first call that meets it, by up to the node
+// timeout. When it returns without a Lease, the nodes that granted their
+// share have released it again (the others are sent a release in the
+// background, once their request has returned). It returns:
 //   - an error matching ErrNotObtained when another owner holds the lock on
 //     enough nodes that no quorum is left for us;
 //   - ErrQuorum when fewer than a quorum of the nodes answered (down,
@@ -355,11 +362,14 @@ func (m *RedlockMutex) tryLock(ctx context.Context) (*Lease, error) {
 // pub/sub on the nodes) or its keys could have expired, and after a random
 // delay (WithRetryDelay) when no owner holds a quorum (a split vote) or too
 // few nodes answer. Lock calls of one Redlock for one name take turns: the
-// others wait, in arrival order, until the first returns. When ctx ends
-// first, Lock returns then, even with an attempt still waiting for nodes
-// that do not answer, or an Unlock of the same Redlock still handing the
-// lock over to it: what that attempt may have taken, or that hand-off
-// delivers, is released in the background (Close waits for it). The error
+// others wait, in arrival order, until the first returns. What a node that
+// does not answer is owed (the release of a failed attempt's share, a
+// subscription) goes on in the background, and its attempts do not wait
+// for it once it is known silent (see TryLock). When ctx ends first, Lock
+// returns then, even with an attempt still waiting for nodes that do not
+// answer, or an Unlock of the same Redlock still handing the lock over to
+// it: what that attempt may have taken, or that hand-off delivers, is
+// released in the background (Close waits for it). The error
 // matches ErrNotObtained and ctx's error and carries the last attempt's
 // failure (which may match ErrQuorum). It returns at once with
 // ErrInvalidArgument, with ErrClosed when the Redlock is closed (a Lock
@@ -606,7 +616,6 @@ func quorumRemaining(q int, ours []time.Duration) (time.Duration, bool) {
 func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireResult {
 	countAttempt(ctx, &m.cfg)
 	r := m.r
-	n, q := len(r.nodes), quorum(len(r.nodes))
 	px := redlockPX(&m.cfg)
 	valid := px - m.drift(px)
 	start := time.Now()
@@ -622,53 +631,13 @@ func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireRes
 	setNX := func(ctx context.Context, i int, c *driver.Call) bool {
 		return !r.nodes[i].notify.confirmed(m.key) && r.nodes[i].drv.SetNX(ctx, c, m.key, owner, px)
 	}
-	replies, settled := r.fanoutFirst(ctx, deadline, calls, func(replies []nodeReply) bool {
-		granted := 0
-		for _, rep := range replies {
-			if rep.done && rep.err == nil {
-				if ok, _, _, err := parseAcquire(rep.reply); err == nil && ok {
-					granted++
-				}
-			}
-		}
-		return granted >= q // a quorum is all it takes: slower nodes finish in the background
-	}, setNX)
+	replies, tail := r.fanoutFirst(ctx, deadline, calls, r.acquireDecided, setNX)
 	elapsed := time.Since(start)
 
-	var (
-		granted   int
-		holders   []time.Duration
-		nFailed   int
-		permanent int
-		release   = make([]bool, n)
-		grantedBy = make([]bool, n)
-		heldBy    = make(map[string]int, 1) // nodes per other owner
-	)
-	for i, rep := range replies {
-		ok, pttl, holder, err := readAcquire(rep)
-		switch {
-		case !rep.done || err != nil:
-			nFailed++
-			if isReplyError(err) {
-				// The script raised the error before writing anything.
-				if !isTransient(err) {
-					permanent++
-				}
-			} else {
-				release[i] = true // it may have been granted all the same
-			}
-		case ok:
-			granted++
-			release[i] = true
-			grantedBy[i] = true
-		default:
-			holders = append(holders, pttl)
-			heldBy[holder]++
-		}
-	}
-
-	verdict := judgeAcquire(n, granted, nFailed, elapsed, valid)
-	hold := &redlockHold{m: m, settled: settled, deadline: deadline}
+	var t acquireTally
+	t.count(replies)
+	verdict := judgeAcquire(len(r.nodes), t.granted, t.failed, elapsed, valid)
+	hold := &redlockHold{m: m, tail: tail, replies: replies, deadline: deadline}
 	if verdict == verdictGranted {
 		// Nodes that had not answered when the quorum did are not failures
 		// here: their errors are made only for an attempt that failed.
@@ -684,47 +653,122 @@ func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireRes
 	// spent: a Lock that goes on asks as another owner, since a late
 	// give-back would delete the next attempt's share after its grant (a
 	// lease that holds fewer nodes than it counts, and two holders). A call
-	// whose ctx has ended never uses owner again, so it returns now and
-	// leaves the giving back to the background (Close waits for it).
+	// whose ctx has ended never uses owner again: it returns at once, and
+	// the giving back goes on in the background (Close waits for it).
 	res := acquireResult{start: start}
-	if ctx.Err() != nil || !hold.awaitSettledUnless(ctx.Done()) {
-		r.workers.Go(func() {
-			hold.awaitSettled()
-			hold.giveBack(ctx, owner, release, replies, grantedBy)
-		})
-		return res
-	}
-	res.spent = !hold.giveBack(ctx, owner, release, replies, grantedBy)
+	res.spent = !hold.giveBack(ctx, owner, t.release, t.grantedBy)
 	if ctx.Err() != nil {
 		return res
 	}
+	failed := r.attemptFailures(ctx, replies, wait)
+	m.explainFailure(&res, op, verdict, &t, failed, elapsed, valid)
+	return res
+}
+
+// acquireDecided reports whether an attempt's replies decide it: a quorum
+// granted it (slower nodes finish in the background), or every node that
+// answers has answered and they are a quorum: the silent nodes are not
+// waited for then (redlock_silent.go).
+func (r *Redlock) acquireDecided(replies []nodeReply) bool {
+	q := quorum(len(r.nodes))
+	granted, answered := 0, 0
+	for _, rep := range replies {
+		if rep.done {
+			answered++
+			if ok, _, _, err := readAcquire(rep); err == nil && ok {
+				granted++
+			}
+		}
+	}
+	if granted >= q {
+		return true
+	}
+	live, _ := r.unanswered(replies)
+	return live == 0 && answered >= q
+}
+
+// acquireTally counts the replies to one attempt.
+type acquireTally struct {
+	granted   int
+	failed    int // did not answer usably
+	permanent int // answered with an error that retrying cannot fix
+	holders   []time.Duration
+	held      int    // the most nodes one other owner holds
+	release   []bool // may hold our share: give it back
+	grantedBy []bool
+}
+
+// count tallies an attempt's replies.
+func (t *acquireTally) count(replies []nodeReply) {
+	t.release = make([]bool, len(replies))
+	t.grantedBy = make([]bool, len(replies))
+	heldBy := make(map[string]int, 1) // nodes per other owner
+	for i, rep := range replies {
+		ok, pttl, holder, err := readAcquire(rep)
+		switch {
+		case !rep.done || err != nil:
+			t.failed++
+			if isReplyError(err) {
+				// The script raised the error before writing anything.
+				if !isTransient(err) {
+					t.permanent++
+				}
+			} else {
+				t.release[i] = true // it may have been granted all the same
+			}
+		case ok:
+			t.granted++
+			t.release[i] = true
+			t.grantedBy[i] = true
+		default:
+			t.holders = append(t.holders, pttl)
+			heldBy[holder]++
+		}
+	}
+	for holder, nodes := range heldBy {
+		if holder != "" { // an older dlock's script names no owner
+			t.held = max(t.held, nodes)
+		}
+	}
+}
+
+// attemptFailures describes the nodes of an attempt's replies that did not
+// answer usably, within a node timeout of wait.
+func (r *Redlock) attemptFailures(ctx context.Context, replies []nodeReply, wait time.Duration) nodeErrors {
 	var failed nodeErrors
 	for i, rep := range replies {
-		if _, _, _, err := readAcquire(rep); !rep.done || err != nil {
+		_, _, _, err := readAcquire(rep)
+		switch {
+		case !rep.done && !rep.late: // left early: silent
+			failed = append(failed, r.silentError(ctx, i))
+		case !rep.done || err != nil:
 			failed = append(failed, r.nodeError(ctx, i, rep.done, err, wait))
 		}
 	}
+	return failed
+}
+
+// explainFailure sets res's error, and what a waiter needs to know, for an
+// attempt that was not granted: verdict, judged on t after elapsed for a
+// validity of valid, with the nodes that failed.
+func (m *RedlockMutex) explainFailure(res *acquireResult, op string, verdict acquireVerdict, t *acquireTally, failed nodeErrors, elapsed, valid time.Duration) {
+	n, q := len(m.r.nodes), quorum(len(m.r.nodes))
 	switch verdict {
 	case verdictTooSlow:
 		res.err = errorf("dlock: %s %q: %w: a quorum (%d of %d nodes) granted it only after %v, past its validity of %v",
-			op, m.name, ErrQuorum, granted, n, elapsed.Round(time.Millisecond), valid)
+			op, m.name, ErrQuorum, t.granted, n, elapsed.Round(time.Millisecond), valid)
 		if len(failed) > 0 {
 			res.err = fmt.Errorf("%w; %w", res.err, failed)
 		}
 	case verdictNoQuorum:
 		res.err = errorf("dlock: %s %q: %w: %d of %d answered, %d needed: %w",
 			op, m.name, ErrQuorum, n-len(failed), n, q, failed)
-		res.permanent = permanent > n-q
+		res.permanent = t.permanent > n-q
 	default:
-		res.holderTTL = quorumFreeIn(q-granted, holders)
-		for holder, nodes := range heldBy {
-			if holder != "" && nodes > res.held {
-				res.held = nodes
-			}
-		}
+		res.holderTTL = quorumFreeIn(q-t.granted, t.holders)
+		res.held = t.held
 		res.err = &notObtainedError{name: m.name, holderTTL: res.holderTTL, last: failed.orNil()}
 	}
-	return res
 }
 
 // readAcquire reads one node's reply to an attempt: rep.err, or what
@@ -766,11 +810,13 @@ func parseAcquire(reply any) (granted bool, holderTTL time.Duration, holder stri
 // TTL go to every node.
 type redlockHold struct {
 	m *RedlockMutex
-	// settled closes when every request of the acquisition has returned;
-	// none runs past deadline unless the node's client ignores deadlines
-	// or the driver's batching sent it in a pipeline, which has none (see
-	// attempt).
-	settled  <-chan struct{}
+	// replies are the acquisition's, as its fan-out returned them, and tail
+	// its requests still running then: a node not done may still be
+	// granting (split). None runs past deadline unless the node's client
+	// ignores deadlines or the driver's batching sent it in a pipeline,
+	// which has none (see attempt).
+	replies  []nodeReply
+	tail     fanoutTail
 	deadline time.Time
 	handoffs int // local hand-offs in a row that led to it (redlock_handoff.go)
 }
@@ -784,30 +830,6 @@ var (
 func (h *redlockHold) lockName() string { return h.m.name }
 
 func (h *redlockHold) drift(px time.Duration) time.Duration { return h.m.drift(px) }
-
-// awaitSettled waits until the acquisition's requests have returned, at
-// most until their deadline, even when the caller's context has ended: a
-// release sent earlier could overtake a grant still in flight.
-func (h *redlockHold) awaitSettled() { h.awaitSettledUnless(nil) }
-
-// awaitSettledUnless is awaitSettled that stops early when stop closes; it
-// reports whether the wait ended without stop.
-func (h *redlockHold) awaitSettledUnless(stop <-chan struct{}) bool {
-	select {
-	case <-h.settled:
-		return true
-	default:
-	}
-	timer := time.NewTimer(time.Until(h.deadline))
-	defer timer.Stop()
-	select {
-	case <-h.settled:
-	case <-timer.C:
-	case <-stop:
-		return false
-	}
-	return true
-}
 
 // renew re-arms the key for px on every node. It succeeds only when a quorum
 // renewed it within the validity this renewal gives (px − drift from its
@@ -865,163 +887,6 @@ func (h *redlockHold) renew(ctx context.Context, owner string, px time.Duration,
 	return fmt.Errorf("%w: renewed on %d of %d nodes, %d needed: %w", ErrQuorum, renewed, n, q, failed)
 }
 
-// release deletes our key on every node (Unlock). It counts as released
-// once fewer than a quorum of nodes can still hold our key; the keys on
-// nodes it could not reach expire by their TTL. It returns ErrNotHeld when
-// too many nodes had already lost our key for a quorum to be left, and
-// ErrQuorum when a quorum may still hold it.
-func (h *redlockHold) release(ctx context.Context, owner string) error {
-	h.awaitSettled() // a late grant must not land after its release
-	// Wait for every node (each bounded by the node timeout), so that when
-	// Unlock returns no reachable node still holds the key.
-	return h.m.releaseVerdict(h.m.releaseOn(ctx, owner, nil, true, nil, nil))
-}
-
-// releaseTally counts the answers to a release of our key on every node.
-type releaseTally struct {
-	released int // gave it up
-	gone     int // no longer held it
-	// resentGone no longer held it, but a command of ours whose outcome was
-	// not known may have removed it: the release sent before by the node's
-	// client (driver.Call.Resent), or a hand-off that did not answer.
-	resentGone int
-	failed     nodeErrors // did not answer
-}
-
-// releaseVerdict judges a release of our key on every node.
-func (m *RedlockMutex) releaseVerdict(t releaseTally) error {
-	n, q := len(m.r.nodes), quorum(len(m.r.nodes))
-	switch {
-	case t.gone > n-q:
-		return fmt.Errorf("%w: %d of %d nodes no longer held it", ErrNotHeld, t.gone, n)
-	case t.gone+t.resentGone > n-q:
-		return fmt.Errorf("%w: %d of %d nodes no longer held it", errResentRelease, t.gone+t.resentGone, n)
-	case t.released+t.gone+t.resentGone > n-q:
-		if len(t.failed) > 0 {
-			m.cfg.logger.Warn("dlock: Unlock could not reach every Redlock node; the lock's key there expires by its TTL",
-				slog.String("lock", m.name), slog.Any("error", t.failed))
-		}
-		return nil
-	}
-	return fmt.Errorf("%w: released on %d of %d nodes; the others may still hold a quorum: %w", ErrQuorum, t.released, n, t.failed)
-}
-
-// giveBack gives back a failed acquisition's shares for owner on the nodes
-// in which, detached from ctx's cancellation. replies are the acquisition's
-// replies as its fan-out returned them. On a node whose request had
-// returned then, or on every node when all requests have returned since,
-// the release goes now: giveBack waits until the nodes that granted their
-// share (granted) have answered, and the others' releases go on in the
-// background (they are unreachable, or too slow to matter). On a node whose
-// request was still running, the release goes in the background once every
-// request of the acquisition has returned, however long its client takes
-// (or when the Redlock closes): sent before, it could reach the node ahead
-// of a grant still on its way there, which would then stay until its TTL.
-// Each release is bounded by the node timeout alone; what it cannot reach
-// expires by its TTL.
-//
-// It reports whether every release answered. Otherwise one may still reach
-// its node at any later time, and the caller must not use owner again.
-func (h *redlockHold) giveBack(ctx context.Context, owner string, which []bool, replies []nodeReply, granted []bool) (answered bool) {
-	m := h.m
-	some := countTrue(which)
-	if some == 0 {
-		return true
-	}
-	// Waiters wait only for an owner seen on a quorum of the nodes (see
-	// redlock_wait.go): tell them only when these shares may be as many.
-	tell := some >= quorum(len(m.r.nodes))
-	ctx = context.WithoutCancel(ctx)
-	now, later := which, []bool(nil)
-	select {
-	case <-h.settled:
-	default:
-		for i, set := range which {
-			if set && !replies[i].done {
-				if later == nil {
-					now, later = append([]bool(nil), which...), make([]bool, len(which))
-				}
-				now[i], later[i] = false, true
-			}
-		}
-	}
-	if later != nil {
-		m.r.workers.Go(func() {
-			select {
-			case <-h.settled:
-			case <-m.r.closed:
-			}
-			m.releaseOn(ctx, owner, later, tell, nil, nil)
-		})
-	}
-	if countTrue(now) == 0 {
-		return false // all later
-	}
-	enough := func(replies []nodeReply) bool {
-		for i, rep := range replies {
-			if granted[i] && !rep.done {
-				return false
-			}
-		}
-		return true
-	}
-	t := m.releaseOn(ctx, owner, now, tell, enough, nil)
-	if len(t.failed) > 0 {
-		m.cfg.logger.Warn("dlock: could not release a failed Redlock acquisition on every node; the lock's key there expires by its TTL",
-			slog.String("lock", m.name), slog.Any("error", t.failed))
-	}
-	return later == nil && t.released+t.gone+t.resentGone == countTrue(now)
-}
-
-// countTrue counts the nodes set in a per-node mask.
-func countTrue(mask []bool) int {
-	n := 0
-	for _, set := range mask {
-		if set {
-			n++
-		}
-	}
-	return n
-}
-
-// releaseOn runs the compare-and-delete on the nodes in which (all when nil),
-// in parallel, each bounded by the node timeout, publishing the release to
-// the lock's waiters when tell is set. It waits for every answer,
-// or until enough (if not nil) says that the rest cannot matter: their
-// requests then finish in the background, and they are not counted as
-// failed. unsure (if not nil) marks the nodes where a command of ours whose
-// outcome is unknown may have removed our key already.
-func (m *RedlockMutex) releaseOn(ctx context.Context, owner string, which []bool, tell bool, enough func([]nodeReply) bool, unsure []bool) (t releaseTally) {
-	publish := "0"
-	if tell {
-		publish = "1"
-	}
-	calls := m.nodeCalls(which, scripts.OwnedRelease, owner, publish)
-	wait := redlockNodeTimeout(&m.cfg)
-	replies, _ := m.r.fanout(ctx, time.Now().Add(wait), calls, enough)
-	early := enough != nil && enough(replies)
-	for i, rep := range replies {
-		switch {
-		case rep.skipped:
-		case !rep.done:
-			if !early {
-				t.failed = append(t.failed, m.r.nodeError(ctx, i, false, nil, wait))
-			}
-		case rep.err != nil:
-			t.failed = append(t.failed, m.r.nodeError(ctx, i, true, rep.err, wait))
-		case rep.reply == int64(1):
-			t.released++
-		case rep.reply == int64(0) && (rep.resent || unsure != nil && unsure[i]):
-			t.resentGone++
-		case rep.reply == int64(0):
-			t.gone++
-		default:
-			t.failed = append(t.failed, m.r.nodeError(ctx, i, true, unexpectedReply(rep.reply), wait))
-		}
-	}
-	return t
-}
-
 // remaining is how long a quorum of the nodes still hold our key: the
 // quorum-th longest of the remaining times on the nodes that hold it.
 func (h *redlockHold) remaining(ctx context.Context, owner string) (time.Duration, error) {
@@ -1061,151 +926,4 @@ func (h *redlockHold) remaining(ctx context.Context, owner string) (time.Duratio
 		return 0, fmt.Errorf("%w: %d of %d nodes no longer hold it", ErrNotHeld, gone, n)
 	}
 	return 0, fmt.Errorf("%w: %d of %d nodes hold it, %d needed: %w", ErrQuorum, len(ours), n, q, failed)
-}
-
-// nodeCalls makes a call of script for each node, or for the nodes set in
-// which when it is not nil (nil elsewhere: fanout skips those). The calls
-// share one key slice and one argument slice, which drivers only read, and
-// one backing array: a fan-out costs a few allocations, not a few per node.
-func (m *RedlockMutex) nodeCalls(which []bool, script *driver.Script, args ...any) []*driver.Call {
-	n := len(m.r.nodes)
-	backing := make([]driver.Call, n)
-	calls := make([]*driver.Call, n)
-	for i := range calls {
-		if which == nil || which[i] {
-			backing[i] = driver.Call{Script: script, Keys: m.keys, Args: args}
-			calls[i] = &backing[i]
-		}
-	}
-	return calls
-}
-
-// nodeReply is one node's outcome in a fan-out.
-type nodeReply struct {
-	skipped bool // not asked
-	done    bool // returned before the fan-out stopped waiting
-	reply   any
-	err     error
-	resent  bool // the node's client sent the script more than once (driver.Call.Resent)
-}
-
-// fanout sends calls[i] to node i (nil: skip the node), all in parallel,
-// each bounded by deadline and ctx. It returns when every node has returned,
-// when enough (if not nil) says the outcome is decided, when ctx ends, or at
-// the deadline, whichever comes first. Requests still running then finish
-// in the background, bounded by the deadline if the node's client honours
-// context deadlines (otherwise by its read timeout); their outcome is
-// dropped, settled closes once all have returned, and Close waits for them.
-func (r *Redlock) fanout(ctx context.Context, deadline time.Time, calls []*driver.Call, enough func([]nodeReply) bool) ([]nodeReply, <-chan struct{}) {
-	return r.fanoutFirst(ctx, deadline, calls, enough, nil)
-}
-
-// fanoutFirst is fanout whose requests each try first(ctx, i, calls[i]),
-// on node i, before the call: the call is not sent when first reports that
-// it settled it.
-func (r *Redlock) fanoutFirst(ctx context.Context, deadline time.Time, calls []*driver.Call, enough func([]nodeReply) bool, first func(ctx context.Context, i int, c *driver.Call) bool) ([]nodeReply, <-chan struct{}) {
-	replies := make([]nodeReply, len(calls))
-	settled := make(chan struct{})
-	asked := 0
-	for i, c := range calls {
-		if c == nil {
-			replies[i].skipped = true
-		} else {
-			asked++
-		}
-	}
-	if asked == 0 {
-		close(settled)
-		return replies, settled
-	}
-	results := make(chan int, asked) // buffered: a straggler never blocks
-	// One deadline for the whole fan-out: the nodes' requests share it.
-	nctx, cancel := context.WithDeadline(ctx, deadline)
-	allReturned := func() {
-		cancel()
-		close(settled)
-	}
-	var left atomic.Int32
-	left.Store(int32(asked))
-	for i, c := range calls {
-		if c == nil {
-			continue
-		}
-		i, c := i, c
-		r.workers.Go(func() {
-			// The fan-out stops waiting at the deadline by itself: the
-			// driver need not hand the call to another goroutine for that.
-			if first == nil || !first(nctx, i, c) {
-				r.nodes[i].drv.RunToReply(nctx, c)
-			}
-			results <- i
-			if left.Add(-1) == 0 {
-				allReturned()
-			}
-		})
-	}
-
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	for got := 0; got < asked; got++ {
-		select {
-		case i := <-results:
-			replies[i] = nodeReply{done: true, reply: calls[i].Reply, err: calls[i].Err, resent: calls[i].Resent}
-			if enough != nil && enough(replies) {
-				return replies, settled
-			}
-		case <-timer.C:
-			return replies, settled
-		case <-ctx.Done():
-			return replies, settled
-		}
-	}
-	return replies, settled
-}
-
-// nodeError describes node i's failure: err, or no reply (done false)
-// within wait. A deadline of the node's own request reads as a timeout, so
-// that only the caller's context ever makes an error match its ctx error.
-func (r *Redlock) nodeError(ctx context.Context, i int, done bool, err error, wait time.Duration) *NodeError {
-	timeout := func() error {
-		return fmt.Errorf("no reply within the node timeout of %v: %w", wait.Round(time.Microsecond), os.ErrDeadlineExceeded)
-	}
-	var rerr *driver.ReplyError
-	switch {
-	case ctx.Err() != nil && (!done || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
-		err = ctx.Err()
-	case !done || errors.Is(err, context.DeadlineExceeded):
-		err = timeout()
-	case errors.As(err, &rerr) && isConflictReply(rerr.Msg):
-		err = fmt.Errorf("%w: %s (dlock did not write this key and leaves it untouched)", ErrKeyConflict, conflictDetail(rerr.Msg))
-	}
-	return &NodeError{Addr: r.nodes[i].addr, Err: err}
-}
-
-// nodeErrors are the failed nodes of one operation. It unwraps to each
-// *NodeError, for errors.As and errors.Is.
-type nodeErrors []*NodeError
-
-func (e nodeErrors) Error() string {
-	parts := make([]string, len(e))
-	for i, ne := range e {
-		parts[i] = ne.Error()
-	}
-	return strings.Join(parts, "; ")
-}
-
-func (e nodeErrors) Unwrap() []error {
-	errs := make([]error, len(e))
-	for i, ne := range e {
-		errs[i] = ne
-	}
-	return errs
-}
-
-// orNil returns e as an error, or nil (not a typed nil) when empty.
-func (e nodeErrors) orNil() error {
-	if len(e) == 0 {
-		return nil
-	}
-	return e
 }

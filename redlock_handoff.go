@@ -74,56 +74,62 @@ func (h *redlockHold) unlock(ctx context.Context, owner string) error {
 	if heir == nil {
 		return h.release(ctx, owner)
 	}
+	n := len(h.m.r.nodes)
 	var (
 		res     acquireResult
-		moved   = make([]bool, len(h.m.r.nodes))
-		mayHold = make([]bool, len(h.m.r.nodes))
+		moved   = make([]bool, n)
+		mayHold = make([]bool, n)
 	)
+	// The transfer goes to the nodes whose request of the acquisition has
+	// returned, which hold a quorum; on the others a late grant could land
+	// after it, so they are released once their request has returned.
+	now, later := h.split(ctx, nil, true)
 	// A fresh owner value: the heir's attempts, which may be in flight, use
 	// another and cannot count the moved keys as theirs.
 	next, err := newOwner(heir.m.cfg.ownerInfo)
 	if err == nil {
-		h.awaitSettled() // a late grant must not land after the transfer
-		res, moved, mayHold = heir.m.transfer(ctx, owner, next, h.handoffs+1)
+		res, moved, mayHold = heir.m.transfer(ctx, owner, next, h.handoffs+1, now)
 	}
 	heir.handoff <- redlockHandoff{res: res, owner: next}
+	h.releaseLater(ctx, owner, later, res.hold == nil)
 	if res.hold != nil {
 		return nil
 	}
 	// Release what did not move; what moved counts as released. Where the
 	// transfer did not answer, it may have moved the key all the same: a
 	// release that finds it gone there is not told from one we released.
-	notMoved := make([]bool, len(moved))
-	unsure := make([]bool, len(moved))
+	notMoved := make([]bool, n)
+	unsure := make([]bool, n)
 	for i, mv := range moved {
-		notMoved[i] = !mv
+		notMoved[i] = (now == nil || now[i]) && !mv
 		unsure[i] = mayHold[i] && !mv
 	}
-	t := h.m.releaseOn(ctx, owner, notMoved, true, nil, unsure)
+	t := h.m.releaseOn(ctx, owner, notMoved, true, h.m.releaseDecided(countTrue(moved)), unsure)
 	t.released += countTrue(moved)
 	return h.m.releaseVerdict(t)
 }
 
-// transfer moves the lock's key from owner from to owner to on every node,
-// the handoffs-th local hand-off in a row. It succeeds, returning the new
-// owner's hold, when a quorum moved within the validity to's lease gets
-// (m's TTL, counted from before the first request); otherwise it gives back
-// to's shares. moved marks the nodes that answered that the key moved,
-// mayHold those and the ones whose answer did not say it did not.
+// transfer moves the lock's key from owner from to owner to on the nodes in
+// which (all when nil), the handoffs-th local hand-off in a row. It
+// succeeds, returning the new owner's hold, when a quorum moved within the
+// validity to's lease gets (m's TTL, counted from before the first
+// request); otherwise it gives back to's shares. moved marks the nodes that
+// answered that the key moved, mayHold those and the ones whose answer did
+// not say it did not.
 //
 // It returns once a quorum moved; the other nodes' requests go on in the
 // background, bounded by the node timeout but not by ctx: the Unlock that
 // sent them ends ctx when it returns, and a node left to the old owner
 // would hold its key until the TTL.
-func (m *RedlockMutex) transfer(ctx context.Context, from, to string, handoffs int) (res acquireResult, moved, mayHold []bool) {
+func (m *RedlockMutex) transfer(ctx context.Context, from, to string, handoffs int, which []bool) (res acquireResult, moved, mayHold []bool) {
 	n, q := len(m.r.nodes), quorum(len(m.r.nodes))
 	px := redlockPX(&m.cfg)
 	valid := px - m.drift(px)
 	start := time.Now()
 	deadline := start.Add(min(redlockNodeTimeout(&m.cfg), valid))
-	calls := m.nodeCalls(nil, scripts.OwnedTransfer, from, to, px.Milliseconds())
+	calls := m.nodeCalls(which, scripts.OwnedTransfer, from, to, px.Milliseconds())
 	isMoved := func(rep nodeReply) bool { return rep.done && rep.err == nil && rep.reply == int64(1) }
-	replies, settled := m.r.fanout(context.WithoutCancel(ctx), deadline, calls, func(replies []nodeReply) bool {
+	replies, tail := m.r.fanout(context.WithoutCancel(ctx), deadline, calls, func(replies []nodeReply) bool {
 		count := 0
 		for _, rep := range replies {
 			if isMoved(rep) {
@@ -137,19 +143,19 @@ func (m *RedlockMutex) transfer(ctx context.Context, from, to string, handoffs i
 	mayHold = make([]bool, n) // moved, or no answer that says it did not
 	for i, rep := range replies {
 		switch {
+		case rep.skipped:
 		case isMoved(rep):
 			moved[i], mayHold[i] = true, true
 		case !rep.done || rep.err != nil:
 			mayHold[i] = !isReplyError(rep.err) // an error reply: the script wrote nothing
 		}
 	}
-	hold := &redlockHold{m: m, settled: settled, deadline: deadline, handoffs: handoffs}
+	hold := &redlockHold{m: m, tail: tail, replies: replies, deadline: deadline, handoffs: handoffs}
 	// Judged as an acquisition is: a failure to answer is not held against
 	// it, since a quorum moved or it did not.
 	if judgeAcquire(n, countTrue(moved), 0, elapsed, valid) == verdictGranted {
 		return acquireResult{hold: hold, start: start, px: px}, moved, mayHold
 	}
-	hold.awaitSettled()
-	hold.giveBack(ctx, to, mayHold, replies, moved)
+	hold.giveBack(ctx, to, mayHold, moved)
 	return acquireResult{start: start}, moved, mayHold
 }

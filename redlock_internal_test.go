@@ -296,11 +296,11 @@ func TestRedlockGiveBackFollowsItsRequest(t *testing.T) {
 	// Node 0 granted, node 1 answered with a transport error, node 2 has
 	// not answered yet.
 	settled := make(chan struct{})
-	h := &redlockHold{m: m, settled: settled, deadline: time.Now()}
 	which := []bool{true, true, true}
 	replies := []nodeReply{{done: true, reply: int64(1)}, {done: true, err: errors.New("reset")}, {}}
+	h := &redlockHold{m: m, tail: fanoutTail{settled: settled}, replies: replies}
 	granted := []bool{true, false, false}
-	if h.giveBack(ctx, owner, which, replies, granted) {
+	if h.giveBack(ctx, owner, which, granted) {
 		t.Error("giveBack reported every release answered while one waits for its request")
 	}
 	if held(0) {
@@ -331,8 +331,8 @@ func TestRedlockGiveBackFollowsItsRequest(t *testing.T) {
 		s.Do(t, "SET", m.key, owner, "PX", "30000")
 	}
 	replies = []nodeReply{{done: true, reply: int64(1)}, {done: true, reply: int64(1)}, {done: true, reply: int64(1)}}
-	h = &redlockHold{m: m, settled: settled, deadline: time.Now()}
-	if !h.giveBack(ctx, owner, which, replies, which) {
+	h = &redlockHold{m: m, tail: fanoutTail{settled: settled}, replies: replies}
+	if !h.giveBack(ctx, owner, which, which) {
 		t.Error("giveBack reported a release unanswered when every node answered")
 	}
 	for i := range servers {

@@ -250,27 +250,43 @@ func (t *redlockTurn) listener() *redlockListener {
 }
 
 // subscribe subscribes the channel on every node at once, each bounded by
-// timeout and ctx, and waits for them all. It returns the failures, to
-// report when too few nodes could be heard.
+// timeout, and waits until enough nodes are subscribed to hear any holder's
+// release (hears), every node has answered, or ctx ends. The subscriptions
+// still under way go on in the background: a silent node is not waited for
+// (redlock_silent.go). It returns the failures seen, to report when too
+// few nodes could be heard.
 func (l *redlockListener) subscribe(ctx context.Context, timeout time.Duration) error {
-	sctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	errs := make([]error, len(l.r.nodes))
-	var wg sync.WaitGroup
+	type outcome struct {
+		i   int
+		err error
+	}
+	// Buffered: a subscription that ends after the wait never blocks.
+	results := make(chan outcome, len(l.r.nodes))
+	asked := 0
+	detached := context.WithoutCancel(ctx)
 	for i, nd := range l.r.nodes {
 		if nd.notify.confirmed(l.channel) {
 			continue
 		}
+		asked++
 		i, nd := i, nd
-		wg.Add(1)
 		l.r.workers.Go(func() {
-			defer wg.Done()
-			if err := nd.notify.subscribe(sctx, l.channel); err != nil {
-				errs[i] = &NodeError{Addr: nd.addr, Err: err}
-			}
+			sctx, cancel := context.WithTimeout(detached, timeout)
+			defer cancel()
+			results <- outcome{i, nd.notify.subscribe(sctx, l.channel)}
 		})
 	}
-	wg.Wait()
+	errs := make([]error, len(l.r.nodes))
+	for got := 0; got < asked && !l.hears(); got++ {
+		select {
+		case o := <-results:
+			if o.err != nil {
+				errs[o.i] = &NodeError{Addr: l.r.nodes[o.i].addr, Err: o.err}
+			}
+		case <-ctx.Done():
+			return errors.Join(append(errs, ctx.Err())...)
+		}
+	}
 	return errors.Join(errs...)
 }
 

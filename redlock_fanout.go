@@ -1,0 +1,222 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// nodeCalls makes a call of script for each node, or for the nodes set in
+// which when it is not nil (nil elsewhere: fanout skips those). The calls
+// share one key slice and one argument slice, which drivers only read, and
+// one backing array: a fan-out costs a few allocations, not a few per node.
+func (m *RedlockMutex) nodeCalls(which []bool, script *driver.Script, args ...any) []*driver.Call {
+	n := len(m.r.nodes)
+	backing := make([]driver.Call, n)
+	calls := make([]*driver.Call, n)
+	for i := range calls {
+		if which == nil || which[i] {
+			backing[i] = driver.Call{Script: script, Keys: m.keys, Args: args}
+			calls[i] = &backing[i]
+		}
+	}
+	return calls
+}
+
+// fanoutTail is what a fan-out leaves running when its caller stops
+// waiting: settled closes once every request has returned, and returned
+// then gives, once each, the nodes whose requests returned after the wait
+// (buffered: the requests never wait for a reader).
+type fanoutTail struct {
+	settled  <-chan struct{}
+	returned <-chan int
+}
+
+// nodeReply is one node's outcome in a fan-out.
+type nodeReply struct {
+	skipped bool // not asked
+	done    bool // returned before the fan-out stopped waiting
+	// late: not done when the fan-out stopped waiting at its deadline
+	// (a node not done without it was left earlier, by ctx or enough)
+	late   bool
+	reply  any
+	err    error
+	resent bool // the node's client sent the script more than once (driver.Call.Resent)
+}
+
+// fanout sends calls[i] to node i (nil: skip the node), all in parallel,
+// each bounded by deadline and ctx. It returns when every node has returned,
+// when enough (if not nil) says the outcome is decided (which it may say
+// before any node has), when ctx ends, or at the deadline, whichever comes
+// first. Requests still running then finish in the background, bounded by
+// the deadline if the node's client honours context deadlines (otherwise
+// by its read timeout); their outcome is dropped, settled closes once all
+// have returned, and Close waits for them. How each request ends tells
+// whether its node answers (redlock_silent.go). The tail tells how the
+// requests left running end.
+func (r *Redlock) fanout(ctx context.Context, deadline time.Time, calls []*driver.Call, enough func([]nodeReply) bool) ([]nodeReply, fanoutTail) {
+	return r.fanoutRun(ctx, ctx.Done(), deadline, calls, enough, nil)
+}
+
+// fanoutDetached is fanout whose requests outlive ctx's cancellation, as a
+// release must: they run to their deadline or their reply however ctx
+// ends, and only the wait for them ends with ctx.
+func (r *Redlock) fanoutDetached(ctx context.Context, deadline time.Time, calls []*driver.Call, enough func([]nodeReply) bool) ([]nodeReply, fanoutTail) {
+	stop := ctx.Done()
+	if stop != nil { // a ctx that cannot end needs no detaching
+		ctx = context.WithoutCancel(ctx)
+	}
+	return r.fanoutRun(ctx, stop, deadline, calls, enough, nil)
+}
+
+// fanoutFirst is fanout whose requests each try first(ctx, i, calls[i]),
+// on node i, before the call: the call is not sent when first reports that
+// it settled it.
+func (r *Redlock) fanoutFirst(ctx context.Context, deadline time.Time, calls []*driver.Call, enough func([]nodeReply) bool, first func(ctx context.Context, i int, c *driver.Call) bool) ([]nodeReply, fanoutTail) {
+	return r.fanoutRun(ctx, ctx.Done(), deadline, calls, enough, first)
+}
+
+// fanoutRun is fanoutFirst whose requests run under ctx and whose wait
+// ends when stop closes.
+func (r *Redlock) fanoutRun(ctx context.Context, stop <-chan struct{}, deadline time.Time, calls []*driver.Call, enough func([]nodeReply) bool, first func(ctx context.Context, i int, c *driver.Call) bool) ([]nodeReply, fanoutTail) {
+	start := time.Now()
+	replies := make([]nodeReply, len(calls))
+	settled := make(chan struct{})
+	asked := 0
+	for i, c := range calls {
+		if c == nil {
+			replies[i].skipped = true
+		} else {
+			asked++
+		}
+	}
+	if asked == 0 {
+		close(settled)
+		return replies, fanoutTail{settled: settled}
+	}
+	results := make(chan int, asked) // buffered: a straggler never blocks
+	tail := fanoutTail{settled: settled, returned: results}
+	// One deadline for the whole fan-out: the nodes' requests share it.
+	nctx, cancel := context.WithDeadline(ctx, deadline)
+	allReturned := func() {
+		cancel()
+		close(settled)
+	}
+	var left atomic.Int32
+	left.Store(int32(asked))
+	for i, c := range calls {
+		if c == nil {
+			continue
+		}
+		i, c := i, c
+		r.workers.Go(func() {
+			// The fan-out stops waiting at the deadline by itself: the
+			// driver need not hand the call to another goroutine for that.
+			if first == nil || !first(nctx, i, c) {
+				r.nodes[i].drv.RunToReply(nctx, c)
+			}
+			r.nodes[i].health.note(c.Err, ctx.Err() != nil)
+			results <- i
+			if left.Add(-1) == 0 {
+				allReturned()
+			}
+		})
+	}
+	if enough != nil && enough(replies) {
+		return replies, tail
+	}
+
+	take := func(i int) {
+		replies[i] = nodeReply{done: true, reply: calls[i].Reply, err: calls[i].Err, resent: calls[i].Resent}
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for got := 0; got < asked; got++ {
+		select {
+		case i := <-results:
+			take(i)
+			if enough != nil && enough(replies) {
+				return replies, tail
+			}
+		case <-timer.C:
+			r.late(replies, results, take, deadline.Sub(start))
+			return replies, tail
+		case <-stop:
+			return replies, tail
+		}
+	}
+	return replies, tail
+}
+
+// late ends a fan-out at its deadline, wait after its start: replies that
+// came with the deadline count (take records them), and the nodes still
+// without one did not answer in time.
+func (r *Redlock) late(replies []nodeReply, results <-chan int, take func(int), wait time.Duration) {
+	for more := true; more; {
+		select {
+		case i := <-results:
+			take(i)
+		default:
+			more = false
+		}
+	}
+	for i, rep := range replies {
+		if !rep.skipped && !rep.done {
+			replies[i].late = true
+			r.nodes[i].health.timedOut(wait)
+		}
+	}
+}
+
+// nodeError describes node i's failure: err, or no reply (done false)
+// within wait. A deadline of the node's own request reads as a timeout, so
+// that only the caller's context ever makes an error match its ctx error.
+func (r *Redlock) nodeError(ctx context.Context, i int, done bool, err error, wait time.Duration) *NodeError {
+	timeout := func() error {
+		return fmt.Errorf("no reply within the node timeout of %v: %w", wait.Round(time.Microsecond), os.ErrDeadlineExceeded)
+	}
+	var rerr *driver.ReplyError
+	switch {
+	case ctx.Err() != nil && (!done || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		err = ctx.Err()
+	case !done || errors.Is(err, context.DeadlineExceeded):
+		err = timeout()
+	case errors.As(err, &rerr) && isConflictReply(rerr.Msg):
+		err = fmt.Errorf("%w: %s (dlock did not write this key and leaves it untouched)", ErrKeyConflict, conflictDetail(rerr.Msg))
+	}
+	return &NodeError{Addr: r.nodes[i].addr, Err: err}
+}
+
+// nodeErrors are the failed nodes of one operation. It unwraps to each
+// *NodeError, for errors.As and errors.Is.
+type nodeErrors []*NodeError
+
+func (e nodeErrors) Error() string {
+	parts := make([]string, len(e))
+	for i, ne := range e {
+		parts[i] = ne.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (e nodeErrors) Unwrap() []error {
+	errs := make([]error, len(e))
+	for i, ne := range e {
+		errs[i] = ne
+	}
+	return errs
+}
+
+// orNil returns e as an error, or nil (not a typed nil) when empty.
+func (e nodeErrors) orNil() error {
+	if len(e) == 0 {
+		return nil
+	}
+	return e
+}

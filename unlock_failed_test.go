@@ -143,8 +143,13 @@ func loadScripts(t *testing.T, ctx context.Context, lk dlock.Locker) {
 func TestFailedLocalHandoffIsGivenBack(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
+	// The release timeout ends the Unlock whose reply is held, and leaves
+	// the warm-up's Unlock time on a loaded machine. The waiter lease sets
+	// the claim window of a grant through Redis, and so when its lease is
+	// first renewed (a third of it): a renewal in flight when the replies
+	// are held would keep the Unlock from sending its hand-off at all.
 	c, _, proxy := clientBehindProxy(t, srv.Addr(), &redis.Options{},
-		dlock.WithReleaseTimeout(300*time.Millisecond), dlock.WithTTL(30*time.Second))
+		dlock.WithReleaseTimeout(time.Second), dlock.WithTTL(30*time.Second), dlock.WithWaiterLease(30*time.Second))
 	// An Unlock hands over locally only in c's turn, to a goroutine that
 	// stands by for it; one that stood by longer than standbyGrace (10ms,
 	// soon over on a loaded machine) would queue in Redis instead, and the

@@ -345,12 +345,31 @@ func TestObserverSeesHandOffsWithinAClient(t *testing.T) {
 		}
 		return lastOutcome()
 	}
-	// The first wait subscribes c to the lock's channel, and asks once
-	// more when the subscription is in place, which may meet the release
-	// and learn of the grant from its reply (the latency unknown). The
-	// subscription lingers: the second wait's first attempt is made with
-	// it in place, and its grant comes from the release.
-	handOver()
+	// A wait that subscribes c to the lock's channel asks once more when
+	// the subscription is in place, and that attempt may meet the release
+	// and learn of the grant from its reply (the latency unknown). So c
+	// first waits for a lock other holds: its wait ends only once it has
+	// heard from Redis, after the subscription is confirmed (a release of
+	// c's own may end it sooner, and leave none). The subscription
+	// lingers, and the measured wait's first attempt is made with it in
+	// place: its grant comes from the release.
+	held := mustLock(t, other, name)
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Mutex(name).Lock(ctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waitQueued(t, srv, name, 1)
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return dlock.Subscribed(c, lockKey(name)) }, "c's subscription")
 	if o := handOver(); o.Err != nil || o.Handoff <= 0 || o.Handoff > 5*time.Second {
 		t.Errorf("hand-off through Redis within c: outcome %+v, want a hand-off latency in (0, 5s]", o)
 	}

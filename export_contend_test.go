@@ -39,3 +39,8 @@ func GrantWaiters(c *Client, channel string) int {
 	}
 	return n
 }
+
+// Subscribed reports whether c's subscription to channel (a lock's key,
+// for a Mutex) is confirmed, so tests can have a wait begin with it in
+// place.
+func Subscribed(c *Client, channel string) bool { return c.notify.confirmed(channel) }

@@ -282,32 +282,54 @@ func TestForeignWaitersKeyWhileQueued(t *testing.T) {
 	for _, kind := range queuedKinds {
 		t.Run(kind.name, func(t *testing.T) {
 			a := newClient(t, srv)
-			b := newClient(t, srv, dlock.WithWaiterLease(600*time.Millisecond))
+			// A's Unlock must find B in the queue, so B must not poll
+			// between the foreign value and the Unlock: a poll that meets
+			// the value ends B's Lock, and a Mutex's B then leaves the
+			// queue. B polls every third of its waiter lease (2s), but the
+			// wait that subscribes B to the lock's channel asks again as
+			// soon as the subscription is confirmed: so B waits once
+			// first, and its subscription lingers for the wait under test.
+			b := newClient(t, srv, dlock.WithWaiterLease(6*time.Second))
 			name := t.Name()
 			lockK, _, queueK, waitersK := foreignTestKeys(name)
 			clearLockKeys(t, rdb, name)
 
-			la, err := kind.tryLock(ctx, a, name)
-			if err != nil {
-				t.Fatalf("A TryLock: %v", err)
-			}
 			type result struct {
 				l   *dlock.Lease
 				err error
 			}
-			done := make(chan result, 1)
-			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 			defer cancel()
-			go func() {
-				l, err := kind.lock(wctx, b, name)
-				done <- result{l, err}
-			}()
-			waitUntil(t, 5*time.Second, "B to queue", func() bool {
-				return rdb.ZCard(ctx, queueK).Val() == 1 && rdb.Exists(ctx, waitersK).Val() == 1
-			})
+			// aHoldsBWaits takes the lock with A and has B wait for it.
+			aHoldsBWaits := func() (*dlock.Lease, <-chan result) {
+				la, err := kind.tryLock(ctx, a, name)
+				if err != nil {
+					t.Fatalf("A TryLock: %v", err)
+				}
+				done := make(chan result, 1)
+				go func() {
+					l, err := kind.lock(wctx, b, name)
+					done <- result{l, err}
+				}()
+				waitUntil(t, 5*time.Second, "B to queue", func() bool {
+					return rdb.ZCard(ctx, queueK).Val() == 1 && rdb.Exists(ctx, waitersK).Val() == 1
+				})
+				return la, done
+			}
+			la, done := aHoldsBWaits()
+			if err := la.Unlock(ctx); err != nil {
+				t.Fatalf("A Unlock, B subscribed: %v", err)
+			}
+			if r := <-done; r.err != nil {
+				t.Fatalf("B Lock, subscribing: %v", r.err)
+			} else if err := r.l.Unlock(ctx); err != nil {
+				t.Fatalf("B Unlock, subscribed: %v", err)
+			}
+
+			la, done = aHoldsBWaits()
 			dump := setForeign(t, ctx, rdb, waitersK, foreignQueueValues[0])
 
-			err = la.Unlock(ctx)
+			err := la.Unlock(ctx)
 			t.Logf("A Unlock: %v", err)
 			if !errors.Is(err, dlock.ErrKeyConflict) {
 				t.Errorf("A Unlock: got %v, want ErrKeyConflict", err)

@@ -69,7 +69,10 @@ type waiter struct {
 type handoff struct {
 	fence int64
 	px    time.Duration
-	atUs  int64 // when the server granted it, in µs of its clock; 0 unknown
+	// atUs is when it was granted, in µs: of the server's clock for a
+	// grant message, of this host's for one delivered by this client's
+	// release (deliver); 0 unknown.
+	atUs int64
 }
 
 func newNotifier(drv driver.Driver, logger *slog.Logger) *notifier {
@@ -305,9 +308,13 @@ func (n *notifier) Reset() {
 }
 
 // deliver passes a grant to the local waiter that owns it, if it is still
-// waiting. A release by this client delivers directly, ahead of the message.
+// waiting. A release by this client delivers directly, usually ahead of the
+// message (a waiter keeps the first grant it hears of), so the grant is
+// stamped here, as the release's reply comes: its hand-off latency is then
+// measured on this host's clock alone, as a local hand-off's is from its
+// transfer's reply.
 func (n *notifier) deliver(channel, owner string, fence int64, px time.Duration) {
-	n.deliverGrant(channel, owner, handoff{fence: fence, px: px})
+	n.deliverGrant(channel, owner, handoff{fence: fence, px: px, atUs: time.Now().UnixMicro()})
 }
 
 // deliverGrant is deliver for a grant heard with its time.

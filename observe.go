@@ -62,7 +62,11 @@ type AcquireOutcome struct {
 	// Handoff is, for a lock handed over by a release (rather than found
 	// free), the time from the grant on the server to its arrival here. It
 	// is measured against the Redis server's clock, so it means something
-	// only when that clock and this host's agree; zero when unknown.
+	// only when that clock and this host's agree. Between goroutines of
+	// one Client it is measured on this host's clock alone, from the reply
+	// of the release (or of a local hand-off's transfer) to the waiter's
+	// wake-up. Zero when unknown: a waiter that learns of its grant from
+	// its own request's reply, not from the release.
 	Handoff time.Duration
 }
 

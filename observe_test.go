@@ -300,3 +300,97 @@ func TestObserverSeesRedlockAndRefusedLocks(t *testing.T) {
 		t.Errorf("%d releases seen, want the Redlock lease's", len(s.released))
 	}
 }
+
+// A lock passed between goroutines of one Client reports its hand-off
+// latency, measured on this host's clock: through the lock's queue in
+// Redis, whose release tells the waiter from its reply before the grant
+// message comes, and by a local hand-off in the Client's turn, from the
+// transfer's reply.
+func TestObserverSeesHandOffsWithinAClient(t *testing.T) {
+	srv := redistest.Shared(t)
+	rec := &recorder{}
+	c := newClient(t, srv, dlock.WithObserver(rec))
+	// The waiter that stands by in c's turn waits for the local hand-off
+	// however slow the machine is, rather than queue in Redis after 10ms.
+	dlock.SetStandbyGrace(c, time.Minute)
+	other := newClient(t, srv)
+	ctx := testCtx(t)
+	name := t.Name()
+	lastOutcome := func() dlock.AcquireOutcome {
+		s := rec.snapshot()
+		return s.outcomes[len(s.outcomes)-1]
+	}
+	// handOver takes name with c, has another goroutine of c wait for it
+	// in Redis, unlocks, and returns the waiter's outcome.
+	handOver := func() dlock.AcquireOutcome {
+		t.Helper()
+		held, err := c.Mutex(name).TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			l, err := c.Mutex(name).Lock(ctx)
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			got <- err
+		}()
+		waitQueued(t, srv, name, 1)
+		if err := held.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		return lastOutcome()
+	}
+	// A wait that subscribes c to the lock's channel asks once more when
+	// the subscription is in place, and that attempt may meet the release
+	// and learn of the grant from its reply (the latency unknown). So c
+	// first waits for a lock other holds: its wait ends only once it has
+	// heard from Redis, after the subscription is confirmed (a release of
+	// c's own may end it sooner, and leave none). The subscription
+	// lingers, and the measured wait's first attempt is made with it in
+	// place: its grant comes from the release.
+	held := mustLock(t, other, name)
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Mutex(name).Lock(ctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waitQueued(t, srv, name, 1)
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return dlock.Subscribed(c, lockKey(name)) }, "c's subscription")
+	if o := handOver(); o.Err != nil || o.Handoff <= 0 || o.Handoff > 5*time.Second {
+		t.Errorf("hand-off through Redis within c: outcome %+v, want a hand-off latency in (0, 5s]", o)
+	}
+
+	first, second := beginTurn(ctx, t, srv, c, mustLock(t, other, name), name, true)
+	if first == nil {
+		t.FailNow()
+	}
+	if err := first.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	s := rec.snapshot()
+	// The outcomes of the turn: the first goroutine's, granted through
+	// Redis by other's release, and the second's, handed over locally;
+	// they end in either order.
+	for _, o := range s.outcomes[len(s.outcomes)-2:] {
+		if o.Err != nil || o.Handoff <= 0 || o.Handoff > 5*time.Second {
+			t.Errorf("hand-off in c's turn: outcome %+v, want a hand-off latency in (0, 5s]", o)
+		}
+	}
+}

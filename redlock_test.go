@@ -210,8 +210,13 @@ func TestRedlockMutualExclusion(t *testing.T) {
 	)
 	ctx := testCtx(t)
 	for w := 0; w < workers; w++ {
-		// One Redlock per worker, each with its own pools: separate processes.
-		r := newRedlock(t, addrs, dlock.WithTTL(5*time.Second), dlock.WithRetryDelay(time.Millisecond, 10*time.Millisecond))
+		// One Redlock per worker, each with its own pools: separate
+		// processes. The node timeout is one a loaded machine meets under
+		// -race: the default for this TTL (TTL/100, 50ms) is missed there,
+		// and an Unlock then leaves that node's key to its TTL, or fails
+		// with ErrQuorum.
+		r := newRedlock(t, addrs, dlock.WithTTL(5*time.Second), dlock.WithNodeTimeout(time.Second),
+			dlock.WithRetryDelay(time.Millisecond, 10*time.Millisecond))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -526,7 +531,10 @@ func TestRedlockLockerSwitchesBackends(t *testing.T) {
 func TestRedlockOneNodeDown(t *testing.T) {
 	t.Parallel()
 	servers := redistest.StartNodes(t, 3)
-	r := newRedlock(t, addrsOf(servers), dlock.WithTTL(600*time.Millisecond), dlock.WithNodeTimeout(100*time.Millisecond))
+	// A node timeout a loaded machine meets under -race, within the
+	// validity of this short TTL: a live node's release misses 100ms
+	// there, and Unlock then fails with ErrQuorum.
+	r := newRedlock(t, addrsOf(servers), dlock.WithTTL(600*time.Millisecond), dlock.WithNodeTimeout(250*time.Millisecond))
 	servers[2].Kill()
 	ctx := testCtx(t)
 	name := t.Name()
@@ -559,8 +567,10 @@ func TestRedlockQuorumDownFailsFastAndCleanly(t *testing.T) {
 	t.Parallel()
 	servers := redistest.StartNodes(t, 3)
 	// go-redis retries a refused dial for a while: a dead node shows as a
-	// node timeout.
-	const nodeTimeout = 50 * time.Millisecond
+	// node timeout. The live node's give-back is bounded by it too, so it
+	// is one a loaded machine meets under -race (it misses 50ms, and the
+	// share then stays until its TTL).
+	const nodeTimeout = 500 * time.Millisecond
 	r := newRedlock(t, addrsOf(servers), dlock.WithNodeTimeout(nodeTimeout), dlock.WithRetryDelay(5*time.Millisecond, 20*time.Millisecond))
 	servers[0].Kill()
 	servers[2].Kill()
@@ -586,7 +596,7 @@ func TestRedlockQuorumDownFailsFastAndCleanly(t *testing.T) {
 	}
 	wantNoKey(t, servers, lockKey(name)) // the live node's share was given back
 
-	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	short, cancel := context.WithTimeout(ctx, 4*nodeTimeout) // a few attempts
 	defer cancel()
 	_, err = r.Mutex(name).Lock(short)
 	if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, dlock.ErrQuorum) {

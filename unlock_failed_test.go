@@ -138,52 +138,65 @@ func loadScripts(t *testing.T, ctx context.Context, lk dlock.Locker) {
 // A local hand-off whose reply comes too late: the transfer ran, so the
 // key belongs to the fresh owner the Unlock made for its waiter, which was
 // told to start its Lock over. That owner is given back once the call is
-// done with, so the waiters get the lock rather than waiting out a TTL for
+// done with, so the waiter gets the lock rather than waiting out a TTL for
 // an owner nobody knows.
 func TestFailedLocalHandoffIsGivenBack(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
+	// The release timeout ends the Unlock whose reply is held, and leaves
+	// the warm-up's Unlock time on a loaded machine. The waiter lease sets
+	// the claim window of a grant through Redis, and so when its lease is
+	// first renewed (a third of it): a renewal in flight when the replies
+	// are held would keep the Unlock from sending its hand-off at all.
 	c, _, proxy := clientBehindProxy(t, srv.Addr(), &redis.Options{},
-		dlock.WithReleaseTimeout(300*time.Millisecond), dlock.WithTTL(30*time.Second))
+		dlock.WithReleaseTimeout(time.Second), dlock.WithTTL(30*time.Second), dlock.WithWaiterLease(30*time.Second))
+	// An Unlock hands over locally only in c's turn, to a goroutine that
+	// stands by for it; one that stood by longer than standbyGrace (10ms,
+	// soon over on a loaded machine) would queue in Redis instead, and the
+	// Unlock release through there.
+	dlock.SetStandbyGrace(c, time.Minute)
+	other := newClient(t, srv)
 	ctx := testCtx(t)
 	name := t.Name()
-	// queueTwo holds the lock called n with two goroutines of c waiting
-	// for it; each Unlocks as soon as it gets the lock.
-	queueTwo := func(n string, wg *sync.WaitGroup) *dlock.Lease {
-		holder := mustLock(t, c, n)
-		for i := 1; i <= 2; i++ {
-			lockThen(ctx, t, wg, c, n, func(*dlock.Lease) {})
-			waitFor(t, 10*time.Second, func() bool { return dlock.LocalWaiters(c, n) == i }, "waiter in line")
+	// turn begins c's turn on lock n: the first of two goroutines of c
+	// holds it (granted through Redis), and the second stands by for the
+	// local hand-off, then unlocks.
+	turn := func(n string) (*dlock.Lease, <-chan error) {
+		first, second := beginTurn(ctx, t, srv, c, mustLock(t, other, n), n, true)
+		if first == nil {
+			t.FailNow()
 		}
-		return holder
+		return first, second
 	}
-	var warm sync.WaitGroup // a local hand-off first, to load its script
-	if err := queueTwo(name+"-warm", &warm).Unlock(ctx); err != nil {
+	first, second := turn(name + "-warm") // a local hand-off first, to load its script
+	if err := first.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	warm.Wait()
+	if err := <-second; err != nil {
+		t.Fatalf("the warm-up's second goroutine: %v", err)
+	}
 
-	var wg sync.WaitGroup
-	holder := queueTwo(name, &wg)
+	first, second = turn(name)
 	proxy.HoldOpenReplies(true)
-	err := holder.Unlock(ctx)
+	err := first.Unlock(ctx)
 	moved := srv.Client(t).Get(ctx, lockKey(name)).Val()
 	proxy.HoldOpenReplies(false)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Unlock whose hand-off reply is held: got %v, want DeadlineExceeded", err)
 	}
-	if moved == "" || moved == holder.Owner() {
+	if moved == "" || moved == first.Owner() {
 		t.Fatalf("the transfer did not run (the test's premise): the key holds %q", moved)
 	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
 	select {
-	case <-done: // both waiters got the lock and released it
+	case err := <-second: // it got the lock and released it
+		if err != nil {
+			t.Errorf("the waiter of the failed hand-off: %v", err)
+		}
 	case <-time.After(10 * time.Second):
-		t.Errorf("the waiters did not get the lock within 10s of a failed local hand-off; the key holds %q for %v more",
+		t.Errorf("the waiter did not get the lock within 10s of a failed local hand-off; the key holds %q for %v more",
 			srv.Client(t).Get(ctx, lockKey(name)).Val(), srv.Client(t).PTTL(ctx, lockKey(name)).Val())
 		srv.Client(t).Del(ctx, lockKey(name))
-		<-done
+		<-second
 	}
 }
 

@@ -29,8 +29,9 @@ type attemptResult struct {
 	// pttl is the remaining time of owner's key when granted, and of the
 	// holder's key otherwise.
 	pttl time.Duration
-	// grantedAtUs is, for a grant heard by pub/sub, when the server made
-	// it (µs of its clock); 0 otherwise.
+	// grantedAtUs is, for a grant handed over by a release, when it was
+	// made in µs (handoff.atUs; a local hand-off's transfer reply); 0
+	// otherwise.
 	grantedAtUs int64
 	// queuedAhead says, when not granted, why although enough was free:
 	// others waiting first come first (a Semaphore's arrival order, an

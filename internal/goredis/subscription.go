@@ -263,10 +263,24 @@ var errClosed = errors.New("dlock: subscription closed")
 // failure it reports a Reset once the connection works again, because
 // go-redis resubscribes on reconnect but whatever was published in between
 // is gone. Close does not wait for it (see subscription).
+//
+// go-redis may also reconnect a PubSub by itself, inside ReceiveTimeout or
+// Ping, after a read that timed out on a connection it then finds unusable
+// (one to a master frozen or cut off during a failover): the Ping, which
+// only writes, then succeeds on the new connection, and nothing failed as
+// far as the loop can see. The new connection's subscribe confirmations
+// tell: after a failed read, one that no caller awaits means the channels
+// were subscribed again, and the loop reports a Reset: a grant published
+// before the resubscription is gone, and its waiter would otherwise wait
+// for its next poll. A read that merely timed out on a silent connection
+// brings a PONG and no confirmation, and no Reset.
 func (s *subscription) loop(ps *redis.PubSub) {
 	broken := false
 	pinged := false
 	toldClosed := false
+	// suspect: a read failed since the last Reset, so go-redis may have
+	// reconnected by itself.
+	suspect := false
 	backoff := newBackoff()
 	for {
 		s.flushUnsent(ps)
@@ -275,6 +289,7 @@ func (s *subscription) loop(ps *redis.PubSub) {
 			return
 		}
 		if err != nil {
+			suspect = true
 			if errors.Is(err, redis.ErrClosed) && !toldClosed {
 				// The go-redis client was closed: nothing it sends can
 				// succeed again. Waiters ask the server again now, and
@@ -301,7 +316,7 @@ func (s *subscription) loop(ps *redis.PubSub) {
 		pinged = false
 		backoff.reset()
 		if broken {
-			broken = false
+			broken, suspect = false, false
 			s.h.Reset()
 		}
 		switch m := msg.(type) {
@@ -309,7 +324,10 @@ func (s *subscription) loop(ps *redis.PubSub) {
 			s.h.Message(m.Channel, m.Payload)
 		case *redis.Subscription:
 			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
-				s.confirm(m.Channel)
+				if !s.confirm(m.Channel) && suspect {
+					suspect = false
+					s.h.Reset() // go-redis subscribed again on a new connection
+				}
 			}
 		}
 	}
@@ -353,13 +371,16 @@ func (s *subscription) replace(old *redis.PubSub) (*redis.PubSub, bool) {
 	return ps, true
 }
 
-func (s *subscription) confirm(channel string) {
+// confirm wakes the callers awaiting channel's confirmation, and reports
+// whether there were any.
+func (s *subscription) confirm(channel string) bool {
 	s.mu.Lock()
 	list := s.waiting.Take(channel)
 	s.mu.Unlock()
 	for _, c := range list {
 		close(c)
 	}
+	return len(list) > 0
 }
 
 func isTimeout(err error) bool {

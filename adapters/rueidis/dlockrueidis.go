@@ -68,6 +68,7 @@ package dlockrueidis
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/redis/rueidis"
 
@@ -109,25 +110,30 @@ func NewDriver(client rueidis.Client) driver.Driver {
 		Do: func(ctx context.Context, cmd rueidis.Completed) driverkit.Result {
 			return result(client.Do(ctx, cmd))
 		},
-		DoMulti: func(ctx context.Context, cmds ...rueidis.Completed) []driverkit.Result {
-			return results(client.DoMulti(ctx, cmds...))
+		DoMulti: func(ctx context.Context, cmds []rueidis.Completed, out []driverkit.Result) {
+			// A copy: the driver reuses its list once DoMulti returns.
+			results(client.DoMulti(ctx, slices.Clone(cmds)...), out)
 		},
 		Dedicated: func(fn func(driverkit.DoMultiFunc[rueidis.Completed])) {
 			_ = client.Dedicated(func(dc rueidis.DedicatedClient) error {
-				fn(func(ctx context.Context, cmds ...rueidis.Completed) []driverkit.Result {
-					return results(dc.DoMulti(ctx, cmds...))
+				fn(func(ctx context.Context, cmds []rueidis.Completed, out []driverkit.Result) {
+					results(dc.DoMulti(ctx, slices.Clone(cmds)...), out)
 				})
 				return nil
 			})
 		},
 		Cluster: client.Mode() == rueidis.ClientModeCluster,
+		// The library ends a call when its context ends, and dials shared
+		// connections with the first caller's context.
+		Ends:       driverkit.Ends{Deadline: true, Timeouts: true},
+		SharedDial: true,
 		Scan: func(cursor uint64, match string, count int64) rueidis.Completed {
 			return client.B().Scan().Cursor(cursor).Match(match).Count(count).Build()
 		},
 		Role: func() rueidis.Completed { return client.B().Role().Build() },
 		// A node's client shares client's command builder, so the commands
 		// above go to any node.
-		Nodes: func() []driverkit.Node[rueidis.Completed] {
+		Nodes: func(context.Context) ([]driverkit.Node[rueidis.Completed], error) {
 			var nodes []driverkit.Node[rueidis.Completed]
 			for addr, n := range client.Nodes() {
 				nodes = append(nodes, driverkit.Node[rueidis.Completed]{
@@ -137,11 +143,11 @@ func NewDriver(client rueidis.Client) driver.Driver {
 					},
 				})
 			}
-			return nodes
+			return nodes, nil
 		},
-		Dial: func(h driverkit.Hooks) driverkit.PubSubConn {
+		PubSub: driverkit.PubSub{Dial: func(h driverkit.Hooks) driverkit.PubSubConn {
 			return dialPubSub(client, h)
-		},
+		}},
 	})
 }
 
@@ -160,10 +166,8 @@ func result(r rueidis.RedisResult) driverkit.Result {
 	return driverkit.Result{Err: err}
 }
 
-func results(rs []rueidis.RedisResult) []driverkit.Result {
-	out := make([]driverkit.Result, len(rs))
+func results(rs []rueidis.RedisResult, out []driverkit.Result) {
 	for i, r := range rs {
 		out[i] = result(r)
 	}
-	return out
 }

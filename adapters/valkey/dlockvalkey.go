@@ -70,6 +70,7 @@ package dlockvalkey
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -111,25 +112,30 @@ func NewDriver(client valkey.Client) driver.Driver {
 		Do: func(ctx context.Context, cmd valkey.Completed) driverkit.Result {
 			return result(client.Do(ctx, cmd))
 		},
-		DoMulti: func(ctx context.Context, cmds ...valkey.Completed) []driverkit.Result {
-			return results(client.DoMulti(ctx, cmds...))
+		DoMulti: func(ctx context.Context, cmds []valkey.Completed, out []driverkit.Result) {
+			// A copy: the driver reuses its list once DoMulti returns.
+			results(client.DoMulti(ctx, slices.Clone(cmds)...), out)
 		},
 		Dedicated: func(fn func(driverkit.DoMultiFunc[valkey.Completed])) {
 			_ = client.Dedicated(func(dc valkey.DedicatedClient) error {
-				fn(func(ctx context.Context, cmds ...valkey.Completed) []driverkit.Result {
-					return results(dc.DoMulti(ctx, cmds...))
+				fn(func(ctx context.Context, cmds []valkey.Completed, out []driverkit.Result) {
+					results(dc.DoMulti(ctx, slices.Clone(cmds)...), out)
 				})
 				return nil
 			})
 		},
 		Cluster: client.Mode() == valkey.ClientModeCluster,
+		// The library ends a call when its context ends, and dials shared
+		// connections with the first caller's context.
+		Ends:       driverkit.Ends{Deadline: true, Timeouts: true},
+		SharedDial: true,
 		Scan: func(cursor uint64, match string, count int64) valkey.Completed {
 			return client.B().Scan().Cursor(cursor).Match(match).Count(count).Build()
 		},
 		Role: func() valkey.Completed { return client.B().Role().Build() },
 		// A node's client shares client's command builder, so the commands
 		// above go to any node.
-		Nodes: func() []driverkit.Node[valkey.Completed] {
+		Nodes: func(context.Context) ([]driverkit.Node[valkey.Completed], error) {
 			var nodes []driverkit.Node[valkey.Completed]
 			for addr, n := range client.Nodes() {
 				nodes = append(nodes, driverkit.Node[valkey.Completed]{
@@ -139,11 +145,11 @@ func NewDriver(client valkey.Client) driver.Driver {
 					},
 				})
 			}
-			return nodes
+			return nodes, nil
 		},
-		Dial: func(h driverkit.Hooks) driverkit.PubSubConn {
+		PubSub: driverkit.PubSub{Dial: func(h driverkit.Hooks) driverkit.PubSubConn {
 			return dialPubSub(client, h)
-		},
+		}},
 	})
 }
 
@@ -162,10 +168,8 @@ func result(r valkey.ValkeyResult) driverkit.Result {
 	return driverkit.Result{Err: err}
 }
 
-func results(rs []valkey.ValkeyResult) []driverkit.Result {
-	out := make([]driverkit.Result, len(rs))
+func results(rs []valkey.ValkeyResult, out []driverkit.Result) {
 	for i, r := range rs {
 		out[i] = result(r)
 	}
-	return out
 }

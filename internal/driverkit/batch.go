@@ -305,3 +305,10 @@ func (b *batcher) close() {
 	b.closing = true
 	b.mu.Unlock()
 }
+
+// idle reports whether the batcher holds no slot and queues nothing.
+func (b *batcher) idle() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.busy == 0 && len(b.queue) == 0
+}

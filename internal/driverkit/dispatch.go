@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/workers"
 )
 
 // Run must return at its context's deadline (a Lock gives up at its
@@ -63,7 +64,7 @@ func (d *Driver[C]) Dispatch(ctx context.Context, calls []*driver.Call, leave bo
 		// with WAIT never do: WAIT must follow its own script.
 		d.batch.submit(ctx, calls, leave)
 	case leave && !d.enforcesDeadline(ctx):
-		d.runBounded(ctx, calls, d.send)
+		runBounded(d.workers, ctx, calls, d.sendFn)
 	default:
 		d.send(ctx, calls)
 	}
@@ -104,20 +105,22 @@ func needsWait(calls []*driver.Call) bool {
 	return false
 }
 
-// runBounded runs calls with run on one of the driver's workers and returns
+// runBounded runs calls with run on one of the workers and returns
 // when they are done or ctx ends; then every call not done has ctx's error,
 // as a driver.InFlightError that tells when the worker is done with them.
 // After Close the worker is the caller itself (workers.Pool.Go), so the
 // calls are done before the select and keep their outcome even if ctx has
-// ended. A context that never ends runs calls in the caller.
-func (d *Driver[C]) runBounded(ctx context.Context, calls []*driver.Call, run func(context.Context, []*driver.Call)) {
+// ended. A context that never ends runs calls in the caller. (Not a method
+// of the generic Driver: its closure would carry the type's dictionary, a
+// larger allocation per call.)
+func runBounded(workers *workers.Pool, ctx context.Context, calls []*driver.Call, run func(context.Context, []*driver.Call)) {
 	if ctx.Done() == nil {
 		run(ctx, calls)
 		return
 	}
 	copies := copyCalls(calls)
 	done := make(chan struct{})
-	d.workers.Go(func() {
+	workers.Go(func() {
 		defer close(done)
 		run(ctx, copies)
 	})

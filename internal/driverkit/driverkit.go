@@ -125,12 +125,14 @@ type Driver[C any] struct {
 	workers *workers.Pool // runs calls Run may leave, and batch helpers; Close waits for them
 	active  atomic.Int32  // Dispatch calls in progress, and TryAlone holders
 	batch   batcher
-	scratch scratchPool[C] // Pipeline's lists
+	sendFn  func(context.Context, []*driver.Call) // send, bound once: a method value allocates
+	scratch scratchPool[C]                        // Pipeline's lists
 }
 
 // New returns a Driver over lib.
 func New[C any](lib Lib[C]) *Driver[C] {
 	d := &Driver[C]{lib: lib, workers: workers.New()}
+	d.sendFn = d.send
 	d.batch.run = d.sendShared
 	d.batch.workers = d.workers
 	return d
@@ -173,3 +175,12 @@ func (d *Driver[C]) TryAlone() bool {
 
 // EndAlone ends what a successful TryAlone began.
 func (d *Driver[C]) EndAlone() { d.active.Add(-1) }
+
+// InFlight returns how many Runs are in progress, TryAlone holders
+// included: for tests, which wait for a call to be on its way.
+func (d *Driver[C]) InFlight() int { return int(d.active.Load()) }
+
+// Idle reports whether no Run is in progress and the batcher holds no
+// sending slot and queues nothing: for tests, which check that a burst of
+// calls leaves nothing behind.
+func (d *Driver[C]) Idle() bool { return d.active.Load() == 0 && d.batch.idle() }

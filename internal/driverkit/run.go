@@ -110,7 +110,7 @@ func (d *Driver[C]) runGroup(ctx context.Context, kind groupKind, calls []*drive
 		// The library takes a dedicated connection out of its pool without
 		// a context: when it has to dial one, a silent server holds it for
 		// the dial timeout. So Run may leave the batch at ctx's end.
-		d.runBounded(ctx, calls, func(ctx context.Context, calls []*driver.Call) {
+		runBounded(d.workers, ctx, calls, func(ctx context.Context, calls []*driver.Call) {
 			d.lib.Dedicated(func(doMulti DoMultiFunc[C]) { d.Pipeline(ctx, doMulti, calls, nil) })
 		})
 	default:

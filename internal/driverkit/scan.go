@@ -57,7 +57,7 @@ func (d *Driver[C]) Scan(ctx context.Context, match string, each func(key string
 	nodes, err := d.lib.Nodes(ctx)
 	if err != nil {
 		settleDeadline(ctx, err)
-		return fmt.Errorf("listing the Cluster's nodes: %w", err)
+		return fmt.Errorf("SCAN on the Cluster's nodes: %w", err)
 	}
 	var wg sync.WaitGroup
 	for _, n := range nodes {

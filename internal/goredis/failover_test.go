@@ -188,7 +188,7 @@ func TestSharedPipelineDoesNotWaitForAFailoverResend(t *testing.T) {
 		defer close(other)
 		d.Run(context.Background(), &driver.Call{Script: count, Keys: []string{liveKey}, Args: []any{"o"}})
 	}()
-	for d.active.Load() == 0 {
+	for d.kit.InFlight() == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -52,7 +52,7 @@ func TestLeftCallsTellWhenTheyEnd(t *testing.T) {
 				defer close(other)
 				d.Run(ctx, &driver.Call{Script: echo, Keys: []string{"k"}, Args: []any{"other"}})
 			}()
-			for d.active.Load() == 0 {
+			for d.kit.InFlight() == 0 {
 				time.Sleep(time.Millisecond) // until the other call is in Run: it signals nothing
 			}
 		} else {
@@ -77,7 +77,7 @@ func TestLeftCallsTellWhenTheyEnd(t *testing.T) {
 			t.Errorf("%s: when Done closed, the script had run %d times (%v); want 1", key, n, err)
 		}
 	}
-	if !d.batch.idle() {
+	if !d.kit.Idle() {
 		t.Error("the batcher still holds a slot or a queue")
 	}
 }

@@ -146,7 +146,21 @@ func NewDriver(client rueidis.Client) driver.Driver {
 			return nodes, nil
 		},
 		PubSub: driverkit.PubSub{Dial: func(h driverkit.Hooks) driverkit.PubSubConn {
-			return dialPubSub(client, h)
+			// A connection out of client's pool of dedicated ones, which
+			// leaves the pool for good (closing it releases it); on a
+			// Cluster it connects to some node on its first command, and
+			// PUBLISH reaches every node.
+			dc, _ := client.Dedicate()
+			lost := dc.SetPubSubHooks(rueidis.PubSubHooks{
+				OnMessage:      func(m rueidis.PubSubMessage) { h.Message(m.Channel, m.Message) },
+				OnSubscription: func(s rueidis.PubSubSubscription) { h.Subscription(s.Kind, s.Channel) },
+			})
+			return driverkit.DedicatedPubSub(dc.Do,
+				func(chs ...string) rueidis.Completed { return dc.B().Subscribe().Channel(chs...).Build() },
+				func(chs ...string) rueidis.Completed { return dc.B().Unsubscribe().Channel(chs...).Build() },
+				// Success is an empty message, which ToAny cannot read.
+				func(r rueidis.RedisResult) error { return serverErr(r.Error()) },
+				lost, dc.Close)
 		}},
 	})
 }
@@ -160,10 +174,15 @@ func result(r rueidis.RedisResult) driverkit.Result {
 	case rueidis.IsRedisNil(err):
 		return driverkit.Result{}
 	}
+	return driverkit.Result{Err: serverErr(err)}
+}
+
+// serverErr makes an error reply a *driver.ReplyError.
+func serverErr(err error) error {
 	if rerr, ok := rueidis.IsRedisErr(err); ok {
-		return driverkit.Result{Err: driverkit.ServerError(rerr)}
+		return driverkit.ServerError(rerr)
 	}
-	return driverkit.Result{Err: err}
+	return err
 }
 
 func results(rs []rueidis.RedisResult, out []driverkit.Result) {

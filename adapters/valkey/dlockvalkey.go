@@ -148,7 +148,21 @@ func NewDriver(client valkey.Client) driver.Driver {
 			return nodes, nil
 		},
 		PubSub: driverkit.PubSub{Dial: func(h driverkit.Hooks) driverkit.PubSubConn {
-			return dialPubSub(client, h)
+			// A connection out of client's pool of dedicated ones, which
+			// leaves the pool for good (closing it releases it); on a
+			// Cluster it connects to some node on its first command, and
+			// PUBLISH reaches every node.
+			dc, _ := client.Dedicate()
+			lost := dc.SetPubSubHooks(valkey.PubSubHooks{
+				OnMessage:      func(m valkey.PubSubMessage) { h.Message(m.Channel, m.Message) },
+				OnSubscription: func(s valkey.PubSubSubscription) { h.Subscription(s.Kind, s.Channel) },
+			})
+			return driverkit.DedicatedPubSub(dc.Do,
+				func(chs ...string) valkey.Completed { return dc.B().Subscribe().Channel(chs...).Build() },
+				func(chs ...string) valkey.Completed { return dc.B().Unsubscribe().Channel(chs...).Build() },
+				// Success is an empty message, which ToAny cannot read.
+				func(r valkey.ValkeyResult) error { return serverErr(r.Error()) },
+				lost, dc.Close)
 		}},
 	})
 }
@@ -162,10 +176,15 @@ func result(r valkey.ValkeyResult) driverkit.Result {
 	case valkey.IsValkeyNil(err):
 		return driverkit.Result{}
 	}
+	return driverkit.Result{Err: serverErr(err)}
+}
+
+// serverErr makes an error reply a *driver.ReplyError.
+func serverErr(err error) error {
 	if rerr, ok := valkey.IsValkeyErr(err); ok {
-		return driverkit.Result{Err: driverkit.ServerError(rerr)}
+		return driverkit.ServerError(rerr)
 	}
-	return driverkit.Result{Err: err}
+	return err
 }
 
 func results(rs []valkey.ValkeyResult, out []driverkit.Result) {

@@ -189,7 +189,7 @@ func masterAt(ctx context.Context, cc *redis.ClusterClient, addr string) (*redis
 			return found, nil
 		case err != nil:
 			return nil, err
-		case try == 3 || !sleepCtx(ctx, time.Duration(try+1)*20*time.Millisecond):
+		case try == 3 || !driverkit.Sleep(ctx, time.Duration(try+1)*20*time.Millisecond):
 			return nil, fmt.Errorf("dlock: redirected to %s, which the cluster does not list as a master", addr)
 		}
 	}

@@ -69,7 +69,12 @@ func (d *Driver) Sharded() bool { return d.kit.Sharded() }
 // PublishCommand implements driver.Driver: SPUBLISH on a Cluster whose
 // servers have sharded pub/sub (Redis 7.0 and later), PUBLISH otherwise
 // (see pubsub.go).
-func (d *Driver) PublishCommand() string { return d.publishCommand() }
+func (d *Driver) PublishCommand() string { return d.kit.PublishCommand() }
+
+// Subscribe implements driver.Driver: SSUBSCRIBE at each channel's master
+// on a Cluster whose servers have sharded pub/sub, SUBSCRIBE on one
+// connection elsewhere (pubsub.go).
+func (d *Driver) Subscribe(h driver.Handler) driver.Subscription { return d.kit.Subscribe(h) }
 
 // Scan implements driver.Scanner.
 func (d *Driver) Scan(ctx context.Context, match string, each func(key string) bool) error {

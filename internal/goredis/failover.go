@@ -129,7 +129,7 @@ func (r *slotReloader) since(ctx context.Context, cc *redis.ClusterClient, t tim
 		wait := reloadEvery - now.Sub(r.started)
 		r.mu.Unlock()
 		if done == nil {
-			if !sleepCtx(ctx, wait) {
+			if !driverkit.Sleep(ctx, wait) {
 				return false
 			}
 			continue

@@ -35,8 +35,9 @@ func (d *Driver) lib(ends driverkit.Ends) driverkit.Lib[*argv] {
 		Scan: func(cursor uint64, match string, count int64) *argv {
 			return getArgv().line("scan", cursor, "match", match, "count", count)
 		},
-		Role:  func() *argv { return getArgv().line("role") },
-		Nodes: d.nodes,
+		Role:   func() *argv { return getArgv().line("role") },
+		Nodes:  d.nodes,
+		PubSub: d.pubsubLib(),
 	}
 	if d.cc != nil {
 		lib.Replicated = d.runOnMasters

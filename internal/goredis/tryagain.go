@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/driverkit"
 )
 
 // retryTryAgain sends again the calls a Cluster refused with TRYAGAIN. A
@@ -19,7 +20,7 @@ import (
 // until it ends (SETSLOT NODE), however few keys it moves, not only while
 // the keys are split for a moment. Redis refuses before it runs anything,
 // so sending again is safe: the calls are sent again, after pauses growing
-// from 5 ms to 200 ms (tryAgainPause), until the migration ends or ctx
+// from 5 ms to 200 ms (tryAgainPacer), until the migration ends or ctx
 // does (or tryAgainLimit passes, for a context that can never end). go-redis
 // gives up after a few quick tries. Calls that still meet TRYAGAIN then keep
 // the error (transient: the caller may try again).
@@ -79,46 +80,25 @@ func refusedInMigration(err error) bool {
 const tryAgainLimit = 10 * time.Second
 
 // tryAgainPacer paces the rounds of sending again calls refused with
-// TRYAGAIN (retryTryAgain, runOnMasters).
+// TRYAGAIN (retryTryAgain, runOnMasters): 5 ms, doubling to at most
+// 200 ms.
 type tryAgainPacer struct {
-	rounds   int       // pauses so far
-	deadline time.Time // set at the first pause: tryAgainLimit on for a context that can never end, else zero (none)
+	backoff  driverkit.Backoff // zero until the first pause
+	deadline time.Time         // set at the first pause: tryAgainLimit on for a context that can never end, else zero (none)
 }
 
-// pause waits before the next round (tryAgainPause); false, at once, when
-// ctx has ended or the pause would end past the deadline: the calls keep
-// their error.
+// pause waits before the next round; false, at once, when ctx has ended or
+// the pause would end past the deadline: the calls keep their error.
 func (p *tryAgainPacer) pause(ctx context.Context) bool {
-	if p.rounds == 0 && ctx.Done() == nil {
-		p.deadline = time.Now().Add(tryAgainLimit)
+	if p.backoff.First == 0 {
+		p.backoff = driverkit.Backoff{First: 5 * time.Millisecond, Most: 200 * time.Millisecond}
+		if ctx.Done() == nil {
+			p.deadline = time.Now().Add(tryAgainLimit)
+		}
 	}
-	pause := tryAgainPause(p.rounds)
-	p.rounds++
+	pause := p.backoff.Next()
 	if ctx.Err() != nil || !p.deadline.IsZero() && time.Now().Add(pause).After(p.deadline) {
 		return false
 	}
-	return sleepCtx(ctx, pause)
-}
-
-// tryAgainPause is how long to wait before sending again, in round (from
-// 0), calls a migrating slot refused with TRYAGAIN: 5 ms, doubling to at
-// most 200 ms.
-func tryAgainPause(round int) time.Duration {
-	const first, most = 5 * time.Millisecond, 200 * time.Millisecond
-	if round >= 6 { // 5 ms << 6 is past most
-		return most
-	}
-	return first << round
-}
-
-// sleepCtx sleeps for d; false when ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return driverkit.Sleep(ctx, pause)
 }

@@ -115,7 +115,7 @@ func (d *Driver[C]) runGroup(ctx context.Context, kind groupKind, calls []*drive
 		})
 	default:
 		var small [16]int32 // the common batch: no allocation for the counts
-		ran := small[:0]
+		var ran []int32
 		if len(calls) <= len(small) {
 			ran = small[:len(calls)]
 		} else {

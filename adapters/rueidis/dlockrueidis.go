@@ -68,6 +68,7 @@ package dlockrueidis
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/redis/rueidis"
 
@@ -109,25 +110,30 @@ func NewDriver(client rueidis.Client) driver.Driver {
 		Do: func(ctx context.Context, cmd rueidis.Completed) driverkit.Result {
 			return result(client.Do(ctx, cmd))
 		},
-		DoMulti: func(ctx context.Context, cmds ...rueidis.Completed) []driverkit.Result {
-			return results(client.DoMulti(ctx, cmds...))
+		DoMulti: func(ctx context.Context, cmds []rueidis.Completed, out []driverkit.Result) {
+			// A copy: the driver reuses its list once DoMulti returns.
+			results(client.DoMulti(ctx, slices.Clone(cmds)...), out)
 		},
 		Dedicated: func(fn func(driverkit.DoMultiFunc[rueidis.Completed])) {
 			_ = client.Dedicated(func(dc rueidis.DedicatedClient) error {
-				fn(func(ctx context.Context, cmds ...rueidis.Completed) []driverkit.Result {
-					return results(dc.DoMulti(ctx, cmds...))
+				fn(func(ctx context.Context, cmds []rueidis.Completed, out []driverkit.Result) {
+					results(dc.DoMulti(ctx, slices.Clone(cmds)...), out)
 				})
 				return nil
 			})
 		},
 		Cluster: client.Mode() == rueidis.ClientModeCluster,
+		// The library ends a call when its context ends, and dials shared
+		// connections with the first caller's context.
+		Ends:       driverkit.Ends{Deadline: true, Timeouts: true},
+		SharedDial: true,
 		Scan: func(cursor uint64, match string, count int64) rueidis.Completed {
 			return client.B().Scan().Cursor(cursor).Match(match).Count(count).Build()
 		},
 		Role: func() rueidis.Completed { return client.B().Role().Build() },
 		// A node's client shares client's command builder, so the commands
 		// above go to any node.
-		Nodes: func() []driverkit.Node[rueidis.Completed] {
+		Nodes: func(context.Context) ([]driverkit.Node[rueidis.Completed], error) {
 			var nodes []driverkit.Node[rueidis.Completed]
 			for addr, n := range client.Nodes() {
 				nodes = append(nodes, driverkit.Node[rueidis.Completed]{
@@ -137,11 +143,25 @@ func NewDriver(client rueidis.Client) driver.Driver {
 					},
 				})
 			}
-			return nodes
+			return nodes, nil
 		},
-		Dial: func(h driverkit.Hooks) driverkit.PubSubConn {
-			return dialPubSub(client, h)
-		},
+		PubSub: driverkit.PubSub{Dial: func(h driverkit.Hooks) driverkit.PubSubConn {
+			// A connection out of client's pool of dedicated ones, which
+			// leaves the pool for good (closing it releases it); on a
+			// Cluster it connects to some node on its first command, and
+			// PUBLISH reaches every node.
+			dc, _ := client.Dedicate()
+			lost := dc.SetPubSubHooks(rueidis.PubSubHooks{
+				OnMessage:      func(m rueidis.PubSubMessage) { h.Message(m.Channel, m.Message) },
+				OnSubscription: func(s rueidis.PubSubSubscription) { h.Subscription(s.Kind, s.Channel) },
+			})
+			return driverkit.DedicatedPubSub(dc.Do,
+				func(chs ...string) rueidis.Completed { return dc.B().Subscribe().Channel(chs...).Build() },
+				func(chs ...string) rueidis.Completed { return dc.B().Unsubscribe().Channel(chs...).Build() },
+				// Success is an empty message, which ToAny cannot read.
+				func(r rueidis.RedisResult) error { return serverErr(r.Error()) },
+				lost, dc.Close)
+		}},
 	})
 }
 
@@ -154,16 +174,19 @@ func result(r rueidis.RedisResult) driverkit.Result {
 	case rueidis.IsRedisNil(err):
 		return driverkit.Result{}
 	}
-	if rerr, ok := rueidis.IsRedisErr(err); ok {
-		return driverkit.Result{Err: driverkit.ServerError(rerr)}
-	}
-	return driverkit.Result{Err: err}
+	return driverkit.Result{Err: serverErr(err)}
 }
 
-func results(rs []rueidis.RedisResult) []driverkit.Result {
-	out := make([]driverkit.Result, len(rs))
+// serverErr makes an error reply a *driver.ReplyError.
+func serverErr(err error) error {
+	if rerr, ok := rueidis.IsRedisErr(err); ok {
+		return driverkit.ServerError(rerr)
+	}
+	return err
+}
+
+func results(rs []rueidis.RedisResult, out []driverkit.Result) {
 	for i, r := range rs {
 		out[i] = result(r)
 	}
-	return out
 }

@@ -70,6 +70,7 @@ package dlockvalkey
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -111,25 +112,30 @@ func NewDriver(client valkey.Client) driver.Driver {
 		Do: func(ctx context.Context, cmd valkey.Completed) driverkit.Result {
 			return result(client.Do(ctx, cmd))
 		},
-		DoMulti: func(ctx context.Context, cmds ...valkey.Completed) []driverkit.Result {
-			return results(client.DoMulti(ctx, cmds...))
+		DoMulti: func(ctx context.Context, cmds []valkey.Completed, out []driverkit.Result) {
+			// A copy: the driver reuses its list once DoMulti returns.
+			results(client.DoMulti(ctx, slices.Clone(cmds)...), out)
 		},
 		Dedicated: func(fn func(driverkit.DoMultiFunc[valkey.Completed])) {
 			_ = client.Dedicated(func(dc valkey.DedicatedClient) error {
-				fn(func(ctx context.Context, cmds ...valkey.Completed) []driverkit.Result {
-					return results(dc.DoMulti(ctx, cmds...))
+				fn(func(ctx context.Context, cmds []valkey.Completed, out []driverkit.Result) {
+					results(dc.DoMulti(ctx, slices.Clone(cmds)...), out)
 				})
 				return nil
 			})
 		},
 		Cluster: client.Mode() == valkey.ClientModeCluster,
+		// The library ends a call when its context ends, and dials shared
+		// connections with the first caller's context.
+		Ends:       driverkit.Ends{Deadline: true, Timeouts: true},
+		SharedDial: true,
 		Scan: func(cursor uint64, match string, count int64) valkey.Completed {
 			return client.B().Scan().Cursor(cursor).Match(match).Count(count).Build()
 		},
 		Role: func() valkey.Completed { return client.B().Role().Build() },
 		// A node's client shares client's command builder, so the commands
 		// above go to any node.
-		Nodes: func() []driverkit.Node[valkey.Completed] {
+		Nodes: func(context.Context) ([]driverkit.Node[valkey.Completed], error) {
 			var nodes []driverkit.Node[valkey.Completed]
 			for addr, n := range client.Nodes() {
 				nodes = append(nodes, driverkit.Node[valkey.Completed]{
@@ -139,11 +145,25 @@ func NewDriver(client valkey.Client) driver.Driver {
 					},
 				})
 			}
-			return nodes
+			return nodes, nil
 		},
-		Dial: func(h driverkit.Hooks) driverkit.PubSubConn {
-			return dialPubSub(client, h)
-		},
+		PubSub: driverkit.PubSub{Dial: func(h driverkit.Hooks) driverkit.PubSubConn {
+			// A connection out of client's pool of dedicated ones, which
+			// leaves the pool for good (closing it releases it); on a
+			// Cluster it connects to some node on its first command, and
+			// PUBLISH reaches every node.
+			dc, _ := client.Dedicate()
+			lost := dc.SetPubSubHooks(valkey.PubSubHooks{
+				OnMessage:      func(m valkey.PubSubMessage) { h.Message(m.Channel, m.Message) },
+				OnSubscription: func(s valkey.PubSubSubscription) { h.Subscription(s.Kind, s.Channel) },
+			})
+			return driverkit.DedicatedPubSub(dc.Do,
+				func(chs ...string) valkey.Completed { return dc.B().Subscribe().Channel(chs...).Build() },
+				func(chs ...string) valkey.Completed { return dc.B().Unsubscribe().Channel(chs...).Build() },
+				// Success is an empty message, which ToAny cannot read.
+				func(r valkey.ValkeyResult) error { return serverErr(r.Error()) },
+				lost, dc.Close)
+		}},
 	})
 }
 
@@ -156,16 +176,19 @@ func result(r valkey.ValkeyResult) driverkit.Result {
 	case valkey.IsValkeyNil(err):
 		return driverkit.Result{}
 	}
-	if rerr, ok := valkey.IsValkeyErr(err); ok {
-		return driverkit.Result{Err: driverkit.ServerError(rerr)}
-	}
-	return driverkit.Result{Err: err}
+	return driverkit.Result{Err: serverErr(err)}
 }
 
-func results(rs []valkey.ValkeyResult) []driverkit.Result {
-	out := make([]driverkit.Result, len(rs))
+// serverErr makes an error reply a *driver.ReplyError.
+func serverErr(err error) error {
+	if rerr, ok := valkey.IsValkeyErr(err); ok {
+		return driverkit.ServerError(rerr)
+	}
+	return err
+}
+
+func results(rs []valkey.ValkeyResult, out []driverkit.Result) {
 	for i, r := range rs {
 		out[i] = result(r)
 	}
-	return out
 }

@@ -1,6 +1,7 @@
 package driverkit
 
 import (
+	"context"
 	"errors"
 	"reflect"
 	"testing"
@@ -49,32 +50,38 @@ func TestHashTag(t *testing.T) {
 	}
 }
 
-func TestBatches(t *testing.T) {
+// TestGroups: calls with WAIT go through Lib.Dedicated, one group per hash
+// tag on a Cluster (or all through Lib.Replicated), or with the others when
+// the library has neither; keyless calls on a Cluster get a pipeline of
+// their own.
+func TestGroups(t *testing.T) {
 	call := func(replicas int, keys ...string) *driver.Call {
 		return &driver.Call{Keys: keys, Replicas: replicas}
 	}
-	plainA, plainB, keyless := call(0, "{a}"), call(0, "{b}"), call(0)
-	repA1, repA2, repB := call(1, "{a}:1"), call(1, "{a}:2"), call(1, "{b}")
-	calls := []*driver.Call{plainA, repA1, keyless, repB, plainB, repA2}
-
-	standalone := (&Driver[int]{lib: Lib[int]{}}).batches(calls)
-	want := []batch{
-		{calls: []*driver.Call{plainA, keyless, plainB}},
-		{calls: []*driver.Call{repA1, repB, repA2}, dedicated: true},
+	plainA, noKeys, repA1, repA2, repB := call(0, "{a}"), call(0), call(1, "{a}:1"), call(1, "{a}:2"), call(1, "{b}")
+	dedicatedFn := func(func(DoMultiFunc[int])) {}
+	tests := []struct {
+		name string
+		lib  Lib[int]
+		want map[*driver.Call]group
+	}{
+		{"standalone, pipelines on one connection", Lib[int]{}, map[*driver.Call]group{
+			plainA: {kind: pipelined}, noKeys: {kind: pipelined}, repA1: {kind: pipelined}, repB: {kind: pipelined}}},
+		{"standalone, dedicated", Lib[int]{Dedicated: dedicatedFn}, map[*driver.Call]group{
+			plainA: {kind: pipelined}, noKeys: {kind: pipelined}, repA1: {kind: dedicated}, repB: {kind: dedicated}}},
+		{"cluster, dedicated", Lib[int]{Cluster: true, Dedicated: dedicatedFn}, map[*driver.Call]group{
+			plainA: {kind: pipelined}, noKeys: {kind: keyless},
+			repA1: {kind: dedicated, tag: "a"}, repA2: {kind: dedicated, tag: "a"}, repB: {kind: dedicated, tag: "b"}}},
+		{"cluster, replicated", Lib[int]{Cluster: true, Replicated: func(context.Context, []*driver.Call) {}}, map[*driver.Call]group{
+			plainA: {kind: pipelined}, repA1: {kind: replicated}, repB: {kind: replicated}}},
 	}
-	if !reflect.DeepEqual(standalone, want) {
-		t.Errorf("standalone batches = %v, want %v", standalone, want)
-	}
-
-	cluster := (&Driver[int]{lib: Lib[int]{Cluster: true}}).batches(calls)
-	want = []batch{
-		{calls: []*driver.Call{plainA, plainB}},
-		{calls: []*driver.Call{keyless}},
-		{calls: []*driver.Call{repA1, repA2}, dedicated: true},
-		{calls: []*driver.Call{repB}, dedicated: true},
-	}
-	if !reflect.DeepEqual(cluster, want) {
-		t.Errorf("cluster batches = %v, want %v", cluster, want)
+	for _, tc := range tests {
+		d := &Driver[int]{lib: tc.lib}
+		for c, want := range tc.want {
+			if got := d.groupOf(c); got != want {
+				t.Errorf("%s: group of a call with keys %q and %d replicas = %+v, want %+v", tc.name, c.Keys, c.Replicas, got, want)
+			}
+		}
 	}
 }
 

@@ -70,13 +70,12 @@ func TestCallsSurviveAnotherCallersCancelledDial(t *testing.T) {
 		return Result{Reply: cmd}
 	}
 	lib.Do = func(_ context.Context, cmd string) Result { return reply(cmd) }
-	lib.DoMulti = func(_ context.Context, cmds ...string) []Result {
-		out := make([]Result, len(cmds))
+	lib.DoMulti = func(_ context.Context, cmds []string, out []Result) {
 		for i, cmd := range cmds {
 			out[i] = reply(cmd)
 		}
-		return out
 	}
+	lib.SharedDial = true
 	d := New(lib)
 	ctx := context.Background()
 

@@ -54,8 +54,12 @@ func (d *Driver[C]) Scan(ctx context.Context, match string, each func(key string
 			cancel()
 		}
 	}
+	nodes, err := d.lib.Nodes(ctx)
+	if err != nil {
+		settleDeadline(ctx, err)
+		return fmt.Errorf("SCAN on the Cluster's nodes: %w", err)
+	}
 	var wg sync.WaitGroup
-	nodes := d.lib.Nodes()
 	for _, n := range nodes {
 		n := n
 		wg.Add(1)

@@ -4,80 +4,55 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/confirm"
 	"github.com/dlock-go/dlock/internal/handlergate"
 )
 
-const (
-	// confirmTimeout bounds the wait for the server to confirm the channels
-	// a new connection subscribes to; past it the connection is replaced.
-	// Close ends the wait at once.
-	confirmTimeout = 5 * time.Second
-	// closeTimeout bounds the wait, after closing a failed connection, for
-	// the library to stop calling the hooks. Close ends the wait at once.
-	closeTimeout = 5 * time.Second
-)
+// closeTimeout bounds the wait, after closing a failed connection, for the
+// library to stop calling the hooks. Close ends the wait at once.
+const closeTimeout = 5 * time.Second
 
-var (
-	errClosed   = errors.New("dlock: subscription closed")
-	errConnLost = errors.New("dlock: pub/sub connection lost before the server confirmed the subscription")
-)
+// errRetired is a sharded subscription's connection that has ended: its
+// channels went back to the sharded subscription, which places them again.
+var errRetired = errors.New("dlock: pub/sub connection to a Cluster master ended")
 
-// Hooks receive what a PubSubConn hears. The library calls them one at a
-// time from a goroutine of its own; they never block.
-type Hooks struct {
-	// Message is called for each message on a subscribed channel.
-	Message func(channel, payload string)
-	// Subscribed is called when the server confirms a SUBSCRIBE of channel.
-	Subscribed func(channel string)
-}
-
-// PubSubConn is one dedicated pub/sub connection of a client library.
-type PubSubConn interface {
-	// Subscribe sends SUBSCRIBE for channels. The server's confirmations
-	// arrive through Hooks.Subscribed. It should return when ctx ends; the
-	// subscription does not rely on it to close promptly, since a library
-	// may have to connect first and bound that by its dial timeout only.
-	Subscribe(ctx context.Context, channels ...string) error
-	// Unsubscribe sends UNSUBSCRIBE for channels.
-	Unsubscribe(ctx context.Context, channels ...string) error
-	// Lost returns a channel that receives at most one error, why the
-	// connection ended, and is closed once the hooks will not be called
-	// any more.
-	Lost() <-chan error
-	// Close closes the connection; Lost is closed soon after. It may wait
-	// a little for the server (rueidis waits up to 1 s for the reply to a
-	// last PING), which is why the subscription never waits for it in
-	// Close.
-	Close()
-}
-
-// subscription multiplexes every channel of one dlock Client over one
-// dedicated connection, which one goroutine, loop, opens, watches and
-// replaces when it fails. The library's hooks deliver messages; calls to the
-// Handler are serialized by h.
+// subscription is the one pub/sub state machine: it multiplexes a set of
+// channels over one dedicated connection, which one goroutine, loop,
+// opens, subscribes to the whole set, watches and replaces when it fails
+// (loop.go). The library's hooks deliver messages; calls to the Handler
+// are serialized by h.
+//
+// It serves in two ways. Alone (owner nil) it is a plain subscription
+// that reconnects for ever and reports a Reset once a new connection has
+// confirmed its channels. Under a shardedSubscription (owner) it is the
+// connection to one master: when the connection ends, or the server drops
+// a channel whose slot moved, it hands the channels back to its owner,
+// which places them where they live now; after its connection ends it
+// retires.
 //
 // Close must return promptly even when the server stopped answering, but
-// the library has calls that take no context or ignore its cancellation:
+// libraries have calls that take no context or ignore its cancellation:
 // rueidis's Dedicate dials and sends its handshake without one, bounded by
-// the dial timeout only, a Cluster's dedicated client connects on its first
-// command the same way, and closing a connection waits up to 1 s for the
-// server. So the loop makes those calls in a helper goroutine (see connect
-// and drop) and itself only ever waits in selects that Close ends. The
-// helpers that outlive Close belong to the subscription and end by
-// themselves once the library returns: the one that holds the last
-// connection, after closing it, and one sending UNSUBSCRIBE (flush).
+// the dial timeout only, a go-redis PubSub holds its lock while it
+// connects, and closing a connection may wait for the server. So the loop
+// makes those calls in helper goroutines (connect and drop) and itself
+// only ever waits in selects that Close ends. The helpers that outlive
+// Close belong to the subscription and end by themselves once the library
+// returns: the one that holds the last connection, after closing it, and
+// one sending UNSUBSCRIBE (flush).
 type subscription struct {
-	dial func(Hooks) PubSubConn
-	h    *handlergate.Handler // one call at a time; none after Close
+	dial           func(Hooks) PubSubConn
+	h              *handlergate.Handler // one call at a time; none after Close
+	confirmTimeout time.Duration        // PubSub.ConfirmTimeout
+	owner          *shardedSubscription // nil for a plain subscription
+	addr           string               // the master, under an owner
 
-	// ctx is cancelled by Close: it ends the subscribe commands in flight,
-	// the callers' and the loop's.
-	ctx    context.Context
-	cancel context.CancelFunc
+	// life ends at Close: its ctx ends the subscribe commands in flight,
+	// the callers' and the loop's, and its stop the loop's waits.
+	life
 
 	// send is a semaphore held while the channel set changes and the
 	// matching SUBSCRIBE or UNSUBSCRIBE is sent, so commands reach the
@@ -97,34 +72,40 @@ type subscription struct {
 	kick    chan struct{} // capacity 1: unsent has channels
 	failed  chan struct{} // closed when the current connection (attempt) fails
 	started bool
-	closed  bool
+	retired bool // under an owner: the connection ended, the channels went back
 
-	stop chan struct{}
-	done chan struct{}
+	// toldClosed: the Handler was told that the library's client is closed.
+	toldClosed atomic.Bool
+
+	done chan struct{} // closed when the loop returns
 }
 
-func newSubscription(dial func(Hooks) PubSubConn, h driver.Handler) *subscription {
-	ctx, cancel := context.WithCancel(context.Background())
+func newSubscription(dial func(Hooks) PubSubConn, h *handlergate.Handler, confirmTimeout time.Duration, owner *shardedSubscription, addr string) *subscription {
 	return &subscription{
-		dial:     dial,
-		h:        handlergate.New(h),
-		ctx:      ctx,
-		cancel:   cancel,
-		send:     make(chan struct{}, 1),
-		channels: make(map[string]struct{}),
-		unsent:   make(map[string]struct{}),
-		kick:     make(chan struct{}, 1),
-		waiting:  confirm.Waiters{},
-		failed:   make(chan struct{}),
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
+		dial:           dial,
+		h:              h,
+		confirmTimeout: confirmTimeout,
+		owner:          owner,
+		addr:           addr,
+		life:           newLife(),
+		send:           make(chan struct{}, 1),
+		channels:       make(map[string]struct{}),
+		unsent:         make(map[string]struct{}),
+		kick:           make(chan struct{}, 1),
+		waiting:        confirm.Waiters{},
+		failed:         make(chan struct{}),
+		done:           make(chan struct{}),
 	}
 }
 
 // Subscribe implements driver.Subscription. It returns an error when the
-// server refuses, or when the connection fails before confirming: the caller
-// then knows that messages may not arrive, and may try again later. Close
-// ends it with errClosed, even while the library is still sending.
+// server refuses, or when ctx ends or the connection fails before the
+// server confirmed: the caller then knows that messages may not arrive,
+// and may try again later. Channels the server did not refuse stay in the
+// set until Unsubscribe: the connections that follow subscribe to them,
+// and their Reset tells the caller. Close ends it with errClosed, even
+// while the library is still sending; a retired connection, with
+// errRetired.
 func (s *subscription) Subscribe(ctx context.Context, channels ...string) error {
 	if len(channels) == 0 {
 		return nil
@@ -133,10 +114,14 @@ func (s *subscription) Subscribe(ctx context.Context, channels ...string) error 
 		return err
 	}
 	s.mu.Lock()
-	if s.closed {
+	if s.closed || s.retired {
+		err := errClosed
+		if !s.closed {
+			err = errRetired
+		}
 		s.mu.Unlock()
 		s.unlockSend()
-		return errClosed
+		return err
 	}
 	var added []string
 	for _, ch := range channels {
@@ -145,7 +130,7 @@ func (s *subscription) Subscribe(ctx context.Context, channels ...string) error 
 			added = append(added, ch)
 		}
 	}
-	confirmed := s.expectLocked(channels)
+	confirmed := s.waiting.Expect(channels)
 	conn, failed := s.conn, s.failed
 	if !s.started {
 		s.started = true
@@ -165,9 +150,12 @@ func (s *subscription) Subscribe(ctx context.Context, channels ...string) error 
 	}
 	if err != nil {
 		s.mu.Lock()
-		s.forgetLocked(channels, confirmed)
-		for _, ch := range added {
-			delete(s.channels, ch)
+		s.waiting.Forget(channels, confirmed)
+		if _, refused := replyMsg(err); refused {
+			// Kept, every new connection would ask again, and fail.
+			for _, ch := range added {
+				delete(s.channels, ch)
+			}
 		}
 		s.mu.Unlock()
 		settleDeadline(ctx, err)
@@ -257,7 +245,7 @@ func (s *subscription) flush(conn PubSubConn) {
 	if len(chs) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, confirmTimeout)
+	ctx, cancel := context.WithTimeout(s.ctx, s.confirmTimeout)
 	defer cancel()
 	if err := conn.Unsubscribe(ctx, chs...); err != nil {
 		// Kept, but not kicked again: a connection that fails this is
@@ -287,23 +275,23 @@ func (s *subscription) untilClosed(ctx context.Context, send func(context.Contex
 }
 
 // Close implements driver.Subscription. From its start no Handler method is
-// called any more. It cancels the subscribe commands in flight and returns
-// once the loop has stopped, which is at once: the loop only ever waits in
-// selects that Close ends. The connection is closed by the loop's helper
-// goroutine, which may still be running: it waits for the library (a dial,
-// a subscribe on a Cluster connection not made yet, closing the
+// called any more (a plain subscription's; under an owner, the owner's
+// Close sees to it). It cancels the subscribe commands in flight and
+// returns once the loop has stopped, which is at once: the loop only ever
+// waits in selects that Close ends. The connection is closed by the loop's
+// helper goroutine, which may still be running: it waits for the library
+// (a dial, a subscribe on a connection not made yet, closing the
 // connection), and ends by itself when the library returns (see connect
 // and drop).
 func (s *subscription) Close() error {
-	s.h.Close()
+	if s.owner == nil {
+		s.h.Close()
+	}
 	s.mu.Lock()
-	if s.closed {
+	if !s.endLocked() {
 		s.mu.Unlock()
 		return nil
 	}
-	s.closed = true
-	close(s.stop)
-	s.cancel()
 	started := s.started
 	s.mu.Unlock()
 	if started {
@@ -325,251 +313,28 @@ func (s *subscription) lockSend(ctx context.Context) error {
 
 func (s *subscription) unlockSend() { <-s.send }
 
-// loop connects, subscribes to every channel in the set, and watches the
-// connection until it fails or Close; then it starts over after a backoff.
-// A connection that replaces one that worked reports a Reset once its
-// channels are confirmed: messages published in between are lost.
-func (s *subscription) loop() {
-	defer close(s.done)
-	backoff := newBackoff()
-	worked := false
-	for {
-		conn, confirmed, ok := s.connect()
-		if !ok {
-			return // Close came first; connect's helper closes the connection
-		}
-		if confirmed {
-			if worked {
-				s.h.Reset()
-			}
-			worked = true
-			backoff.reset()
-			s.watch(conn)
-		}
-		s.drop(conn)
-		if !backoff.sleep(s.stop) {
-			return
-		}
-	}
+// life is what a subscription's Close ends, for the goroutines and calls
+// it started: stop closes and ctx is cancelled, once.
+type life struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	stop   chan struct{}
+	closed bool // guarded by the owner's mutex
 }
 
-// watch waits for conn to fail, or Close, meanwhile having the UNSUBSCRIBEs
-// that callers could not send sent by a helper goroutine (flush), which it
-// waits for unless conn fails or Close comes first.
-func (s *subscription) watch(conn PubSubConn) {
-	for {
-		select {
-		case <-conn.Lost():
-			return
-		case <-s.stop:
-			return
-		case <-s.kick:
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				s.flush(conn)
-			}()
-			select {
-			case <-done:
-			case <-conn.Lost(): // its successor subscribes to the set only
-				return
-			case <-s.stop:
-				return
-			}
-		}
-	}
+func newLife() life {
+	ctx, cancel := context.WithCancel(context.Background())
+	return life{ctx: ctx, cancel: cancel, stop: make(chan struct{})}
 }
 
-// connect dials a new connection and subscribes it to the whole set
-// (resubscribe), reporting whether the server confirmed every channel; ok
-// is false when Close came first.
-//
-// The library's calls run in a helper goroutine, which connect stops
-// waiting for at Close: the dial takes no context (rueidis's Dedicate dials
-// and sends its handshake bounded by the dial timeout only), and neither
-// does the first command of a Cluster's dedicated connection, which makes
-// the connection. Abandoned at Close, the helper owns the connection: it
-// ends once the library returns (its dial timeout, or confirmTimeout, bound
-// that; Close cancels the subscribe) and it has closed the connection.
-func (s *subscription) connect() (conn PubSubConn, confirmed, ok bool) {
-	type attempt struct {
-		conn      PubSubConn
-		confirmed bool
-	}
-	// Unbuffered: the helper hands the connection over only to a loop that
-	// takes it, and otherwise sees stop and closes it itself.
-	got := make(chan attempt)
-	go func() {
-		select {
-		case <-s.stop:
-			return // no dial after Close: the loop returns too
-		default:
-		}
-		c := s.dial(Hooks{Message: s.h.Message, Subscribed: s.confirm})
-		a := attempt{conn: c, confirmed: s.resubscribe(c)}
-		select {
-		case got <- a:
-		case <-s.stop:
-			s.mu.Lock()
-			if s.conn == c {
-				s.conn = nil
-			}
-			s.mu.Unlock()
-			c.Close() // nobody waits for the hooks to stop: no successor comes
-		}
-	}()
-	select {
-	case a := <-got:
-		return a.conn, a.confirmed, true
-	case <-s.stop:
-		return nil, false, false
-	}
-}
-
-// resubscribe makes conn the connection in use and subscribes it to the
-// whole set, reporting whether the server confirmed every channel. Close
-// ends it, cancelling the SUBSCRIBE in flight.
-func (s *subscription) resubscribe(conn PubSubConn) bool {
-	select {
-	case <-s.stop: // checked first: lockSend picks at random when both are ready
-		return false
-	default:
-	}
-	select {
-	case s.send <- struct{}{}:
-	case <-s.stop:
+// endLocked ends l, with its owner's mutex held; false when l had ended
+// already.
+func (l *life) endLocked() bool {
+	if l.closed {
 		return false
 	}
-	s.mu.Lock()
-	s.conn = conn
-	clear(s.unsent) // conn subscribes to the set only
-	channels := make([]string, 0, len(s.channels))
-	for ch := range s.channels {
-		channels = append(channels, ch)
-	}
-	confirmed := s.expectLocked(channels)
-	s.mu.Unlock()
-
-	ctx, cancel := context.WithTimeout(s.ctx, confirmTimeout)
-	defer cancel()
-	var err error
-	if len(channels) > 0 {
-		err = conn.Subscribe(ctx, channels...)
-	}
-	s.unlockSend()
-	if err == nil {
-		err = s.await(ctx, confirmed, nil, conn.Lost())
-	}
-	if err != nil {
-		s.mu.Lock()
-		s.forgetLocked(channels, confirmed)
-		s.mu.Unlock()
-		return false
-	}
+	l.closed = true
+	close(l.stop)
+	l.cancel()
 	return true
-}
-
-// drop retires a failed or closed connection: callers waiting for a
-// confirmation on it give up, and it is closed. It returns once the library
-// stopped calling the hooks, so a late confirmation from conn cannot be
-// mistaken for one from its successor; or at once at Close, when no
-// successor will come.
-//
-// The library closes conn in a helper goroutine, because closing may wait
-// for the server (rueidis waits up to 1 s for the reply to a last PING)
-// and Close must not. Abandoned at Close, the helper ends when the
-// library's Close returns.
-func (s *subscription) drop(conn PubSubConn) {
-	s.mu.Lock()
-	if s.conn == conn {
-		s.conn = nil
-	}
-	close(s.failed)
-	s.failed = make(chan struct{})
-	s.mu.Unlock()
-	closed := make(chan struct{})
-	go func() {
-		defer close(closed)
-		conn.Close()
-	}()
-	select {
-	case <-closed:
-	case <-s.stop:
-		return
-	}
-	t := time.NewTimer(closeTimeout)
-	defer t.Stop()
-	for {
-		select {
-		case _, ok := <-conn.Lost():
-			if !ok {
-				return
-			}
-		case <-t.C:
-			return
-		case <-s.stop:
-			return
-		}
-	}
-}
-
-// expectLocked registers a confirmation to wait for on each channel.
-func (s *subscription) expectLocked(channels []string) []chan struct{} {
-	return s.waiting.Expect(channels)
-}
-
-// await waits for every confirmation, ctx, Close, failed closing or lost
-// delivering (nil channels never do).
-func (s *subscription) await(ctx context.Context, confirmed []chan struct{}, failed <-chan struct{}, lost <-chan error) error {
-	for _, c := range confirmed {
-		select {
-		case <-c:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-s.stop:
-			return errClosed
-		case <-failed:
-			return errConnLost
-		case <-lost:
-			return errConnLost
-		}
-	}
-	return nil
-}
-
-// forgetLocked drops the confirmations of a subscribe that failed.
-func (s *subscription) forgetLocked(channels []string, confirmed []chan struct{}) {
-	s.waiting.Forget(channels, confirmed)
-}
-
-// confirm is Hooks.Subscribed.
-func (s *subscription) confirm(channel string) {
-	s.mu.Lock()
-	list := s.waiting.Take(channel)
-	s.mu.Unlock()
-	for _, c := range list {
-		close(c)
-	}
-}
-
-// backoff spaces reconnection attempts: 10 ms doubling up to 1 s.
-type backoff struct{ next time.Duration }
-
-func newBackoff() *backoff { return &backoff{next: 10 * time.Millisecond} }
-
-func (b *backoff) reset() { b.next = 10 * time.Millisecond }
-
-// sleep waits for the current delay; false when stop closed first.
-func (b *backoff) sleep(stop <-chan struct{}) bool {
-	t := time.NewTimer(b.next)
-	defer t.Stop()
-	if b.next *= 2; b.next > time.Second {
-		b.next = time.Second
-	}
-	select {
-	case <-t.C:
-		return true
-	case <-stop:
-		return false
-	}
 }

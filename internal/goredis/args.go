@@ -79,7 +79,7 @@ func putArgv(a *argv) {
 // stays one (routed). Building the line ourselves, rather than through
 // go-redis's EvalSha, saves most of the allocations of a call: go-redis
 // boxes the script hash, the key count and every key into a fresh slice.
-func (a *argv) eval(c *driver.Call, eval, routed bool) []any {
+func (a *argv) eval(c *driver.Call, eval, routed bool) *argv {
 	k := len(c.Keys)
 	n := 3 + k + len(c.Args)
 	if cap(a.args) < n {
@@ -106,7 +106,20 @@ func (a *argv) eval(c *driver.Call, eval, routed bool) []any {
 		}
 	}
 	copy(args[3+k:], c.Args)
-	return args
+	return a
+}
+
+// wait fills a with c's WAIT.
+func (a *argv) wait(c *driver.Call) *argv {
+	return a.line("wait", c.Replicas, c.ReplicaTimeout.Milliseconds())
+}
+
+// line fills a with args, a command that is no script.
+func (a *argv) line(args ...any) *argv {
+	a.args = append(a.args[:0], args...)
+	a.script.b = nil
+	a.script.writes.Store(0)
+	return a
 }
 
 // scriptBytes are a script's hash and source as go-redis writes them.

@@ -19,8 +19,8 @@ func TestReusedCommandLineMatchesAFreshOne(t *testing.T) {
 			a.eval(long, eval, routed)
 			putArgv(a)
 			a = getArgv()
-			got := a.eval(short, eval, routed)
-			want := new(argv).eval(short, eval, routed)
+			got := a.eval(short, eval, routed).args
+			want := new(argv).eval(short, eval, routed).args
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("routed=%v eval=%v: reused line %v, fresh line %v", routed, eval, got, want)
 			}
@@ -35,7 +35,7 @@ func TestScriptArgCountsWrites(t *testing.T) {
 	c := &driver.Call{Script: driver.NewScript("return 1")}
 	a := getArgv()
 	defer putArgv(a)
-	args := a.eval(c, false, false)
+	args := a.eval(c, false, false).args
 	m, ok := args[1].(interface{ MarshalBinary() ([]byte, error) })
 	if !ok {
 		t.Fatalf("the script argument %T is not written through MarshalBinary", args[1])

@@ -16,13 +16,6 @@ import (
 
 var echo = driver.NewScript("return ARGV[1]")
 
-// idle reports whether the batcher holds no slot and queues nothing.
-func (b *batcher) idle() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.busy == 0 && len(b.queue) == 0
-}
-
 // outcomes counts calls by how they ended, for calls whose context had a
 // deadline ([1]) and the others ([0]).
 type outcomes struct{ replies, ended [2]int }
@@ -88,7 +81,7 @@ func TestBatchedCallsGetTheirOwnReplies(t *testing.T) {
 	if replies := o.replies[0] + o.replies[1]; replies != 64*200 || o.ended != [2]int{} {
 		t.Errorf("%d replies and %v ended calls, want %d and none", replies, o.ended, 64*200)
 	}
-	if !d.batch.idle() {
+	if !d.kit.Idle() {
 		t.Error("the batcher still holds a slot or a queue")
 	}
 }
@@ -125,7 +118,7 @@ func testBatchedCallsLeave(t *testing.T, ctxTimeout bool) {
 		t.Errorf("calls without a deadline: %d replies of %d; with a 1 ms deadline: %d ended of %d (%d replies)",
 			o.replies[0], 32*10/2, o.ended[1], 32*10/2, o.replies[1])
 	}
-	if !d.batch.idle() {
+	if !d.kit.Idle() {
 		t.Error("the batcher still holds a slot or a queue")
 	}
 }

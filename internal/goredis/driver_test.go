@@ -3,22 +3,9 @@ package goredis
 import (
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/dlock-go/dlock/driver"
 )
-
-func TestTryAgainPausesDoubleUpTo200ms(t *testing.T) {
-	want := []time.Duration{5, 10, 20, 40, 80, 160, 200, 200, 200}
-	for round, w := range want {
-		if got := tryAgainPause(round); got != w*time.Millisecond {
-			t.Errorf("pause %d = %v, want %v", round, got, w*time.Millisecond)
-		}
-	}
-	if got := tryAgainPause(maxRedirects); got != 200*time.Millisecond {
-		t.Errorf("pause %d = %v, want 200ms", maxRedirects, got)
-	}
-}
 
 // The refusals retryTryAgain sends again: those a slot migration explains,
 // which ran nothing. A MOVED comes back from go-redis when TRYAGAINs used

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/driverkit"
 )
 
 // Routing after a Cluster failover.
@@ -128,7 +129,7 @@ func (r *slotReloader) since(ctx context.Context, cc *redis.ClusterClient, t tim
 		wait := reloadEvery - now.Sub(r.started)
 		r.mu.Unlock()
 		if done == nil {
-			if !sleepCtx(ctx, wait) {
+			if !driverkit.Sleep(ctx, wait) {
 				return false
 			}
 			continue
@@ -151,37 +152,12 @@ func failedOver(err error) bool {
 	if errors.As(err, &inflight) || errors.Is(err, driver.ErrClientClosed) {
 		return false
 	}
-	if refusedBeforeRun(err) {
-		return !isTryAgain(err) && !isNoScript(err)
+	if driverkit.RefusedBeforeRun(err) {
+		return !isTryAgain(err) && !redis.HasErrorPrefix(err, "NOSCRIPT")
 	}
 	var nerr net.Error
 	return errors.As(err, &nerr) || isNetworkError(err) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
-}
-
-// refusedBeforeRun reports whether err is a reply by which the server
-// refuses a command without running it.
-func refusedBeforeRun(err error) bool {
-	var rerr redis.Error
-	if !errors.As(err, &rerr) || isNetworkError(err) {
-		return false
-	}
-	for _, prefix := range []string{"READONLY", "CLUSTERDOWN", "MASTERDOWN", "LOADING", "TRYAGAIN", "NOSCRIPT", "MOVED", "ASK"} {
-		if redis.HasErrorPrefix(err, prefix) {
-			return true
-		}
-	}
-	return false
-}
-
-// mayHaveRun is how many times a sending may have run its script on a
-// server: go-redis wrote it writes times, and the last write was refused
-// when err says so.
-func mayHaveRun(writes int32, err error) int32 {
-	if writes > 0 && err != nil && refusedBeforeRun(err) {
-		return writes - 1
-	}
-	return writes
 }
 
 // recoverFailover handles, on a Cluster, the calls of one sending that a
@@ -191,8 +167,10 @@ func mayHaveRun(writes int32, err error) int32 {
 // calls[i] may have run so far; calls with WAIT are left to runOnMasters,
 // which reloads by itself.
 //
-// Without resend (a shared pipeline, see runShared) it only has the map
-// reloaded.
+// Without resend (a pipeline the batcher shares among callers, sent on a
+// context of its own, where a resend that waits for a reload would outlast
+// a caller whose context ended) it only has the map reloaded: each
+// caller's own retry (a wait's, a renewal's) goes to the new master.
 func (d *Driver) recoverFailover(ctx context.Context, calls []*driver.Call, ran []int32, resend bool) {
 	failedAt := time.Now()
 	var (
@@ -212,15 +190,11 @@ func (d *Driver) recoverFailover(ctx context.Context, calls []*driver.Call, ran 
 		return
 	}
 	if !resend || len(again) == 0 || ctx.Err() != nil || !d.slots.since(ctx, d.cc, failedAt) {
-		d.slots.soon(d.cc, d.workers.Go)
+		d.slots.soon(d.cc, d.kit.Go)
 		return
 	}
 	// Nothing of these calls ran: the resend's own count says it all.
-	if len(again) == 1 {
-		d.runOne(ctx, again[0])
-	} else {
-		d.runPipelined(ctx, again, nil)
-	}
+	d.kit.SendAgain(ctx, again)
 	twice := false
 	for _, c := range again {
 		twice = twice || failedOver(c.Err)
@@ -229,6 +203,23 @@ func (d *Driver) recoverFailover(ctx context.Context, calls []*driver.Call, ran 
 		// The map reloaded still named a dead master (the failover is not
 		// over, or the node asked had not heard of it yet): the calls that
 		// follow will find a newer one.
-		d.slots.soon(d.cc, d.workers.Go)
+		d.slots.soon(d.cc, d.kit.Go)
+	}
+}
+
+// sent is the driverkit.Lib's Sent, after a sending in which some call
+// failed. A call refused by a migrating slot after a sending that may have
+// run (a reply lost, then TRYAGAIN on go-redis's resend) counts as sent
+// twice: retryTryAgain sends it again, so that its next run is the second.
+// On a Cluster, the calls a failover made fail get the slot map reloaded,
+// and are sent again when they cannot have run (recoverFailover).
+func (d *Driver) sent(ctx context.Context, calls []*driver.Call, ran []int32, shared bool) {
+	for i, c := range calls {
+		if ran[i] > 0 && refusedInMigration(c.Err) {
+			c.Resent = true
+		}
+	}
+	if d.cc != nil {
+		d.recoverFailover(ctx, calls, ran, !shared)
 	}
 }

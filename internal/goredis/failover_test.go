@@ -154,8 +154,9 @@ func normalizeErr(err error) error { _, e := normalize(nil, err); return e }
 // leave early) sends a shared pipeline itself, on a context of the
 // pipeline's own. After a network error a failover's resend waited for a
 // slot-map reload there, whatever the caller's cancellation: a shared
-// pipeline only has the map reloaded (runShared). Found by the review of
-// the Cluster driver: 4.2-4.8 s for a call cancelled after 100 ms.
+// pipeline only has the map reloaded (Lib.Sent's shared). Found by the
+// review of the Cluster driver: 4.2-4.8 s for a call cancelled after
+// 100 ms.
 func TestSharedPipelineDoesNotWaitForAFailoverResend(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	masters := cl.Masters(t)
@@ -188,7 +189,7 @@ func TestSharedPipelineDoesNotWaitForAFailoverResend(t *testing.T) {
 		defer close(other)
 		d.Run(context.Background(), &driver.Call{Script: count, Keys: []string{liveKey}, Args: []any{"o"}})
 	}()
-	for d.active.Load() == 0 {
+	for d.kit.InFlight() == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,6 +1,9 @@
 package goredis
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // sendGate orders a caller's SUBSCRIBE and UNSUBSCRIBE calls on one go-redis
 // PubSub and keeps the caller's context in force while they wait.
@@ -11,7 +14,7 @@ import "context"
 // failed read, or in another call). A Lock that starts waiting then must
 // not wait that long for its subscription. So the call runs in a goroutine
 // of its own and the caller stops waiting for it when its ctx ends, or at
-// Close. The goroutine belongs to the subscription and ends by itself once
+// Close. The goroutine belongs to the connection and ends by itself once
 // go-redis returns, with the caller's ctx, which has ended by then if the
 // caller left.
 //
@@ -25,14 +28,14 @@ type sendGate chan struct{}
 func newSendGate() sendGate { return make(sendGate, 1) }
 
 // do runs call through the gate. It returns call's error, ctx's error
-// when ctx ends first, or errClosed when stop closes first.
+// when ctx ends first, or errConnClosed when stop closes first.
 func (g sendGate) do(ctx context.Context, stop <-chan struct{}, call func(context.Context) error) error {
 	select {
 	case g <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-stop:
-		return errClosed
+		return errConnClosed
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -45,6 +48,8 @@ func (g sendGate) do(ctx context.Context, stop <-chan struct{}, call func(contex
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-stop:
-		return errClosed
+		return errConnClosed
 	}
 }
+
+var errConnClosed = errors.New("dlock: pub/sub connection closed")

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/driverkit"
 )
 
 // SetNX tries to take key for value with a native SET key value NX PX px,
@@ -17,7 +18,7 @@ import (
 // have set the key all the same). It settles nothing, and the caller runs
 // c as usual, when the key exists (c's script then decides: it may be the
 // caller's own from an earlier sending), when other calls are in flight
-// (they go out in shared pipelines, which serve load better: batch.go), or
+// (they go out in shared pipelines, which serve load better), or
 // on a Cluster (whose failover handling is the script path's).
 //
 // A script costs the server about 13k instructions before it does
@@ -31,11 +32,10 @@ func (d *Driver) SetNX(ctx context.Context, c *driver.Call, key, value string, p
 	if d.cc != nil {
 		return false
 	}
-	if d.active.Add(1) > 1 {
-		d.active.Add(-1)
+	if !d.kit.TryAlone() {
 		return false
 	}
-	defer d.active.Add(-1)
+	defer d.kit.EndAlone()
 	v := countedArg{b: []byte(value)}
 	res, err := d.rdb.Do(ctx, "set", key, &v, "nx", "px", px.Milliseconds()).Result()
 	if errors.Is(err, redis.Nil) {
@@ -45,6 +45,6 @@ func (d *Driver) SetNX(ctx context.Context, c *driver.Call, key, value string, p
 	if c.Err == nil {
 		c.Reply = int64(1)
 	}
-	c.Resent = mayHaveRun(v.writes.Load(), err) > 1
+	c.Resent = driverkit.MayHaveRun(v.writes.Load(), c.Err) > 1
 	return true
 }

@@ -65,17 +65,19 @@ func TestSetNX(t *testing.T) {
 
 	// Another call in flight: the call goes to the shared pipeline instead.
 	free := key + ":free"
-	d.active.Add(1)
+	if !d.kit.TryAlone() {
+		t.Fatal("TryAlone with nothing in flight failed")
+	}
 	settled := d.SetNX(ctx, newCall(), free, "me", 30*time.Second)
-	d.active.Add(-1)
+	d.kit.EndAlone()
 	if settled {
 		t.Error("with a call in flight: SetNX settled the call")
 	}
 	if n := rdb.Exists(ctx, free).Val(); n != 0 {
 		t.Error("with a call in flight: SetNX wrote the key")
 	}
-	if n := d.active.Load(); n != 0 {
-		t.Errorf("active = %d after SetNX, want 0", n)
+	if n := d.kit.InFlight(); n != 0 {
+		t.Errorf("%d calls in flight after SetNX, want 0", n)
 	}
 
 	// Refused (out of memory): settled with the server's error.

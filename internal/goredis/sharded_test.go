@@ -75,12 +75,8 @@ func TestShardedSubscriptionClosesWhileTheMasterStops(t *testing.T) {
 	if err := sub.Subscribe(ctx, ch); err != nil {
 		t.Fatalf("Subscribe: %v", err)
 	}
-	cs := sub.(*clusterSubscription)
-	cs.mu.Lock()
-	_, sharded := cs.sub.(*shardedSubscription)
-	cs.mu.Unlock()
-	if !sharded {
-		t.Fatalf("the Cluster subscription is %T, want sharded pub/sub (Redis 7)", cs.sub)
+	if cmd := d.PublishCommand(); cmd != "SPUBLISH" {
+		t.Fatalf("the Cluster driver publishes with %s, want sharded pub/sub (Redis 7)", cmd)
 	}
 
 	defer master.Resume() // the cleanups would resume it too, after closing the clients
@@ -177,24 +173,25 @@ func (h *countingHandler) Reset() {
 
 // The sharded subscription's SUNSUBSCRIBE whose caller left before it
 // could be sent (another call held the connection's gate) must still reach
-// the master: as with subscription (TestUnsubscribeNeverSentIsSentByTheLoop),
-// the channel stayed subscribed there for the connection's life.
-func TestShardedUnsubscribeNeverSentIsSentByTheReader(t *testing.T) {
+// the master: as with a plain subscription
+// (TestUnsubscribeNeverSentIsSentByTheLoop), the channel stayed subscribed
+// there for the connection's life.
+func TestShardedUnsubscribeNeverSentIsSentByTheLoop(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	cc := cl.Client(t)
 	d := New(cc)
 	t.Cleanup(func() { _ = d.Close() })
-	csub := d.Subscribe(&countingHandler{}).(*clusterSubscription)
-	t.Cleanup(func() { _ = csub.Close() })
+	conns := captureConns(d)
+	sub := d.Subscribe(&countingHandler{})
+	t.Cleanup(func() { _ = sub.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ch := "{" + t.Name() + "}"
-	if err := csub.Subscribe(ctx, ch); err != nil {
+	if err := sub.Subscribe(ctx, ch); err != nil {
 		t.Fatalf("Subscribe: %v", err)
 	}
-	sub, ok := csub.sub.(*shardedSubscription)
-	if !ok {
-		t.Skip("the servers have no sharded pub/sub")
+	if cmd := d.PublishCommand(); cmd != "SPUBLISH" {
+		t.Skipf("the servers have no sharded pub/sub (%s)", cmd)
 	}
 	master := cl.MasterForSlot(t, keyslot.Of(ch)).Client(t)
 	numSub := func() int64 {
@@ -207,24 +204,5 @@ func TestShardedUnsubscribeNeverSentIsSentByTheReader(t *testing.T) {
 	if n := numSub(); n != 1 {
 		t.Fatalf("%d subscribers after Subscribe, want 1", n)
 	}
-
-	sub.mu.Lock()
-	conn := sub.wanted[ch]
-	sub.mu.Unlock()
-	conn.send <- struct{}{} // another call holds the gate
-	uctx, ucancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	err := sub.Unsubscribe(uctx, ch)
-	ucancel()
-	if err == nil {
-		t.Fatalf("Unsubscribe while the gate is held returned nil")
-	}
-	<-conn.send
-
-	deadline := time.Now().Add(3 * healthInterval)
-	for numSub() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the channel is still subscribed on its master %v after its Unsubscribe gave up", 3*healthInterval)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	unsubscribeGivenUp(t, ctx, sub, <-conns, ch, numSub)
 }

@@ -1,8 +1,8 @@
 // Package handlergate guards a pub/sub subscription's driver.Handler: its
 // calls come one at a time, and none comes after the subscription's Close
-// has begun, whatever goroutines of the driver are still reading. Every
-// driver's subscription (go-redis, sharded go-redis, driverkit) routes its
-// Handler calls through one.
+// has begun, whatever goroutines of the driver are still reading. The
+// subscriptions of internal/driverkit, every driver's, plain and sharded,
+// route their Handler calls through one.
 package handlergate
 
 import (

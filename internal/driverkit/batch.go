@@ -1,4 +1,4 @@
-package goredis
+package driverkit
 
 import (
 	"context"
@@ -13,8 +13,10 @@ import (
 // joins a batch instead, and everything queued goes out as one pipeline:
 // one write and one read for many scripts, on the client and on the
 // server. Under load this is what keeps the lock's cost close to the
-// server's work rather than to one round trip per caller (go-redis gained
-// auto-pipelining only in releases that need a newer Go than dlock does).
+// server's work rather than to one round trip per caller. Only for a
+// library that does not pipeline concurrent callers by itself
+// (Lib.Combine): go-redis gained auto-pipelining only in releases that need
+// a newer Go than dlock does.
 //
 // There are no flusher goroutines: the callers send (combining). Up to
 // senders pipelines may be in flight. A caller that finds a sending slot
@@ -29,12 +31,8 @@ const (
 	// senders is how many pipelines may be in flight at once: while some
 	// are on the wire, the next batch gathers. Fewer starve the server at
 	// a handful of callers; more send most calls alone, one write and one
-	// read each. In interleaved runs of BenchmarkUncontended (two cores
-	// shared with redis-server, an AMD EPYC), 5 and 6 led 4 and 7 at 8
-	// goroutines (median 1.04-1.05x the floor against 0.94x; 6 never
-	// below 0.99x in 6 runs, and 1.15x against 4's 0.97x in 8 more), and
-	// all were level at 64; 4 had been the best of 2, 3, 4, 6 and 8 for
-	// the flushers that preceded the senders, on an Intel Xeon.
+	// read each. Chosen by interleaved runs of BenchmarkUncontended at 8
+	// and 64 goroutines (bench/levers.md, "Six sending slots").
 	senders = 6
 	// maxBatch bounds one pipeline, so one slow batch delays few callers.
 	maxBatch = 256
@@ -72,7 +70,7 @@ func (bt *batch) recycle() {
 
 // batcher owns the queue and the sending slots.
 type batcher struct {
-	run     func(context.Context, []*driver.Call) // the driver's pipelined send
+	run     func(context.Context, []*driver.Call) // the driver's send for a shared pipeline
 	workers *workers.Pool                         // run the helpers; the driver's Close waits for them
 
 	mu    sync.Mutex
@@ -83,7 +81,7 @@ type batcher struct {
 }
 
 // submit sends calls in a pipeline with other callers' and waits for them.
-// A caller that may leave early (Driver.mustLeaveEarly) waits for them or
+// A caller that may leave early (Driver.LeaveEarly) waits for them or
 // for ctx: then every call not done has ctx's error. Such a caller never
 // sends itself, since it could not leave a pipeline on the wire: a helper
 // goroutine sends in its place, and the pipeline fills copies of its calls,
@@ -223,7 +221,7 @@ func (b *batcher) leaveLocked(bt *batch) (left <-chan struct{}) {
 // wakes the callers it sent for (first's only when its caller is not the
 // one sending: firstIsCaller false) and passes the slot on.
 func (b *batcher) send(first *batch, firstIsCaller bool) {
-	sc := scratchPool.Get().(*scratch)
+	sc := senderListsPool.Get().(*senderLists)
 	taken := append(sc.taken[:0], first)
 	calls := append(sc.calls[:0], first.calls...)
 	b.mu.Lock()
@@ -263,16 +261,16 @@ func (b *batcher) send(first *batch, firstIsCaller bool) {
 	clear(taken) // a woken caller may reuse its batch
 	clear(calls) // drop references to finished calls
 	sc.taken, sc.calls = taken, calls
-	scratchPool.Put(sc)
+	senderListsPool.Put(sc)
 }
 
-// scratch is a sender's lists, reused from pipeline to pipeline.
-type scratch struct {
+// senderLists is a sender's lists, reused from pipeline to pipeline.
+type senderLists struct {
 	taken []*batch
 	calls []*driver.Call
 }
 
-var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+var senderListsPool = sync.Pool{New: func() any { return new(senderLists) }}
 
 // handOnLocked passes a slot that its holder no longer needs to the first
 // queued caller, or frees it.
@@ -306,4 +304,11 @@ func (b *batcher) close() {
 	b.mu.Lock()
 	b.closing = true
 	b.mu.Unlock()
+}
+
+// idle reports whether the batcher holds no slot and queues nothing.
+func (b *batcher) idle() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.busy == 0 && len(b.queue) == 0
 }

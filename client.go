@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"reflect"
 	"sync"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/goredis"
 	"github.com/dlock-go/dlock/internal/workers"
 )
@@ -66,7 +66,7 @@ type Client struct {
 // The Client does not own rdb: Close does not close it.
 func New(rdb RedisClient, opts ...Option) (*Client, error) {
 	if isNilClient(rdb) {
-		return nil, invalidArgf("New: nil Redis client")
+		return nil, errs.InvalidArgf("New: nil Redis client")
 	}
 	return NewWithDriver(goredis.New(rdb), opts...)
 }
@@ -75,7 +75,7 @@ func New(rdb RedisClient, opts ...Option) (*Client, error) {
 // adapters for other Redis client libraries plug in; see package driver.
 func NewWithDriver(d driver.Driver, opts ...Option) (*Client, error) {
 	if d == nil {
-		return nil, invalidArgf("NewWithDriver: nil driver")
+		return nil, errs.InvalidArgf("NewWithDriver: nil driver")
 	}
 	cfg := defaultConfig()
 	if rt, ok := d.(driver.ReplyTimeouter); ok {
@@ -83,12 +83,12 @@ func NewWithDriver(d driver.Driver, opts ...Option) (*Client, error) {
 	}
 	for _, opt := range opts {
 		if opt == nil {
-			return nil, invalidArgf("New: nil Option")
+			return nil, errs.InvalidArgf("New: nil Option")
 		}
 		opt(&cfg)
 	}
 	if err := cfg.err(); err != nil {
-		return nil, errorf("dlock: New: %w", err)
+		return nil, errs.Errorf("dlock: New: %w", err)
 	}
 	cfg.seal()
 	c := &Client{drv: d, cfg: cfg, instance: NewOwnerID(), closed: make(chan struct{}), cleanups: workers.New()}
@@ -169,15 +169,10 @@ func closeWithin(deadline time.Time, what string, stop func()) error {
 			return nil
 		default:
 		}
-		return errorf("dlock: %s: Redis commands abandoned at their deadline (or the pub/sub connection being closed) were still "+
+		return errs.Errorf("dlock: %s: Redis commands abandoned at their deadline (or the pub/sub connection being closed) were still "+
 			"without a reply at the release timeout; they end when the Redis client gives up on them (its read timeout) or is closed: %w",
 			what, context.DeadlineExceeded)
 	}
-}
-
-// closedError is ErrClosed for op on the lock called name.
-func closedError(op, name string) error {
-	return errorf("dlock: %s %q: %w", op, name, ErrClosed)
 }
 
 // checkOpen returns ErrClosed for op on the lock called name once the
@@ -185,7 +180,7 @@ func closedError(op, name string) error {
 func (c *Client) checkOpen(op, name string) error {
 	select {
 	case <-c.closed:
-		return closedError(op, name)
+		return errs.Closedf(op, name)
 	default:
 		return nil
 	}
@@ -210,7 +205,7 @@ func (c *Client) newMutex(kind, name string, opts []Option) *Mutex {
 func (c *Client) lockConfig(kind, name string, opts []Option) (config, error) {
 	cfg, err := c.applyOptions(kind, name, opts)
 	if nerr := checkName(name); nerr != nil {
-		return cfg, errorf("dlock: %s: %w", kind, nerr)
+		return cfg, errs.Errorf("dlock: %s: %w", kind, nerr)
 	}
 	return cfg, err
 }
@@ -227,13 +222,13 @@ func (c *Client) applyOptions(kind, label string, opts []Option) (config, error)
 	cfg.errs = nil
 	for _, opt := range opts {
 		if opt == nil {
-			cfg.fail(invalidArgf("nil Option"))
+			cfg.fail(errs.InvalidArgf("nil Option"))
 			continue
 		}
 		opt(&cfg)
 	}
 	if err := cfg.err(); err != nil {
-		return cfg, errorf("dlock: %s(%q): %w", kind, label, err)
+		return cfg, errs.Errorf("dlock: %s(%q): %w", kind, label, err)
 	}
 	cfg.seal()
 	return cfg, nil
@@ -253,25 +248,7 @@ func (c *Client) applyOptions(kind, label string, opts []Option) (config, error)
 // ErrNotObtained and carries the last failure).
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
 	if fn == nil {
-		return invalidArgf("Do(%q): nil function", name)
+		return errs.InvalidArgf("Do(%q): nil function", name)
 	}
 	return do(ctx, c.Mutex(name, opts...), fn)
-}
-
-// joinErrors is errors.Join that returns a lone error unchanged, keeping its
-// message free of Join's line breaks.
-func joinErrors(errs ...error) error {
-	var kept []error
-	for _, err := range errs {
-		if err != nil {
-			kept = append(kept, err)
-		}
-	}
-	switch len(kept) {
-	case 0:
-		return nil
-	case 1:
-		return kept[0]
-	}
-	return errors.Join(kept...)
 }

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/ownerid"
 )
 
 // One place in the lock's queue per process and name.
@@ -172,7 +175,7 @@ func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
 	c.local.mu.Unlock()
 
 	// Nobody of ours waits: one attempt, which queues in Redis if taken.
-	owner, err := newOwner(m.cfg.ownerInfo)
+	owner, err := ownerid.New(m.cfg.ownerInfo)
 	if err != nil {
 		return nil, err
 	}
@@ -197,14 +200,14 @@ func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
 	case first.err == nil:
 	case ctx.Err() != nil:
 		c.abandon(ctx, m, &m.cfg, owner, first.err, nil)
-		last := errNoAnswer
+		last := errs.NoAnswer
 		if !errors.Is(first.err, context.Canceled) && !errors.Is(first.err, context.DeadlineExceeded) {
 			last = first.err
 		}
-		return nil, waitEnded(ctx, m.name, began, 0, last)
-	case !isTransient(first.err):
+		return nil, errs.WaitEnded(ctx, m.name, began, 0, last)
+	case !errs.IsTransient(first.err):
 		c.abandon(ctx, m, &m.cfg, owner, first.err, nil)
-		return nil, redisError("Lock", m.name, first.err)
+		return nil, errs.Redis("Lock", m.name, first.err)
 	}
 
 	w := newLocalWaiter(m)
@@ -223,7 +226,7 @@ func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
 		c.local.mu.Unlock()
 		c.notify.forget(channel, owner)
 		c.abandon(ctx, m, &m.cfg, owner, nil, nil)
-		return nil, errors.Join(ErrClosed, waitEnded(ctx, m.name, began, 0, nil))
+		return nil, errors.Join(ErrClosed, errs.WaitEnded(ctx, m.name, began, 0, nil))
 	}
 	if c.local.queues == nil {
 		c.local.queues = make(map[localQueueKey]*localQueue)
@@ -293,7 +296,7 @@ func (c *Client) awaitTurn(ctx context.Context, q *localQueue, w *localWaiter, b
 		if t.err == nil {
 			c.leave(ctx, q, w, t.owner, t.state)
 		}
-		return nil, waitEnded(ctx, w.m.name, began, 0, nil)
+		return nil, errs.WaitEnded(ctx, w.m.name, began, 0, nil)
 	}
 	if !q.contains(w) {
 		// Taken out of the queue as ctx ended: by endQueue (its error is
@@ -307,13 +310,13 @@ func (c *Client) awaitTurn(ctx context.Context, q *localQueue, w *localWaiter, b
 			_ = w.m.unlock(rctx, t.owner)
 			cancel()
 		}
-		return nil, waitEnded(ctx, w.m.name, began, 0, t.err)
+		return nil, errs.WaitEnded(ctx, w.m.name, began, 0, t.err)
 	}
 	q.remove(w)
 	q.standByLocked() // the next one stands by, if w did
 	last := q.lastErr
 	c.local.mu.Unlock()
-	return nil, waitEnded(ctx, w.m.name, began, 0, last)
+	return nil, errs.WaitEnded(ctx, w.m.name, began, 0, last)
 }
 
 // takeTurn acts on what a waiter behind the head was told.
@@ -331,7 +334,7 @@ func (c *Client) takeTurn(ctx context.Context, q *localQueue, w *localWaiter, t 
 		}
 		if errors.Is(err, errGrantExpired) {
 			if ctx.Err() != nil {
-				return nil, waitEnded(ctx, w.m.name, began, 0, nil)
+				return nil, errs.WaitEnded(ctx, w.m.name, began, 0, nil)
 			}
 			return c.lockShared(ctx, w.m) // too slow to take it: start over
 		}
@@ -415,7 +418,7 @@ func (c *Client) contend(ctx context.Context, q *localQueue, w *localWaiter, own
 	for {
 		if owner == "" {
 			var err error
-			if owner, err = newOwner(m.cfg.ownerInfo); err != nil {
+			if owner, err = ownerid.New(m.cfg.ownerInfo); err != nil {
 				c.endQueue(q, err)
 				return nil, err
 			}
@@ -448,7 +451,7 @@ func (c *Client) contend(ctx context.Context, q *localQueue, w *localWaiter, own
 					// Nothing is held and the place is spent: the next
 					// local waiter queues afresh.
 					c.promote(q, w, false)
-					return nil, waitEnded(ctx, m.name, began, 0, nil)
+					return nil, errs.WaitEnded(ctx, m.name, began, 0, nil)
 				}
 				if len(st.pending) > 0 {
 					// An attempt for it may still land and queue it.

@@ -1,6 +1,11 @@
 package dlock
 
-import "context"
+import (
+	"context"
+
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/ownerid"
+)
 
 // MaxIdempotencyKeyLen is the longest key WithIdempotencyKey accepts, in
 // bytes.
@@ -50,16 +55,16 @@ func IdempotencyKeyFrom(ctx context.Context) (string, bool) {
 func changeID(ctx context.Context, method byte, op, name string) (string, error) {
 	key, ok := IdempotencyKeyFrom(ctx)
 	if !ok {
-		return newCallID()
+		return ownerid.CallID()
 	}
 	var err error
 	switch {
 	case key == "":
-		err = invalidArgf("empty idempotency key")
+		err = errs.InvalidArgf("empty idempotency key")
 	case len(key) > MaxIdempotencyKeyLen:
-		err = invalidArgf("idempotency key of %d bytes is longer than %d", len(key), MaxIdempotencyKeyLen)
+		err = errs.InvalidArgf("idempotency key of %d bytes is longer than %d", len(key), MaxIdempotencyKeyLen)
 	default:
 		return "k" + string(method) + ":" + key, nil
 	}
-	return "", errorf("dlock: %s %q: %w", op, name, err)
+	return "", errs.Errorf("dlock: %s %q: %w", op, name, err)
 }

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/glob"
+	"github.com/dlock-go/dlock/internal/ownerid"
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
@@ -140,7 +142,7 @@ func (c *Client) Inspect(ctx context.Context, name string) ([]LockInfo, error) {
 // inspect runs inspect.lua for name and parses its reply.
 func (c *Client) inspect(ctx context.Context, op, name string) (*nameState, error) {
 	if err := checkName(name); err != nil {
-		return nil, errorf("dlock: %s: %w", op, err)
+		return nil, errs.Errorf("dlock: %s: %w", op, err)
 	}
 	if err := c.checkOpen(op, name); err != nil {
 		return nil, err
@@ -149,7 +151,7 @@ func (c *Client) inspect(ctx context.Context, op, name string) (*nameState, erro
 	c.drv.Run(ctx, call)
 	st, err := parseInspect(name, call)
 	if err != nil {
-		return nil, redisError(op, name, err)
+		return nil, errs.Redis(op, name, err)
 	}
 	st.op = op
 	return st, nil
@@ -202,7 +204,7 @@ func parseInspect(name string, call *driver.Call) (*nameState, error) {
 	if call.Err != nil {
 		return nil, call.Err
 	}
-	bad := func() (*nameState, error) { return nil, unexpectedReply(call.Reply) }
+	bad := func() (*nameState, error) { return nil, errs.Unexpected(call.Reply) }
 	parts, ok := call.Reply.([]any)
 	if !ok || len(parts) != len(inspectKinds) {
 		return bad()
@@ -262,7 +264,7 @@ func parseInspect(name string, call *driver.Call) (*nameState, error) {
 				hb.holdIDs = append(hb.holdIDs, s)
 			}
 			holder := Holder{Mode: mode, Permits: int(v[1]), Token: v[2], TTL: ms(v[0])}
-			holder.Owner, holder.Info = splitOwner(owner)
+			holder.Owner, holder.Info = ownerid.Split(owner)
 			hb.owner, hb.info = holder.Owner, holder.Info
 			if kind == KindReentrant {
 				holder.Holds = len(hb.holdIDs)
@@ -287,7 +289,7 @@ func parseInspect(name string, call *driver.Call) (*nameState, error) {
 				return bad()
 			}
 			waiter := Waiter{Mode: mode, Permits: int(v[1]), Position: j + 1, LeaseLeft: ms(v[0])}
-			waiter.Owner, waiter.Info = splitOwner(owner)
+			waiter.Owner, waiter.Info = ownerid.Split(owner)
 			info.Waiters = append(info.Waiters, waiter)
 		}
 		st.infos = append(st.infos, info)
@@ -313,10 +315,10 @@ func splitMember(kind Kind, member string) (mode, owner string, ok bool) {
 		}
 		return "", "", false
 	case KindReentrant:
-		if len(member) <= ownerIDLen {
+		if len(member) <= ownerid.IDLen {
 			return "", "", false
 		}
-		return "", member[ownerIDLen:], true
+		return "", member[ownerid.IDLen:], true
 	}
 	return "", member, member != ""
 }
@@ -342,7 +344,7 @@ func (c *Client) List(ctx context.Context, pattern string) ([]LockInfo, error) {
 	}
 	scanner, ok := c.drv.(driver.Scanner)
 	if !ok {
-		return nil, errorf("dlock: List: %w: the driver %T cannot list keys (it does not implement driver.Scanner)",
+		return nil, errs.Errorf("dlock: List: %w: the driver %T cannot list keys (it does not implement driver.Scanner)",
 			errors.ErrUnsupported, c.drv)
 	}
 	if pattern == "" {
@@ -361,7 +363,7 @@ func (c *Client) List(ctx context.Context, pattern string) ([]LockInfo, error) {
 		return true
 	})
 	if err != nil {
-		return nil, errorf("dlock: List %q: %w", pattern, err)
+		return nil, errs.Errorf("dlock: List %q: %w", pattern, err)
 	}
 	names := make([]string, 0, len(found))
 	for name := range found {
@@ -382,7 +384,7 @@ func (c *Client) List(ctx context.Context, pattern string) ([]LockInfo, error) {
 		for i, name := range names[:n] {
 			st, err := parseInspect(name, calls[i])
 			if err != nil {
-				err = redisError("List", name, err)
+				err = errs.Redis("List", name, err)
 				if !errors.Is(err, ErrKeyConflict) {
 					return nil, err
 				}
@@ -393,7 +395,7 @@ func (c *Client) List(ctx context.Context, pattern string) ([]LockInfo, error) {
 		}
 		names = names[n:]
 	}
-	return infos, joinErrors(conflicts...)
+	return infos, errs.Join(conflicts...)
 }
 
 // keySuffixes returns what follows "<prefix>{<name>}" in the keys of every
@@ -497,7 +499,7 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) (released int, er
 // It is safe for concurrent use.
 func (c *Client) ForceUnlockOwner(ctx context.Context, name, owner string) (released int, err error) {
 	if owner == "" {
-		return 0, errorf("dlock: ForceUnlockOwner %q: %w", name, invalidArgf("empty owner"))
+		return 0, errs.Errorf("dlock: ForceUnlockOwner %q: %w", name, errs.InvalidArgf("empty owner"))
 	}
 	st, err := c.inspect(ctx, "ForceUnlockOwner", name)
 	if err != nil {
@@ -513,17 +515,17 @@ func (c *Client) ForceUnlockOwner(ctx context.Context, name, owner string) (rele
 // forceRelease releases the holders st found, each as itself.
 func (c *Client) forceRelease(ctx context.Context, st *nameState) (int, error) {
 	released := 0
-	var errs []error
+	var failed []error
 	for _, h := range st.held {
 		ok, err := c.releaseAs(ctx, st, h)
 		if err != nil {
-			errs = append(errs, redisError(st.op, st.name, err))
+			failed = append(failed, errs.Redis(st.op, st.name, err))
 		}
 		if ok {
 			released++
 		}
 	}
-	return released, joinErrors(errs...)
+	return released, errs.Join(failed...)
 }
 
 // releaseAs runs the release script of h's primitive as h's owner. It

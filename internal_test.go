@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -140,61 +139,6 @@ func TestCheckName(t *testing.T) {
 		if err := checkName(name); (err == nil) != ok || (err != nil && !errors.Is(err, ErrInvalidArgument)) {
 			t.Errorf("checkName(%q) = %v, want ok=%v", name, err, ok)
 		}
-	}
-}
-
-func TestIsTransient(t *testing.T) {
-	for msg, want := range map[string]bool{
-		"LOADING Redis is loading the dataset in memory":                    true,
-		"READONLY You can't write against a read only replica.":             true,
-		"TRYAGAIN Multiple keys request during rehashing of slot":           true,
-		"WRONGTYPE Operation against a key holding the wrong kind of value": false,
-		"NOAUTH Authentication required.":                                   false,
-	} {
-		if got := isTransient(&driver.ReplyError{Msg: msg}); got != want {
-			t.Errorf("isTransient(%q) = %v, want %v", msg, got, want)
-		}
-	}
-	if !isTransient(errors.New("dial tcp: connection refused")) {
-		t.Error("a connection failure is transient")
-	}
-}
-
-func TestOwnerValues(t *testing.T) {
-	a, err := newOwner("host=h pid=1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := newOwner("host=h pid=1")
-	if a == b {
-		t.Fatal("two owner values are equal")
-	}
-	id, info := splitOwner(a)
-	if len(id) != ownerIDLen || info != "host=h pid=1" {
-		t.Errorf("splitOwner(%q) = %q, %q", a, id, info)
-	}
-	bare, _ := newOwner("")
-	if len(bare) != ownerIDLen {
-		t.Errorf("owner without info %q has length %d", bare, len(bare))
-	}
-}
-
-func TestConflictRepliesFromEveryServer(t *testing.T) {
-	for msg, want := range map[string]string{
-		"WRONGTYPE Operation against a key holding the wrong kind of value script: 5c83, on @user_script:1.":            "WRONGTYPE Operation against a key holding the wrong kind of value",
-		"DLOCK_CONFLICT dlock:{x} holds a value with no expiry that no lock wrote":                                      "dlock:{x} holds a value with no expiry that no lock wrote",
-		"ERR user_script:12: DLOCK_CONFLICT the fencing key k does not hold a number script: 9f0e, on @user_script:12.": "the fencing key k does not hold a number",
-		"ERR Error compiling script (new function): user_script:3: WRONGTYPE Operation against a key":                   "WRONGTYPE Operation against a key",
-	} {
-		if !isConflictReply(msg) {
-			t.Errorf("isConflictReply(%q) = false", msg)
-		}
-		if got := conflictDetail(msg); got != want {
-			t.Errorf("conflictDetail(%q) = %q, want %q", msg, got, want)
-		}
-	}
-	if isConflictReply("NOAUTH Authentication required.") {
-		t.Error("NOAUTH is not a conflict")
 	}
 }
 

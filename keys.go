@@ -2,6 +2,8 @@ package dlock
 
 import (
 	"strings"
+
+	"github.com/dlock-go/dlock/internal/errs"
 )
 
 // lockKeys names the keys of one queued lock. Every key of name N is
@@ -92,11 +94,11 @@ func (k *lockKeys) channel() string { return k.lock }
 func checkName(name string) error {
 	switch {
 	case name == "":
-		return invalidArgf("empty lock name")
+		return errs.InvalidArgf("empty lock name")
 	case len(name) > MaxNameLen:
-		return invalidArgf("lock name of %d bytes is longer than %d", len(name), MaxNameLen)
+		return errs.InvalidArgf("lock name of %d bytes is longer than %d", len(name), MaxNameLen)
 	case strings.HasPrefix(name, "}"):
-		return invalidArgf("lock name %q starts with '}', which would leave its keys without a Cluster hash tag", name)
+		return errs.InvalidArgf("lock name %q starts with '}', which would leave its keys without a Cluster hash tag", name)
 	}
 	return nil
 }

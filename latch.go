@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/ownerid"
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
@@ -83,7 +85,7 @@ func (c *Client) Latch(name string, opts ...Option) *Latch {
 	cfg.ttlSet = false
 	for _, opt := range opts {
 		if opt == nil {
-			cfg.fail(invalidArgf("nil Option"))
+			cfg.fail(errs.InvalidArgf("nil Option"))
 			continue
 		}
 		opt(&cfg)
@@ -95,9 +97,9 @@ func (c *Client) Latch(name string, opts ...Option) *Latch {
 	}
 	l := &Latch{c: c, name: name, cfg: cfg, key: cfg.keyPrefix + "{" + name + "}:latch", ttl: cfg.ttl}
 	if err := checkName(name); err != nil {
-		l.err = errorf("dlock: Latch: %w", err)
+		l.err = errs.Errorf("dlock: Latch: %w", err)
 	} else if err := cfg.err(); err != nil {
-		l.err = errorf("dlock: Latch(%q): %w", name, err)
+		l.err = errs.Errorf("dlock: Latch(%q): %w", name, err)
 	}
 	return l
 }
@@ -117,7 +119,7 @@ func (l *Latch) TrySetCount(ctx context.Context, n int64) (bool, error) {
 		return false, err
 	}
 	if n < 1 || n > maxLatchCount {
-		return false, errorf("dlock: TrySetCount %q: %w", l.name, invalidArgf("count %d: want between 1 and %d", n, int64(maxLatchCount)))
+		return false, errs.Errorf("dlock: TrySetCount %q: %w", l.name, errs.InvalidArgf("count %d: want between 1 and %d", n, int64(maxLatchCount)))
 	}
 	id, err := changeID(ctx, 's', "TrySetCount", l.name)
 	if err != nil {
@@ -130,11 +132,11 @@ func (l *Latch) TrySetCount(ctx context.Context, n int64) (bool, error) {
 	}
 	l.runOnce(ctx, call)
 	if call.Err != nil {
-		return false, redisError("TrySetCount", l.name, call.Err)
+		return false, errs.Redis("TrySetCount", l.name, call.Err)
 	}
 	set, ok := call.Reply.(int64)
 	if !ok {
-		return false, redisError("TrySetCount", l.name, unexpectedReply(call.Reply))
+		return false, errs.Redis("TrySetCount", l.name, errs.Unexpected(call.Reply))
 	}
 	return set == 1, nil
 }
@@ -162,10 +164,10 @@ func (l *Latch) CountDown(ctx context.Context) error {
 	}
 	l.runOnce(ctx, call)
 	if call.Err != nil {
-		return redisError("CountDown", l.name, call.Err)
+		return errs.Redis("CountDown", l.name, call.Err)
 	}
 	if _, ok := call.Reply.(int64); !ok {
-		return redisError("CountDown", l.name, unexpectedReply(call.Reply))
+		return errs.Redis("CountDown", l.name, errs.Unexpected(call.Reply))
 	}
 	return nil
 }
@@ -202,7 +204,7 @@ func (l *Latch) Count(ctx context.Context) (int64, error) {
 	}
 	s, err := l.read(ctx)
 	if err != nil {
-		return 0, redisError("Count", l.name, err)
+		return 0, errs.Redis("Count", l.name, err)
 	}
 	return s.n, nil
 }
@@ -226,11 +228,11 @@ func (l *Latch) Wait(ctx context.Context) error {
 		return err
 	}
 	if ctx.Err() != nil {
-		return waitEnded(ctx, l.name, time.Now(), 0, nil)
+		return errs.WaitEnded(ctx, l.name, time.Now(), 0, nil)
 	}
 	// The owner only tells this wait apart in the notifier: no grant is
 	// ever addressed to it.
-	owner, err := newOwner("")
+	owner, err := ownerid.New("")
 	if err != nil {
 		return err
 	}
@@ -274,12 +276,12 @@ func (l *Latch) Wait(ctx context.Context) error {
 			return attemptResult{granted: true}, nil
 		},
 	})
-	var e *notObtainedError
+	var e *errs.NotObtainedError
 	if errors.As(err, &e) {
-		e.holderTTL = 0 // the latch's remaining time, not a holder's
+		e.HolderTTL = 0 // the latch's remaining time, not a holder's
 	}
 	if err == nil && expired {
-		return errorf("dlock: Wait %q: %w after waiting %v, with the count last seen at %d: no TrySetCount or CountDown came within its TTL of %v; "+
+		return errs.Errorf("dlock: Wait %q: %w after waiting %v, with the count last seen at %d: no TrySetCount or CountDown came within its TTL of %v; "+
 			"if the gaps between count-downs can be longer, give the latch a longer WithTTL",
 			l.name, ErrLatchExpired, time.Since(began).Round(time.Millisecond), lastSeen, l.ttl)
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/ownerid"
 )
 
 // holder is the lock side of a lease: how to renew, release and read what
@@ -145,7 +147,7 @@ func (l *Lease) Owner() string {
 	if h, ok := l.h.(*reentrantHold); ok {
 		v = h.owner // l.owner names the hold: its hold id, then the owner value
 	}
-	id, _ := splitOwner(v) // as Inspect reads Holder.Owner from the value stored
+	id, _ := ownerid.Split(v) // as Inspect reads Holder.Owner from the value stored
 	return id
 }
 
@@ -333,7 +335,7 @@ func (l *Lease) end(ctx context.Context, op, lost string) error {
 	rctx, cancel := detach(ctx, l.cfg.releaseTimeout)
 	defer cancel()
 	if err := l.wd.beginUnlock(rctx, l, false); err != nil {
-		err = errorf("dlock: %s %q: %w", op, name, err)
+		err = errs.Errorf("dlock: %s %q: %w", op, name, err)
 		if isRenewalPending(err) {
 			l.observeRelease(ctx, err) // it ended the lease, as a failed release does
 		}
@@ -362,12 +364,12 @@ func (l *Lease) end(ctx context.Context, op, lost string) error {
 	case err == nil:
 	case errors.Is(err, ErrNotHeld) && retried:
 		// Likeliest, the failed release before this one landed.
-		err = errorf("dlock: %s %q: %w: already released by the %s that failed before (its release landed after all), or %s",
+		err = errs.Errorf("dlock: %s %q: %w: already released by the %s that failed before (its release landed after all), or %s",
 			op, name, ErrNotHeld, op, lost)
 	case errors.Is(err, ErrNotHeld):
-		err = errorf("dlock: %s %q: %w: %s", op, name, ErrNotHeld, lost)
+		err = errs.Errorf("dlock: %s %q: %w: %s", op, name, ErrNotHeld, lost)
 	default:
-		err = redisError(op, name, err)
+		err = errs.Redis(op, name, err)
 	}
 	l.observeRelease(ctx, err)
 	return err
@@ -404,11 +406,11 @@ func (l *Lease) observeRelease(ctx context.Context, err error) {
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	name := l.Name()
 	if err := checkTTL(ttl); err != nil {
-		return errorf("dlock: Extend %q: %w", name, err)
+		return errs.Errorf("dlock: Extend %q: %w", name, err)
 	}
 	if l.parent != nil {
 		if err := l.usable(); err != nil {
-			return errorf("dlock: Extend %q: %w", name, err)
+			return errs.Errorf("dlock: Extend %q: %w", name, err)
 		}
 		return l.parent.Extend(ctx, ttl)
 	}
@@ -427,13 +429,13 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		select {
 		case <-inFlight:
 		case <-ctx.Done():
-			return errorf("dlock: Extend %q: waiting for the renewal in flight: %w", name, ctx.Err())
+			return errs.Errorf("dlock: Extend %q: waiting for the renewal in flight: %w", name, ctx.Err())
 		}
 		wd.mu.Lock()
 	}
 	if err := l.usableLocked(); err != nil {
 		wd.mu.Unlock()
-		return errorf("dlock: Extend %q: %w", name, err)
+		return errs.Errorf("dlock: Extend %q: %w", name, err)
 	}
 	start := time.Now()
 	px := l.cappedLocked(ttl, start)
@@ -443,7 +445,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		lost := wd.loseLocked(l, "the maximum hold time (WithMaxHold) was reached")
 		wd.mu.Unlock()
 		runLossFuncs(lost, l)
-		return errorf("dlock: Extend %q: %w: the maximum hold time (WithMaxHold) is reached", name, ErrNotHeld)
+		return errs.Errorf("dlock: Extend %q: %w: the maximum hold time (WithMaxHold) is reached", name, ErrNotHeld)
 	}
 	shorten := l.shortensLocked(start, px)
 	inFlight := make(chan struct{})
@@ -475,10 +477,10 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		wd.poke()
 		return nil
 	case errors.Is(err, ErrNotHeld):
-		return errorf("dlock: Extend %q: %w: it expired or was taken over", name, ErrNotHeld)
+		return errs.Errorf("dlock: Extend %q: %w: it expired or was taken over", name, ErrNotHeld)
 	}
 	wd.poke()
-	return redisError("Extend", name, err)
+	return errs.Redis("Extend", name, err)
 }
 
 // TTL returns the lock's remaining time as the Redis server sees it. It
@@ -487,7 +489,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	name := l.Name()
 	if err := l.usable(); err != nil {
-		return 0, errorf("dlock: TTL %q: %w", name, err)
+		return 0, errs.Errorf("dlock: TTL %q: %w", name, err)
 	}
 	if l.parent != nil {
 		return l.parent.TTL(ctx)
@@ -502,14 +504,14 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 		if l.state != leaseHeld {
 			// An Unlock released it meanwhile: not a loss.
 			wd.mu.Unlock()
-			return 0, errorf("dlock: TTL %q: %w", name, errReleased)
+			return 0, errs.Errorf("dlock: TTL %q: %w", name, errReleased)
 		}
 		lost := wd.loseLocked(l, "TTL found the key gone or held by another owner")
 		wd.mu.Unlock()
 		runLossFuncs(lost, l)
-		return 0, errorf("dlock: TTL %q: %w: it expired or was taken over", name, ErrNotHeld)
+		return 0, errs.Errorf("dlock: TTL %q: %w: it expired or was taken over", name, ErrNotHeld)
 	}
-	return 0, redisError("TTL", name, err)
+	return 0, errs.Redis("TTL", name, err)
 }
 
 // usable says why the lease cannot be extended or read, if it can't.
@@ -696,12 +698,12 @@ func newLease(ctx context.Context, wd *watchdog, h holder, cfg *config, owner st
 		switch {
 		case errors.Is(err, ErrClosed):
 			return nil, err
-		case isTransient(err) && ctx.Err() == nil:
+		case errs.IsTransient(err) && ctx.Err() == nil:
 			// Redis did not answer the claim: the grant is given back (or
 			// expires), and a wait goes on, as it does through an outage.
 			return nil, errGrantExpired
 		}
-		return nil, redisError("claim", h.lockName(), err)
+		return nil, errs.Redis("claim", h.lockName(), err)
 	}
 	return l, nil
 }

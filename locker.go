@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"errors"
+
+	"github.com/dlock-go/dlock/internal/errs"
 )
 
 // Locker is what Mutex (a lock on one Redis deployment) and RedlockMutex (a
@@ -47,7 +49,7 @@ func do(ctx context.Context, lk Locker, fn func(ctx context.Context) error) (err
 		if lost != nil && errors.Is(err, ErrLockLost) {
 			lost = nil // fn returned the loss itself
 		}
-		err = joinErrors(err, lost, unlockErr)
+		err = errs.Join(err, lost, unlockErr)
 	}()
 	return fn(fnCtx)
 }

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/keyslot"
+	"github.com/dlock-go/dlock/internal/ownerid"
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
@@ -68,15 +70,15 @@ func (c *Client) multiLock(names []string, opts []Option) *MultiLock {
 	m := &MultiLock{c: c, names: sorted, label: label, cfg: cfg}
 	switch {
 	case len(sorted) == 0:
-		err = errorf("dlock: MultiLock: %w", invalidArgf("no names"))
+		err = errs.Errorf("dlock: MultiLock: %w", errs.InvalidArgf("no names"))
 	case err == nil:
 		for i, name := range sorted {
 			if err = checkName(name); err != nil {
-				err = errorf("dlock: MultiLock: %w", err)
+				err = errs.Errorf("dlock: MultiLock: %w", err)
 				break
 			}
 			if i > 0 && sorted[i-1] == name {
-				err = errorf("dlock: MultiLock: %w", invalidArgf("name %q given twice", name))
+				err = errs.Errorf("dlock: MultiLock: %w", errs.InvalidArgf("name %q given twice", name))
 				break
 			}
 		}
@@ -132,7 +134,7 @@ func (m *MultiLock) lockUnobserved(ctx context.Context, wait bool) (*Lease, erro
 	if err := m.c.checkOpen("MultiLock", m.label); err != nil {
 		return nil, err
 	}
-	owner, err := newOwner(m.cfg.ownerInfo)
+	owner, err := ownerid.New(m.cfg.ownerInfo)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +152,7 @@ func (m *MultiLock) lockUnobserved(ctx context.Context, wait bool) (*Lease, erro
 		// were given back. TryLock reports it; Lock waits for them all,
 		// as a fresh owner, rather than return a lost lease.
 		if !wait {
-			return nil, errorf("dlock: TryLock %q: %w: a lock it took was lost before the lease could be returned "+
+			return nil, errs.Errorf("dlock: TryLock %q: %w: a lock it took was lost before the lease could be returned "+
 				"(this process stalled past the lock's validity, or the lock was force-released); the others were given back: %w",
 				m.label, ErrNotObtained, lost)
 		}
@@ -173,7 +175,7 @@ func (m *MultiLock) lockUnobserved(ctx context.Context, wait bool) (*Lease, erro
 			if err := m.c.checkOpen("MultiLock", m.label); err != nil {
 				return nil, err
 			}
-			if owner, err = newOwner(m.cfg.ownerInfo); err != nil {
+			if owner, err = ownerid.New(m.cfg.ownerInfo); err != nil {
 				return nil, err
 			}
 		}
@@ -196,11 +198,11 @@ func (m *MultiLock) lockUnobserved(ctx context.Context, wait bool) (*Lease, erro
 		// The wait, as the caller sees it, began with the first attempt,
 		// and that attempt's failure to reach Redis is the last one known
 		// when no later attempt saw another.
-		var nerr *notObtainedError
+		var nerr *errs.NotObtainedError
 		if errors.As(err, &nerr) {
-			nerr.waited = time.Since(began)
-			if nerr.last == nil && unreachable {
-				nerr.last = first
+			nerr.Waited = time.Since(began)
+			if nerr.Last == nil && unreachable {
+				nerr.Last = first
 			}
 		}
 		return nil, err
@@ -266,7 +268,7 @@ func (m *MultiLock) takeAtOnce(ctx context.Context, owner string) (parts []*Leas
 			if err = ackErr(call); err != nil {
 				// Taken, but too few replicas have it: give it back.
 				m.releaseGroup(ctx, group, owner)
-				err = redisError("MultiLock", m.label, err)
+				err = errs.Redis("MultiLock", m.label, err)
 			}
 		}
 		if err != nil {
@@ -277,7 +279,7 @@ func (m *MultiLock) takeAtOnce(ctx context.Context, owner string) (parts []*Leas
 				}
 			}
 			m.releaseAll(ctx, parts)
-			return nil, call.Err != nil && isTransient(call.Err), err
+			return nil, call.Err != nil && errs.IsTransient(call.Err), err
 		}
 		for i, mu := range group {
 			l, err := newLease(ctx, m.c.wd, mu, &mu.cfg, owner, fences[i], start, m.cfg.initialPX())
@@ -295,20 +297,20 @@ func (m *MultiLock) takeAtOnce(ctx context.Context, owner string) (parts []*Leas
 // was taken.
 func (m *MultiLock) parseTake(call *driver.Call, group []*Mutex) ([]int64, error) {
 	if call.Err != nil {
-		return nil, redisError("MultiLock", m.label, call.Err)
+		return nil, errs.Redis("MultiLock", m.label, call.Err)
 	}
 	items, ok := call.Reply.([]any)
 	if !ok || len(items) == 0 {
-		return nil, unexpectedReply(call.Reply)
+		return nil, errs.Unexpected(call.Reply)
 	}
 	if code, _ := items[0].(int64); code == 0 {
 		v, err := replyInts(items, 3)
 		if err != nil || v[1] < 1 || int(v[1]) > len(group) {
-			return nil, unexpectedReply(call.Reply)
+			return nil, errs.Unexpected(call.Reply)
 		}
-		e := &notObtainedError{name: group[v[1]-1].name, holderTTL: ms(v[2])}
+		e := &errs.NotObtainedError{Name: group[v[1]-1].name, HolderTTL: ms(v[2])}
 		if v[2] == 0 {
-			e.queuedAhead = "it is free, but " + othersFirst
+			e.QueuedAhead = "it is free, but " + errs.OthersFirst
 		}
 		return nil, e
 	}
@@ -355,17 +357,17 @@ func (m *MultiLock) releaseGroup(ctx context.Context, group []*Mutex, owner stri
 
 // releaseAll unlocks parts concurrently, detached from ctx.
 func (m *MultiLock) releaseAll(ctx context.Context, parts []*Lease) error {
-	errs := make([]error, len(parts))
+	list := make([]error, len(parts))
 	var wg sync.WaitGroup
 	for i, l := range parts {
 		wg.Add(1)
 		go func(i int, l *Lease) {
 			defer wg.Done()
-			errs[i] = l.Unlock(ctx)
+			list[i] = l.Unlock(ctx)
 		}(i, l)
 	}
 	wg.Wait()
-	return joinErrors(errs...)
+	return errs.Join(list...)
 }
 
 // combineValid is combine for leases just granted: unless one of them is
@@ -510,22 +512,22 @@ func (h *multiHolder) lockName() string { return h.m.label }
 // renew extends every lock; ErrNotHeld if any of them is no longer held.
 // Each lock's own lease decides whether its Extend shortens it.
 func (h *multiHolder) renew(ctx context.Context, _ string, px time.Duration, _ bool) error {
-	errs := make([]error, len(h.parts))
+	list := make([]error, len(h.parts))
 	var wg sync.WaitGroup
 	for i, p := range h.parts {
 		wg.Add(1)
 		go func(i int, p *Lease) {
 			defer wg.Done()
-			errs[i] = p.Extend(ctx, px)
+			list[i] = p.Extend(ctx, px)
 		}(i, p)
 	}
 	wg.Wait()
-	for _, err := range errs {
+	for _, err := range list {
 		if errors.Is(err, ErrNotHeld) {
 			return ErrNotHeld
 		}
 	}
-	return joinErrors(errs...)
+	return errs.Join(list...)
 }
 
 // release unlocks every lock; ErrNotHeld if any was no longer held (the

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/ownerid"
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
@@ -99,7 +101,7 @@ func (m *Mutex) lock(ctx context.Context) (*Lease, error) {
 		return nil, err
 	}
 	if ctx.Err() != nil {
-		return nil, waitEnded(ctx, m.name, time.Now(), 0, nil)
+		return nil, errs.WaitEnded(ctx, m.name, time.Now(), 0, nil)
 	}
 	return m.c.lockShared(ctx, m)
 }
@@ -199,7 +201,7 @@ func (m *Mutex) acquire(ctx context.Context, owner string, join any) (attemptRes
 	}
 	if fence, ok := call.Reply.(int64); ok { // the free lock taken: the fast path's bare fence
 		if fence <= 0 {
-			return attemptResult{}, unexpectedReply(call.Reply)
+			return attemptResult{}, errs.Unexpected(call.Reply)
 		}
 		return grantAcked(ctx, m, &m.cfg, owner, call, attemptResult{granted: true, fence: fence, pttl: ms(m.cfg.pxMillis)})
 	}
@@ -233,7 +235,7 @@ func (m *Mutex) unlock(ctx context.Context, owner string) error {
 		m.c.local.endTurn(key, nil)
 		w.wake <- localTurn{restart: true}
 	}
-	next, err := newOwner(w.m.cfg.ownerInfo)
+	next, err := ownerid.New(w.m.cfg.ownerInfo)
 	if err != nil {
 		restart()
 		return m.release(ctx, owner)
@@ -241,7 +243,7 @@ func (m *Mutex) unlock(ctx context.Context, owner string) error {
 	g := &localGrant{px: w.m.cfg.initialPX(), from: time.Now()}
 	var resent bool
 	g.fence, resent, err = m.transfer(ctx, owner, next, g.px)
-	if err != nil && isReplyError(err) && !resent {
+	if err != nil && errs.IsReply(err) && !resent {
 		// The script refused before writing anything: Redis at
 		// maxmemory refuses a script whose first write may grow memory,
 		// as the hand-off's INCR does, and a foreign fencing key is
@@ -288,7 +290,7 @@ func (m *Mutex) transfer(ctx context.Context, owner, next string, px time.Durati
 	}
 	items, ok := call.Reply.([]any)
 	if !ok || len(items) == 0 {
-		return 0, call.Resent, unexpectedReply(call.Reply)
+		return 0, call.Resent, errs.Unexpected(call.Reply)
 	}
 	switch code, _ := items[0].(int64); {
 	case code == 0:
@@ -298,7 +300,7 @@ func (m *Mutex) transfer(ctx context.Context, owner, next string, px time.Durati
 			return fence, call.Resent, nil
 		}
 	}
-	return 0, call.Resent, unexpectedReply(call.Reply)
+	return 0, call.Resent, errs.Unexpected(call.Reply)
 }
 
 // release is Unlock's script, and how an abandoned waiter leaves the queue.
@@ -321,26 +323,26 @@ func (m *Mutex) release(ctx context.Context, owner string) error {
 		case 1:
 			return nil
 		}
-		return unexpectedReply(call.Reply)
+		return errs.Unexpected(call.Reply)
 	}
 	items, ok := call.Reply.([]any)
 	if !ok || len(items) == 0 {
-		return unexpectedReply(call.Reply)
+		return errs.Unexpected(call.Reply)
 	}
 	switch code, _ := items[0].(int64); code {
 	case 2:
 		if len(items) < 4 { // a malformed reply must not panic (FuzzScriptReplies)
-			return unexpectedReply(call.Reply)
+			return errs.Unexpected(call.Reply)
 		}
 		v, err := replyInts(items[:3], 3)
 		next, ok := items[3].(string)
 		if err != nil || !ok {
-			return unexpectedReply(call.Reply)
+			return errs.Unexpected(call.Reply)
 		}
 		m.c.notify.deliver(m.keys.channel(), next, v[1], ms(v[2]))
 		return nil
 	}
-	return unexpectedReply(call.Reply)
+	return errs.Unexpected(call.Reply)
 }
 
 func (m *Mutex) renewCalls(owner string, px time.Duration, shorten bool) []*driver.Call {
@@ -386,7 +388,7 @@ func ownedExtendResult(calls []*driver.Call) error {
 		case 0:
 			return ErrNotHeld
 		default:
-			failed = unexpectedReply(c.Reply)
+			failed = errs.Unexpected(c.Reply)
 		}
 	}
 	return failed
@@ -402,7 +404,7 @@ func ownedRemaining(ctx context.Context, d driver.Driver, key, owner string) (ti
 	n, ok := call.Reply.(int64)
 	switch {
 	case !ok:
-		return 0, unexpectedReply(call.Reply)
+		return 0, errs.Unexpected(call.Reply)
 	case n == -3:
 		return 0, ErrNotHeld
 	case n < 0:
@@ -428,14 +430,14 @@ func ms(n int64) time.Duration {
 func reply3(reply any) (a, b, c int64, err error) {
 	items, ok := reply.([]any)
 	if !ok || len(items) < 3 {
-		return 0, 0, 0, unexpectedReply(reply)
+		return 0, 0, 0, errs.Unexpected(reply)
 	}
 	var okA, okB, okC bool
 	a, okA = items[0].(int64)
 	b, okB = items[1].(int64)
 	c, okC = items[2].(int64)
 	if !okA || !okB || !okC {
-		return 0, 0, 0, unexpectedReply(reply)
+		return 0, 0, 0, errs.Unexpected(reply)
 	}
 	return a, b, c, nil
 }
@@ -444,19 +446,15 @@ func reply3(reply any) (a, b, c int64, err error) {
 func replyInts(reply any, n int) ([]int64, error) {
 	items, ok := reply.([]any)
 	if !ok || len(items) < n {
-		return nil, unexpectedReply(reply)
+		return nil, errs.Unexpected(reply)
 	}
 	out := make([]int64, n)
 	for i := range out {
 		v, ok := items[i].(int64)
 		if !ok {
-			return nil, unexpectedReply(reply)
+			return nil, errs.Unexpected(reply)
 		}
 		out[i] = v
 	}
 	return out, nil
-}
-
-func unexpectedReply(reply any) error {
-	return errorf("dlock: unexpected reply from a script: %#v (is another version of dlock using the same keys?)", reply)
 }

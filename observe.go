@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/errs"
 )
 
 // Observer receives what happens to a Client's locks, for metrics and
@@ -87,7 +89,7 @@ type LeaseInfo struct {
 func WithObserver(o Observer) Option {
 	return func(c *config) {
 		if o == nil {
-			c.fail(invalidArgf("WithObserver(nil)"))
+			c.fail(errs.InvalidArgf("WithObserver(nil)"))
 			return
 		}
 		c.observer = o

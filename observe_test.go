@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
-	"github.com/redis/go-redis/v9"
 )
 
 // recorder is an Observer that keeps every event.

@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/errs"
 )
 
 // Option configures a Client (as its default for every lock) or one lock or
@@ -161,10 +163,10 @@ func (c *config) err() error {
 		return c.errs[0]
 	}
 	if c.replicaAck > 0 && c.replicaAckTimeout >= c.ttl {
-		return invalidArgf("WithReplicaAck: the timeout %v must be shorter than the TTL %v", c.replicaAckTimeout, c.ttl)
+		return errs.InvalidArgf("WithReplicaAck: the timeout %v must be shorter than the TTL %v", c.replicaAckTimeout, c.ttl)
 	}
 	if c.replicaAck > 0 && c.replyTimeout > 0 && c.replicaAckTimeout >= c.replyTimeout {
-		return invalidArgf("WithReplicaAck: the timeout %v must be shorter than the Redis client's read timeout %v, "+
+		return errs.InvalidArgf("WithReplicaAck: the timeout %v must be shorter than the Redis client's read timeout %v, "+
 			"or a WAIT that runs out is read as a broken connection: lower it, or raise the client's ReadTimeout",
 			c.replicaAckTimeout, c.replyTimeout)
 	}
@@ -187,7 +189,7 @@ func WithTTL(ttl time.Duration) Option {
 
 func checkTTL(ttl time.Duration) error {
 	if ttl < MinTTL || ttl > MaxTTL {
-		return invalidArgf("TTL %v is outside [%v, %v]", ttl, MinTTL, MaxTTL)
+		return errs.InvalidArgf("TTL %v is outside [%v, %v]", ttl, MinTTL, MaxTTL)
 	}
 	return nil
 }
@@ -206,7 +208,7 @@ func WithAutoRenew(on bool) Option {
 func WithKeyPrefix(prefix string) Option {
 	return func(c *config) {
 		if strings.ContainsAny(prefix, "{}") {
-			c.fail(invalidArgf("WithKeyPrefix(%q): the prefix must not contain '{' or '}'", prefix))
+			c.fail(errs.InvalidArgf("WithKeyPrefix(%q): the prefix must not contain '{' or '}'", prefix))
 			return
 		}
 		c.keyPrefix = prefix
@@ -219,7 +221,7 @@ func WithKeyPrefix(prefix string) Option {
 func WithWaitStrategy(s WaitStrategy) Option {
 	return func(c *config) {
 		if s.spin && (s.minDelay < time.Millisecond || s.maxDelay < s.minDelay || s.maxDelay > time.Minute) {
-			c.fail(invalidArgf("SpinWait(%v, %v): delays must satisfy 1ms <= min <= max <= 1m", s.minDelay, s.maxDelay))
+			c.fail(errs.InvalidArgf("SpinWait(%v, %v): delays must satisfy 1ms <= min <= max <= 1m", s.minDelay, s.maxDelay))
 			return
 		}
 		c.wait = s
@@ -234,7 +236,7 @@ func WithWaitStrategy(s WaitStrategy) Option {
 func WithWaiterLease(d time.Duration) Option {
 	return func(c *config) {
 		if d < 100*time.Millisecond || d > time.Minute {
-			c.fail(invalidArgf("WithWaiterLease(%v): must be between 100ms and 1m", d))
+			c.fail(errs.InvalidArgf("WithWaiterLease(%v): must be between 100ms and 1m", d))
 			return
 		}
 		c.waiterLease = d
@@ -248,7 +250,7 @@ func WithWaiterLease(d time.Duration) Option {
 func WithMaxHold(d time.Duration) Option {
 	return func(c *config) {
 		if d != 0 && (d < MinTTL || d > 100*MaxTTL) {
-			c.fail(invalidArgf("WithMaxHold(%v): must be 0 (no cap) or between %v and %v", d, MinTTL, 100*MaxTTL))
+			c.fail(errs.InvalidArgf("WithMaxHold(%v): must be 0 (no cap) or between %v and %v", d, MinTTL, 100*MaxTTL))
 			return
 		}
 		c.maxHold = d
@@ -262,7 +264,7 @@ func WithMaxHold(d time.Duration) Option {
 func WithOwnerInfo(info string) Option {
 	return func(c *config) {
 		if len(info) > MaxOwnerInfoLen {
-			c.fail(invalidArgf("WithOwnerInfo: %d bytes is more than %d", len(info), MaxOwnerInfoLen))
+			c.fail(errs.InvalidArgf("WithOwnerInfo: %d bytes is more than %d", len(info), MaxOwnerInfoLen))
 			return
 		}
 		c.ownerInfo = info
@@ -277,7 +279,7 @@ func WithOwnerInfo(info string) Option {
 func WithReleaseTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {
-			c.fail(invalidArgf("WithReleaseTimeout(%v): must be positive", d))
+			c.fail(errs.InvalidArgf("WithReleaseTimeout(%v): must be positive", d))
 			return
 		}
 		c.releaseTimeout = d
@@ -296,7 +298,7 @@ func WithReleaseTimeout(d time.Duration) Option {
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) {
 		if l == nil {
-			c.fail(invalidArgf("WithLogger(nil)"))
+			c.fail(errs.InvalidArgf("WithLogger(nil)"))
 			return
 		}
 		c.logger = l
@@ -364,7 +366,7 @@ func WithNodeTimeout(d time.Duration) Option {
 		case !c.redlock:
 			c.fail(redlockOnly("WithNodeTimeout"))
 		case d < 0:
-			c.fail(invalidArgf("WithNodeTimeout(%v): must not be negative", d))
+			c.fail(errs.InvalidArgf("WithNodeTimeout(%v): must not be negative", d))
 		default:
 			c.nodeTimeout = d
 		}
@@ -394,7 +396,7 @@ func WithDriftFactor(f float64) Option {
 		case !c.redlock:
 			c.fail(redlockOnly("WithDriftFactor"))
 		case !(f >= 0 && f < 1): // also rejects NaN
-			c.fail(invalidArgf("WithDriftFactor(%v): must be in [0, 1)", f))
+			c.fail(errs.InvalidArgf("WithDriftFactor(%v): must be in [0, 1)", f))
 		default:
 			c.driftFactor = f
 		}
@@ -418,7 +420,7 @@ func WithRetryDelay(min, max time.Duration) Option {
 			d := defaultConfig()
 			c.retryMin, c.retryMax = d.retryMin, d.retryMax
 		case min < time.Millisecond || max < min || max > time.Minute:
-			c.fail(invalidArgf("WithRetryDelay(%v, %v): delays must satisfy 1ms <= min <= max <= 1m", min, max))
+			c.fail(errs.InvalidArgf("WithRetryDelay(%v, %v): delays must satisfy 1ms <= min <= max <= 1m", min, max))
 		default:
 			c.retryMin, c.retryMax = min, max
 		}
@@ -426,7 +428,7 @@ func WithRetryDelay(min, max time.Duration) Option {
 }
 
 func redlockOnly(option string) error {
-	return invalidArgf("%s applies to Redlock only (NewRedlock, Redlock.Mutex, Redlock.Do)", option)
+	return errs.InvalidArgf("%s applies to Redlock only (NewRedlock, Redlock.Mutex, Redlock.Do)", option)
 }
 
 // WithReplicaAck makes a grant count only once replicas replicas hold it: an
@@ -460,11 +462,11 @@ func WithReplicaAck(replicas int, timeout time.Duration) Option {
 	return func(c *config) {
 		switch {
 		case c.redlock:
-			c.fail(invalidArgf("WithReplicaAck does not apply to Redlock, whose nodes are independent masters without replicas"))
+			c.fail(errs.InvalidArgf("WithReplicaAck does not apply to Redlock, whose nodes are independent masters without replicas"))
 		case replicas < 0:
-			c.fail(invalidArgf("WithReplicaAck(%d, %v): replicas must not be negative (0 turns it off)", replicas, timeout))
+			c.fail(errs.InvalidArgf("WithReplicaAck(%d, %v): replicas must not be negative (0 turns it off)", replicas, timeout))
 		case timeout < 0:
-			c.fail(invalidArgf("WithReplicaAck(%d, %v): the timeout must not be negative (0 means the default)", replicas, timeout))
+			c.fail(errs.InvalidArgf("WithReplicaAck(%d, %v): the timeout must not be negative (0 means the default)", replicas, timeout))
 		default:
 			if timeout == 0 {
 				timeout = defaultConfig().replicaAckTimeout

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
@@ -177,7 +178,7 @@ func (c *Client) keepPlaces(ctx context.Context, cfg *config, leader *placeMembe
 		if call.Err != nil || !ok || len(kept) != len(chunk) {
 			err := call.Err
 			if err == nil {
-				err = unexpectedReply(call.Reply)
+				err = errs.Unexpected(call.Reply)
 			}
 			cfg.logger.Debug("dlock: renewing waiters' places failed; each asks for itself", slog.String("queue", leader.g.key.queue), slog.Any("error", err))
 			continue

@@ -12,7 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/goredis"
+	"github.com/dlock-go/dlock/internal/ownerid"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/internal/workers"
 )
@@ -72,17 +74,17 @@ type redlockNode struct {
 // close them.
 func NewRedlock(nodes []RedisClient, opts ...Option) (*Redlock, error) {
 	if len(nodes) == 0 {
-		return nil, invalidArgf("NewRedlock: no nodes")
+		return nil, errs.InvalidArgf("NewRedlock: no nodes")
 	}
 	r := &Redlock{closed: make(chan struct{}), workers: workers.New()}
 	seen := make(map[string]int, len(nodes))
 	for i, rdb := range nodes {
 		addr, err := redlockNodeAddr(rdb)
 		if err != nil {
-			return nil, invalidArgf("NewRedlock: node %d: %v", i, err)
+			return nil, errs.InvalidArgf("NewRedlock: node %d: %v", i, err)
 		}
 		if j, dup := seen[addr]; dup {
-			return nil, invalidArgf("NewRedlock: nodes %d and %d both address %s: Redlock needs distinct, independent masters", j, i, addr)
+			return nil, errs.InvalidArgf("NewRedlock: nodes %d and %d both address %s: Redlock needs distinct, independent masters", j, i, addr)
 		}
 		seen[addr] = i
 		r.nodes = append(r.nodes, redlockNode{addr: addr, drv: goredis.New(rdb), health: new(nodeHealth)})
@@ -92,15 +94,15 @@ func NewRedlock(nodes []RedisClient, opts ...Option) (*Redlock, error) {
 	base := cfg
 	for _, opt := range opts {
 		if opt == nil {
-			return nil, invalidArgf("NewRedlock: nil Option")
+			return nil, errs.InvalidArgf("NewRedlock: nil Option")
 		}
 		opt(&cfg)
 	}
 	if err := cfg.err(); err != nil {
-		return nil, errorf("dlock: NewRedlock: %w", err)
+		return nil, errs.Errorf("dlock: NewRedlock: %w", err)
 	}
 	if err := checkRedlockConfig(&cfg, &base); err != nil {
-		return nil, errorf("dlock: NewRedlock: %w", err)
+		return nil, errs.Errorf("dlock: NewRedlock: %w", err)
 	}
 	r.cfg = cfg
 	if n := len(r.nodes); n%2 == 0 {
@@ -140,19 +142,19 @@ func redlockNodeAddr(rdb RedisClient) (string, error) {
 // factor and node timeout that leave no validity.
 func checkRedlockConfig(cfg, base *config) error {
 	if cfg.waitSet {
-		return invalidArgf("WithWaitStrategy does not apply to Redlock: its waiters are woken by releases on the nodes, " +
+		return errs.InvalidArgf("WithWaitStrategy does not apply to Redlock: its waiters are woken by releases on the nodes, " +
 			"and retry after a random delay (see WithRetryDelay) only when they cannot be")
 	}
 	if cfg.waiterLease != base.waiterLease {
-		return invalidArgf("WithWaiterLease does not apply to Redlock, which has no queue")
+		return errs.InvalidArgf("WithWaiterLease does not apply to Redlock, which has no queue")
 	}
 	px := redlockPX(cfg)
 	d := redlockDrift(px, cfg.driftFactor)
 	if px <= d {
-		return invalidArgf("a TTL of %v leaves no validity after the drift allowance of %v (TTL × %v + 2ms)", px, d, cfg.driftFactor)
+		return errs.InvalidArgf("a TTL of %v leaves no validity after the drift allowance of %v (TTL × %v + 2ms)", px, d, cfg.driftFactor)
 	}
 	if nt := redlockNodeTimeout(cfg); nt >= px-d {
-		return invalidArgf("the node timeout %v must be shorter than the TTL %v minus the drift allowance %v", nt, px, d)
+		return errs.InvalidArgf("the node timeout %v must be shorter than the TTL %v minus the drift allowance %v", nt, px, d)
 	}
 	return nil
 }
@@ -195,7 +197,7 @@ func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
 	cfg.errs = nil
 	for _, opt := range opts {
 		if opt == nil {
-			cfg.fail(invalidArgf("Redlock.Mutex(%q): nil Option", name))
+			cfg.fail(errs.InvalidArgf("Redlock.Mutex(%q): nil Option", name))
 			continue
 		}
 		opt(&cfg)
@@ -203,11 +205,11 @@ func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
 	m := &RedlockMutex{r: r, name: name, cfg: cfg, key: newLockKeys(cfg.keyPrefix, name).lock}
 	m.keys = []string{m.key}
 	if err := checkName(name); err != nil {
-		m.err = errorf("dlock: Redlock.Mutex: %w", err)
+		m.err = errs.Errorf("dlock: Redlock.Mutex: %w", err)
 	} else if err := cfg.err(); err != nil {
-		m.err = errorf("dlock: Redlock.Mutex(%q): %w", name, err)
+		m.err = errs.Errorf("dlock: Redlock.Mutex(%q): %w", name, err)
 	} else if err := checkRedlockConfig(&cfg, &r.cfg); err != nil {
-		m.err = errorf("dlock: Redlock.Mutex(%q): %w", name, err)
+		m.err = errs.Errorf("dlock: Redlock.Mutex(%q): %w", name, err)
 	}
 	return m
 }
@@ -223,7 +225,7 @@ func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
 // an outage of the nodes; give it a deadline to bound that.
 func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
 	if fn == nil {
-		return invalidArgf("Redlock.Do(%q): nil function", name)
+		return errs.InvalidArgf("Redlock.Do(%q): nil function", name)
 	}
 	return do(ctx, r.Mutex(name, opts...), fn)
 }
@@ -266,7 +268,7 @@ func (r *Redlock) Close() error {
 func (r *Redlock) checkOpen(op, name string) error {
 	select {
 	case <-r.closed:
-		return closedError(op, name)
+		return errs.Closedf(op, name)
 	default:
 		return nil
 	}
@@ -341,9 +343,9 @@ func (m *RedlockMutex) tryLock(ctx context.Context) (*Lease, error) {
 		return nil, err
 	}
 	if ctx.Err() != nil {
-		return nil, tryEnded(ctx, "TryLock", m.name)
+		return nil, errs.TryEnded(ctx, "TryLock", m.name)
 	}
-	owner, err := newOwner(m.cfg.ownerInfo)
+	owner, err := ownerid.New(m.cfg.ownerInfo)
 	if err != nil {
 		return nil, err
 	}
@@ -352,7 +354,7 @@ func (m *RedlockMutex) tryLock(ctx context.Context) (*Lease, error) {
 	case res.hold != nil:
 		return m.lease(ctx, owner, res)
 	case res.err == nil: // ctx ended
-		return nil, tryEnded(ctx, "TryLock", m.name)
+		return nil, errs.TryEnded(ctx, "TryLock", m.name)
 	}
 	return nil, res.err
 }
@@ -390,18 +392,18 @@ func (m *RedlockMutex) lock(ctx context.Context) (lease *Lease, err error) {
 	}
 	began := time.Now()
 	if ctx.Err() != nil {
-		return nil, waitEnded(ctx, m.name, began, 0, nil)
+		return nil, errs.WaitEnded(ctx, m.name, began, 0, nil)
 	}
-	owner, err := newOwner(m.cfg.ownerInfo)
+	owner, err := ownerid.New(m.cfg.ownerInfo)
 	if err != nil {
 		return nil, err
 	}
 	turn, err := m.r.gates.enter(ctx, m.r.closed, m)
 	switch {
 	case errors.Is(err, ErrClosed):
-		return nil, errors.Join(ErrClosed, waitEnded(ctx, m.name, began, 0, nil))
+		return nil, errors.Join(ErrClosed, errs.WaitEnded(ctx, m.name, began, 0, nil))
 	case err != nil:
-		return nil, waitEnded(ctx, m.name, began, 0, nil)
+		return nil, errs.WaitEnded(ctx, m.name, began, 0, nil)
 	}
 	defer func() { turn.leave(ctx, lease != nil) }()
 	// wait.l is nil until the turn must wait (see redlockGates.enter).
@@ -429,9 +431,9 @@ func (m *RedlockMutex) lock(ctx context.Context) (lease *Lease, err error) {
 				}
 				continue
 			case <-ctx.Done():
-				return nil, waitEnded(ctx, m.name, began, holderTTL, last)
+				return nil, errs.WaitEnded(ctx, m.name, began, holderTTL, last)
 			case <-m.r.closed:
-				return nil, errors.Join(ErrClosed, waitEnded(ctx, m.name, began, holderTTL, last))
+				return nil, errors.Join(ErrClosed, errs.WaitEnded(ctx, m.name, began, holderTTL, last))
 			}
 		}
 		heard := wait.l != nil && wait.l.hears()
@@ -453,7 +455,7 @@ func (m *RedlockMutex) lock(ctx context.Context) (lease *Lease, err error) {
 			case res.hold != nil:
 				return m.lease(ctx, owner, res)
 			case res.err == nil: // ctx ended
-				return nil, waitEnded(ctx, m.name, began, holderTTL, last)
+				return nil, errs.WaitEnded(ctx, m.name, began, holderTTL, last)
 			case res.permanent:
 				return nil, res.err
 			}
@@ -461,14 +463,14 @@ func (m *RedlockMutex) lock(ctx context.Context) (lease *Lease, err error) {
 				// A give-back of that attempt may still be on its way to
 				// a node: as the same owner, the next attempt's share
 				// there could be deleted after its grant (see attempt).
-				if owner, err = newOwner(m.cfg.ownerInfo); err != nil {
+				if owner, err = ownerid.New(m.cfg.ownerInfo); err != nil {
 					return nil, err
 				}
 			}
 			holderTTL, last = res.holderTTL, res.err
-			var nerr *notObtainedError
+			var nerr *errs.NotObtainedError
 			if errors.As(res.err, &nerr) {
-				last = nerr.last // contention is what the wait is about: keep only node failures
+				last = nerr.Last // contention is what the wait is about: keep only node failures
 			}
 			if wait.l == nil {
 				// No subscription could have heard a release during the
@@ -498,9 +500,9 @@ func (m *RedlockMutex) lock(ctx context.Context) (lease *Lease, err error) {
 			}
 		case <-timer.C:
 		case <-ctx.Done():
-			return nil, waitEnded(ctx, m.name, began, holderTTL, last)
+			return nil, errs.WaitEnded(ctx, m.name, began, holderTTL, last)
 		case <-m.r.closed:
-			return nil, errors.Join(ErrClosed, waitEnded(ctx, m.name, began, holderTTL, last))
+			return nil, errors.Join(ErrClosed, errs.WaitEnded(ctx, m.name, began, holderTTL, last))
 		}
 		if !timer.Stop() {
 			select {
@@ -708,9 +710,9 @@ func (t *acquireTally) count(replies []nodeReply) {
 		switch {
 		case !rep.done || err != nil:
 			t.failed++
-			if isReplyError(err) {
+			if errs.IsReply(err) {
 				// The script raised the error before writing anything.
-				if !isTransient(err) {
+				if !errs.IsTransient(err) {
 					t.permanent++
 				}
 			} else {
@@ -755,19 +757,19 @@ func (m *RedlockMutex) explainFailure(res *acquireResult, op string, verdict acq
 	n, q := len(m.r.nodes), quorum(len(m.r.nodes))
 	switch verdict {
 	case verdictTooSlow:
-		res.err = errorf("dlock: %s %q: %w: a quorum (%d of %d nodes) granted it only after %v, past its validity of %v",
+		res.err = errs.Errorf("dlock: %s %q: %w: a quorum (%d of %d nodes) granted it only after %v, past its validity of %v",
 			op, m.name, ErrQuorum, t.granted, n, elapsed.Round(time.Millisecond), valid)
 		if len(failed) > 0 {
 			res.err = fmt.Errorf("%w; %w", res.err, failed)
 		}
 	case verdictNoQuorum:
-		res.err = errorf("dlock: %s %q: %w: %d of %d answered, %d needed: %w",
+		res.err = errs.Errorf("dlock: %s %q: %w: %d of %d answered, %d needed: %w",
 			op, m.name, ErrQuorum, n-len(failed), n, q, failed)
 		res.permanent = t.permanent > n-q
 	default:
 		res.holderTTL = quorumFreeIn(q-t.granted, t.holders)
 		res.held = t.held
-		res.err = &notObtainedError{name: m.name, holderTTL: res.holderTTL, last: failed.orNil()}
+		res.err = &errs.NotObtainedError{Name: m.name, HolderTTL: res.holderTTL, Last: failed.orNil()}
 	}
 }
 
@@ -792,7 +794,7 @@ func parseAcquire(reply any) (granted bool, holderTTL time.Duration, holder stri
 	}
 	items, ok := reply.([]any)
 	if !ok || len(items) == 0 {
-		return false, 0, "", unexpectedReply(reply)
+		return false, 0, "", errs.Unexpected(reply)
 	}
 	switch code, _ := items[0].(int64); code {
 	case 0:
@@ -803,7 +805,7 @@ func parseAcquire(reply any) (granted bool, holderTTL time.Duration, holder stri
 			return false, ms(v[1]), holder, nil
 		}
 	}
-	return false, 0, "", unexpectedReply(reply)
+	return false, 0, "", errs.Unexpected(reply)
 }
 
 // redlockHold is the holder of one Redlock lease: its renewals, release and
@@ -880,7 +882,7 @@ func (h *redlockHold) renew(ctx context.Context, owner string, px time.Duration,
 			if v, ok := rep.reply.(int64); ok && (v == 0 || v == 1) {
 				continue
 			}
-			err = unexpectedReply(rep.reply)
+			err = errs.Unexpected(rep.reply)
 		}
 		failed = append(failed, m.r.nodeError(ctx, i, rep.done, err, wait))
 	}
@@ -906,7 +908,7 @@ func (h *redlockHold) remaining(ctx context.Context, owner string) (time.Duratio
 			v, ok := rep.reply.(int64)
 			switch {
 			case !ok:
-				err = unexpectedReply(rep.reply)
+				err = errs.Unexpected(rep.reply)
 			case v == -3:
 				gone++
 				continue

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errs"
 )
 
 // nodeCalls makes a call of script for each node, or for the nodes set in
@@ -187,8 +188,8 @@ func (r *Redlock) nodeError(ctx context.Context, i int, done bool, err error, wa
 		err = ctx.Err()
 	case !done || errors.Is(err, context.DeadlineExceeded):
 		err = timeout()
-	case errors.As(err, &rerr) && isConflictReply(rerr.Msg):
-		err = fmt.Errorf("%w: %s (dlock did not write this key and leaves it untouched)", ErrKeyConflict, conflictDetail(rerr.Msg))
+	case errors.As(err, &rerr) && errs.IsConflictReply(rerr.Msg):
+		err = fmt.Errorf("%w: %s (dlock did not write this key and leaves it untouched)", ErrKeyConflict, errs.ConflictDetail(rerr.Msg))
 	}
 	return &NodeError{Addr: r.nodes[i].addr, Err: err}
 }
@@ -206,11 +207,11 @@ func (e nodeErrors) Error() string {
 }
 
 func (e nodeErrors) Unwrap() []error {
-	errs := make([]error, len(e))
+	list := make([]error, len(e))
 	for i, ne := range e {
-		errs[i] = ne
+		list[i] = ne
 	}
-	return errs
+	return list
 }
 
 // orNil returns e as an error, or nil (not a typed nil) when empty.

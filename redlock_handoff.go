@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/ownerid"
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
@@ -86,7 +88,7 @@ func (h *redlockHold) unlock(ctx context.Context, owner string) error {
 	now, later := h.split(ctx, nil, true)
 	// A fresh owner value: the heir's attempts, which may be in flight, use
 	// another and cannot count the moved keys as theirs.
-	next, err := newOwner(heir.m.cfg.ownerInfo)
+	next, err := ownerid.New(heir.m.cfg.ownerInfo)
 	if err == nil {
 		res, moved, mayHold = heir.m.transfer(ctx, owner, next, h.handoffs+1, now)
 	}
@@ -147,7 +149,7 @@ func (m *RedlockMutex) transfer(ctx context.Context, from, to string, handoffs i
 		case isMoved(rep):
 			moved[i], mayHold[i] = true, true
 		case !rep.done || rep.err != nil:
-			mayHold[i] = !isReplyError(rep.err) // an error reply: the script wrote nothing
+			mayHold[i] = !errs.IsReply(rep.err) // an error reply: the script wrote nothing
 		}
 	}
 	hold := &redlockHold{m: m, tail: tail, replies: replies, deadline: deadline, handoffs: handoffs}

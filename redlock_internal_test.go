@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/internal/ownerid"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -284,7 +285,7 @@ func TestRedlockGiveBackFollowsItsRequest(t *testing.T) {
 	r := newInternalRedlock(t, addrs, WithTTL(30*time.Second))
 	m := r.Mutex(t.Name())
 	ctx := context.Background()
-	owner, err := newOwner("")
+	owner, err := ownerid.New("")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
@@ -257,7 +258,7 @@ func (m *RedlockMutex) releaseOn(ctx context.Context, owner string, which []bool
 		case rep.reply == int64(0):
 			t.gone++
 		default:
-			t.failed = append(t.failed, m.r.nodeError(ctx, i, true, unexpectedReply(rep.reply), wait))
+			t.failed = append(t.failed, m.r.nodeError(ctx, i, true, errs.Unexpected(rep.reply), wait))
 		}
 	}
 	if left {

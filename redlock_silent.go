@@ -6,6 +6,8 @@ import (
 	"os"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/errs"
 )
 
 // Silent nodes.
@@ -58,7 +60,7 @@ type nodeHealth struct {
 // nothing about the node.
 func (h *nodeHealth) note(err error, callerEnded bool) {
 	switch {
-	case err == nil || isReplyError(err):
+	case err == nil || errs.IsReply(err):
 		// A load first: a store on every reply would bounce the cache
 		// line between cores.
 		if h.silent.Load() != nil {

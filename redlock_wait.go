@@ -276,18 +276,18 @@ func (l *redlockListener) subscribe(ctx context.Context, timeout time.Duration) 
 			results <- outcome{i, nd.notify.subscribe(sctx, l.channel)}
 		})
 	}
-	errs := make([]error, len(l.r.nodes))
+	list := make([]error, len(l.r.nodes))
 	for got := 0; got < asked && !l.hears(); got++ {
 		select {
 		case o := <-results:
 			if o.err != nil {
-				errs[o.i] = &NodeError{Addr: l.r.nodes[o.i].addr, Err: o.err}
+				list[o.i] = &NodeError{Addr: l.r.nodes[o.i].addr, Err: o.err}
 			}
 		case <-ctx.Done():
-			return errors.Join(append(errs, ctx.Err())...)
+			return errors.Join(append(list, ctx.Err())...)
 		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(list...)
 }
 
 // drain forgets a wake-up heard before now.

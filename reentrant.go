@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/ownerid"
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
@@ -46,11 +48,11 @@ func NewOwnerID() string {
 func checkOwnerID(id string) error {
 	switch {
 	case id == "":
-		return invalidArgf("empty owner identity")
+		return errs.InvalidArgf("empty owner identity")
 	case len(id) > MaxOwnerIDLen:
-		return invalidArgf("owner identity of %d bytes is longer than %d", len(id), MaxOwnerIDLen)
+		return errs.InvalidArgf("owner identity of %d bytes is longer than %d", len(id), MaxOwnerIDLen)
 	case strings.Contains(id, ";"):
-		return invalidArgf("owner identity %q contains ';'", id)
+		return errs.InvalidArgf("owner identity %q contains ';'", id)
 	}
 	return nil
 }
@@ -118,11 +120,11 @@ func (m *ReentrantMutex) HoldCount(ctx context.Context) (int, error) {
 	call := &driver.Call{Script: scripts.ReentrantHolds, Keys: []string{m.keys.lock, m.holds}, Args: []any{owner}}
 	m.c.drv.Run(ctx, call)
 	if call.Err != nil {
-		return 0, redisError("HoldCount", m.name, call.Err)
+		return 0, errs.Redis("HoldCount", m.name, call.Err)
 	}
 	n, ok := call.Reply.(int64)
 	if !ok {
-		return 0, unexpectedReply(call.Reply)
+		return 0, errs.Unexpected(call.Reply)
 	}
 	return int(n), nil
 }
@@ -135,11 +137,11 @@ func (m *ReentrantMutex) owner(ctx context.Context) (string, error) {
 	}
 	id, ok := OwnerFrom(ctx)
 	if !ok {
-		return "", errorf("dlock: ReentrantMutex(%q): %w", m.name,
-			invalidArgf("the context carries no owner: use ctx = dlock.WithOwner(ctx, id)"))
+		return "", errs.Errorf("dlock: ReentrantMutex(%q): %w", m.name,
+			errs.InvalidArgf("the context carries no owner: use ctx = dlock.WithOwner(ctx, id)"))
 	}
 	if err := checkOwnerID(id); err != nil {
-		return "", errorf("dlock: ReentrantMutex(%q): %w", m.name, err)
+		return "", errs.Errorf("dlock: ReentrantMutex(%q): %w", m.name, err)
 	}
 	if m.cfg.ownerInfo != "" {
 		return m.c.instance + ":" + id + ";" + m.cfg.ownerInfo, nil // one allocation, not two
@@ -165,7 +167,7 @@ func (m *ReentrantMutex) lockUnobserved(ctx context.Context, wait bool) (*Lease,
 	if err != nil {
 		return nil, err
 	}
-	hold, err := newOwner("") // 128 random bits in hex
+	hold, err := ownerid.New("") // 128 random bits in hex
 	if err != nil {
 		return nil, err
 	}
@@ -175,10 +177,10 @@ func (m *ReentrantMutex) lockUnobserved(ctx context.Context, wait bool) (*Lease,
 }
 
 // isHoldOf reports whether member, a queue entry or grant of this lock,
-// is one of owner's holds: a hold id (newOwner's ownerIDLen hex digits),
+// is one of owner's holds: a hold id (newOwner's ownerid.IDLen hex digits),
 // then owner.
 func isHoldOf(member, owner string) bool {
-	return len(member) == ownerIDLen+len(owner) && member[ownerIDLen:] == owner
+	return len(member) == ownerid.IDLen+len(owner) && member[ownerid.IDLen:] == owner
 }
 
 // reentrantHold is one Lock call's hold: the queuedLock acquire waits with,
@@ -223,7 +225,7 @@ func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) 
 	}
 	if fence, ok := call.Reply.(int64); ok { // the free lock taken: the fast path's bare fence
 		if fence <= 0 {
-			return attemptResult{}, unexpectedReply(call.Reply)
+			return attemptResult{}, errs.Unexpected(call.Reply)
 		}
 		return grantAcked(ctx, h, &m.cfg, member, call, attemptResult{granted: true, fence: fence, pttl: ms(m.cfg.pxMillis)})
 	}
@@ -237,8 +239,8 @@ func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) 
 		if ok {
 			grant, ok = items[4].(string)
 		}
-		if !ok || len(grant) != ownerIDLen {
-			return attemptResult{}, unexpectedReply(call.Reply)
+		if !ok || len(grant) != ownerid.IDLen {
+			return attemptResult{}, errs.Unexpected(call.Reply)
 		}
 		if grant != h.hold {
 			h.grant = grant
@@ -293,17 +295,17 @@ func (h *reentrantHold) sendRelease(ctx context.Context, member string) (ended b
 	a.run(ctx, m.c.drv)
 	if call.Err != nil {
 		// A release that freed the lock despite a foreign key ended the hold.
-		return releasedDespiteConflict(call.Err), call.Err
+		return errs.ReleasedDespiteConflict(call.Err), call.Err
 	}
 	if code, ok := call.Reply.(int64); ok { // the fast path: the last hold released
 		if code != 1 {
-			return false, unexpectedReply(call.Reply)
+			return false, errs.Unexpected(call.Reply)
 		}
 		return true, nil
 	}
 	items, ok := call.Reply.([]any)
 	if !ok || len(items) == 0 {
-		return false, unexpectedReply(call.Reply)
+		return false, errs.Unexpected(call.Reply)
 	}
 	code, _ := items[0].(int64)
 	switch code {
@@ -313,17 +315,17 @@ func (h *reentrantHold) sendRelease(ctx context.Context, member string) (ended b
 		return true, nil
 	case 2:
 		if len(items) < 4 { // a malformed reply must not panic (FuzzScriptReplies)
-			return true, unexpectedReply(call.Reply)
+			return true, errs.Unexpected(call.Reply)
 		}
 		v, err := replyInts(items[:3], 3)
 		next, ok := items[3].(string)
 		if err != nil || !ok {
-			return true, unexpectedReply(call.Reply)
+			return true, errs.Unexpected(call.Reply)
 		}
 		m.c.notify.deliver(m.keys.channel(), next, v[1], ms(v[2]))
 		return true, nil
 	}
-	return false, unexpectedReply(call.Reply)
+	return false, errs.Unexpected(call.Reply)
 }
 
 // renew, remaining: a hold's lease delegates Extend and TTL to its anchor

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/ownerid"
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
@@ -121,7 +123,7 @@ func (c *Client) RWMutex(name string, opts ...Option) *RWMutex {
 	cfg.errs = nil
 	for _, opt := range opts {
 		if opt == nil {
-			cfg.fail(invalidArgf("nil Option"))
+			cfg.fail(errs.InvalidArgf("nil Option"))
 			continue
 		}
 		opt(&cfg)
@@ -133,9 +135,9 @@ func (c *Client) RWMutex(name string, opts ...Option) *RWMutex {
 		fenceRetention: fenceRetention(cfg.ttl).Milliseconds(),
 	}}
 	if err := checkName(name); err != nil {
-		rw.err = errorf("dlock: RWMutex: %w", err)
+		rw.err = errs.Errorf("dlock: RWMutex: %w", err)
 	} else if err := cfg.err(); err != nil {
-		rw.err = errorf("dlock: RWMutex(%q): %w", name, err)
+		rw.err = errs.Errorf("dlock: RWMutex(%q): %w", name, err)
 	}
 	rw.writer = rwHalf{rw: rw, mode: rwWrite}
 	rw.reader = rwHalf{rw: rw, mode: rwRead}
@@ -227,12 +229,12 @@ func (rw *RWMutex) Downgrade(ctx context.Context, write *Lease) (*Lease, error) 
 		h, _ = write.h.(*rwHalf)
 	}
 	if h == nil || h.mode != rwWrite || h.rw.c != rw.c || h.rw.keys.holders != rw.keys.holders {
-		return nil, invalidArgf("RWMutex(%q).Downgrade: not a write lease of this lock", rw.name)
+		return nil, errs.InvalidArgf("RWMutex(%q).Downgrade: not a write lease of this lock", rw.name)
 	}
 	if err := rw.c.checkOpen("Downgrade", rw.name); err != nil {
 		return nil, err
 	}
-	owner, err := newOwner(rw.cfg.ownerInfo)
+	owner, err := ownerid.New(rw.cfg.ownerInfo)
 	if err != nil {
 		return nil, err
 	}
@@ -242,14 +244,14 @@ func (rw *RWMutex) Downgrade(ctx context.Context, write *Lease) (*Lease, error) 
 	wd.mu.Unlock()
 	switch {
 	case lost == errDowngraded:
-		return nil, errorf("dlock: Downgrade %q: %w already", rw.name, lost)
+		return nil, errs.Errorf("dlock: Downgrade %q: %w already", rw.name, lost)
 	case lost != nil:
-		return nil, errorf("dlock: Downgrade %q: %w: the lease was lost: %v", rw.name, ErrNotHeld, lost)
+		return nil, errs.Errorf("dlock: Downgrade %q: %w: the lease was lost: %v", rw.name, ErrNotHeld, lost)
 	}
 	// Stop renewing write and wait for a renewal in flight, as Unlock does:
 	// no renewal of the writer may follow the downgrade.
 	if err := wd.beginUnlock(ctx, write, true); err != nil {
-		return nil, errorf("dlock: Downgrade %q: %w", rw.name, err)
+		return nil, errs.Errorf("dlock: Downgrade %q: %w", rw.name, err)
 	}
 
 	start := time.Now()
@@ -268,7 +270,7 @@ func (rw *RWMutex) Downgrade(ctx context.Context, write *Lease) (*Lease, error) 
 	px = px.Truncate(time.Millisecond)
 	if px < MinTTL {
 		wd.resume(write)
-		return nil, errorf("dlock: Downgrade %q: %w: the maximum hold time (WithMaxHold) is reached", rw.name, ErrNotHeld)
+		return nil, errs.Errorf("dlock: Downgrade %q: %w: the maximum hold time (WithMaxHold) is reached", rw.name, ErrNotHeld)
 	}
 
 	// Past write's validity the answer no longer matters: write is lost then.
@@ -292,7 +294,7 @@ func (rw *RWMutex) Downgrade(ctx context.Context, write *Lease) (*Lease, error) 
 				cfg.logger.Warn("dlock: releasing a read lease that too few replicas acknowledged failed; it expires by its TTL",
 					slog.String("lock", rw.name), slog.Any("error", rerr))
 			}
-			return nil, redisError("Downgrade", rw.name, err)
+			return nil, errs.Redis("Downgrade", rw.name, err)
 		}
 		return newLease(ctx, wd, &rw.reader, cfg, owner, fence, start, px)
 	case errors.Is(err, ErrNotHeld):
@@ -302,11 +304,11 @@ func (rw *RWMutex) Downgrade(ctx context.Context, write *Lease) (*Lease, error) 
 		wd.mu.Unlock()
 		runLossFuncs(funcs, write)
 		wd.poke()
-		return nil, errorf("dlock: Downgrade %q: %w: it expired or was taken over", rw.name, ErrNotHeld)
+		return nil, errs.Errorf("dlock: Downgrade %q: %w: it expired or was taken over", rw.name, ErrNotHeld)
 	}
 	wd.resume(write)
 	rw.c.abandon(ctx, &rw.reader, cfg, owner, err, nil)
-	return nil, redisError("Downgrade", rw.name, err)
+	return nil, errs.Redis("Downgrade", rw.name, err)
 }
 
 // downgrade runs rw_downgrade.lua and translates its reply: the read
@@ -330,14 +332,14 @@ func (rw *RWMutex) downgrade(ctx context.Context, writeOwner, readOwner string, 
 	}
 	items, ok := call.Reply.([]any)
 	if !ok || len(items) == 0 {
-		return 0, unexpectedReply(call.Reply)
+		return 0, errs.Unexpected(call.Reply)
 	}
 	if code, _ := items[0].(int64); code == 0 && len(items) == 1 {
 		return 0, ErrNotHeld
 	}
 	v, err := replyInts(items, 2)
 	if err != nil || v[0] != 1 || !rw.deliver(items[2:]) {
-		return 0, unexpectedReply(call.Reply)
+		return 0, errs.Unexpected(call.Reply)
 	}
 	return v[1], ackErr(call)
 }
@@ -393,7 +395,7 @@ func (h *rwHalf) attempt(ctx context.Context, owner string, queue bool) (attempt
 	}
 	if fence, ok := call.Reply.(int64); ok { // the free lock taken: the fast path's bare fence
 		if fence <= 0 {
-			return attemptResult{}, unexpectedReply(call.Reply)
+			return attemptResult{}, errs.Unexpected(call.Reply)
 		}
 		return grantAcked(ctx, h, &rw.cfg, owner, call, attemptResult{granted: true, fence: fence, pttl: ms(rw.ms.ttl)})
 	}
@@ -407,7 +409,7 @@ func (h *rwHalf) attempt(ctx context.Context, owner string, queue bool) (attempt
 	r := attemptResult{pttl: ms(v[1]), lastFence: lastFenceAt(call.Reply, 4)}
 	if items, _ := call.Reply.([]any); len(items) > 3 {
 		if free, _ := items[3].(int64); free == 1 {
-			r.queuedAhead = "it is free for a writer, but " + othersFirst
+			r.queuedAhead = "it is free for a writer, but " + errs.OthersFirst
 			if h.mode == rwRead {
 				r.queuedAhead = "no writer holds it, but a writer waiting for it goes first (writers are preferred, so readers cannot starve them)"
 			}
@@ -433,11 +435,11 @@ func (h *rwHalf) release(ctx context.Context, owner string) error {
 	}
 	items, ok := call.Reply.([]any)
 	if !ok || len(items) == 0 {
-		return unexpectedReply(call.Reply)
+		return errs.Unexpected(call.Reply)
 	}
 	held, ok := items[0].(int64)
 	if !ok || !rw.deliver(items[1:]) {
-		return unexpectedReply(call.Reply)
+		return errs.Unexpected(call.Reply)
 	}
 	if held != 1 {
 		return notHeld(call)
@@ -467,11 +469,11 @@ func (h *rwHalf) remaining(ctx context.Context, owner string) (time.Duration, er
 	n, ok := call.Reply.(int64)
 	switch {
 	case !ok:
-		return 0, unexpectedReply(call.Reply)
+		return 0, errs.Unexpected(call.Reply)
 	case n == -3:
 		return 0, ErrNotHeld
 	case n < 0:
-		return 0, unexpectedReply(call.Reply)
+		return 0, errs.Unexpected(call.Reply)
 	}
 	return ms(n), nil
 }

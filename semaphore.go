@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
@@ -111,7 +112,7 @@ func (k *semKeys) channel() string { return k.holders }
 func (c *Client) Semaphore(name string, permits int, opts ...Option) *Semaphore {
 	cfg, err := c.lockConfig("Semaphore", name, opts)
 	if err == nil && (permits < 1 || permits > MaxPermits) {
-		err = errorf("dlock: Semaphore(%q): %w", name, invalidArgf("%d permits: want between 1 and %d", permits, MaxPermits))
+		err = errs.Errorf("dlock: Semaphore(%q): %w", name, errs.InvalidArgf("%d permits: want between 1 and %d", permits, MaxPermits))
 	}
 	return &Semaphore{c: c, name: name, permits: permits, cfg: cfg, ms: newSemMillis(&cfg), keys: newSemKeys(cfg.keyPrefix, name), err: err}
 }
@@ -150,15 +151,15 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool) (*Permits, er
 		return nil, s.err
 	}
 	if n < 1 || n > MaxPermits {
-		return nil, errorf("dlock: Semaphore(%q): %w", s.name, invalidArgf("asked for %d permits: want between 1 and the limit", n))
+		return nil, errs.Errorf("dlock: Semaphore(%q): %w", s.name, errs.InvalidArgf("asked for %d permits: want between 1 and the limit", n))
 	}
 	l, err := s.c.acquire(ctx, &semAcquisition{s: s, n: n}, &s.cfg, wait)
 	if err != nil {
-		var e *notObtainedError
+		var e *errs.NotObtainedError
 		if errors.As(err, &e) {
 			// The attempt's pttl is when the first holder's permits
 			// would expire: a poll time, not "held for so long".
-			e.holderTTL = 0
+			e.HolderTTL = 0
 		}
 		return nil, err
 	}
@@ -184,7 +185,7 @@ func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 		return s.err
 	}
 	if n < 1 || n > MaxPermits {
-		return errorf("dlock: SetPermits %q: %w", s.name, invalidArgf("%d permits: want between 1 and %d", n, MaxPermits))
+		return errs.Errorf("dlock: SetPermits %q: %w", s.name, errs.InvalidArgf("%d permits: want between 1 and %d", n, MaxPermits))
 	}
 	_, err := s.changeLimit(ctx, "SetPermits", n, "")
 	return err
@@ -214,7 +215,7 @@ func (s *Semaphore) AddPermits(ctx context.Context, delta int) (int, error) {
 		return 0, s.err
 	}
 	if delta < 1-MaxPermits || delta > MaxPermits-1 {
-		return 0, errorf("dlock: AddPermits %q: %w", s.name, invalidArgf("adding %d permits: no limit between 1 and %d can take that", delta, MaxPermits))
+		return 0, errs.Errorf("dlock: AddPermits %q: %w", s.name, errs.InvalidArgf("adding %d permits: no limit between 1 and %d can take that", delta, MaxPermits))
 	}
 	id, err := changeID(ctx, 'a', "AddPermits", s.name)
 	if err != nil {
@@ -258,12 +259,12 @@ func (s *Semaphore) changeLimit(ctx context.Context, op string, v int, id string
 // waiters of their grants.
 func (s *Semaphore) setPermitsResult(op string, v int, call *driver.Call) (int, error) {
 	if limit, ok := replyErrorNumber(call.Err, "DLOCK_RANGE "); ok {
-		return 0, errorf("dlock: %s %q: %w", op, s.name,
-			invalidArgf("the limit is %d, and adding %d would make it %d: want between 1 and %d", limit, v, limit+int64(v), MaxPermits))
+		return 0, errs.Errorf("dlock: %s %q: %w", op, s.name,
+			errs.InvalidArgf("the limit is %d, and adding %d would make it %d: want between 1 and %d", limit, v, limit+int64(v), MaxPermits))
 	}
 	limit, err := s.grantsResult(call)
 	if err != nil {
-		return 0, redisError(op, s.name, err)
+		return 0, errs.Redis(op, s.name, err)
 	}
 	return int(limit), nil
 }
@@ -304,11 +305,11 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 	call := &driver.Call{Script: scripts.SemAvailable, Keys: s.keys.all[:3], Args: []any{s.permits}}
 	s.c.drv.Run(ctx, call)
 	if call.Err != nil {
-		return 0, redisError("Available", s.name, call.Err)
+		return 0, errs.Redis("Available", s.name, call.Err)
 	}
 	v, err := replyInts(call.Reply, 2)
 	if err != nil {
-		return 0, redisError("Available", s.name, err)
+		return 0, errs.Redis("Available", s.name, err)
 	}
 	if free := v[0] - v[1]; free > 0 {
 		return int(free), nil
@@ -338,17 +339,17 @@ func (s *Semaphore) grantsResult(call *driver.Call) (int64, error) {
 	}
 	items, ok := call.Reply.([]any)
 	if !ok || len(items) == 0 || (len(items)-1)%3 != 0 {
-		return 0, unexpectedReply(call.Reply)
+		return 0, errs.Unexpected(call.Reply)
 	}
 	head, ok := items[0].(int64)
 	if !ok {
-		return 0, unexpectedReply(call.Reply)
+		return 0, errs.Unexpected(call.Reply)
 	}
 	for i := 1; i < len(items); i += 3 {
 		v, err := replyInts(items[i:i+2], 2)
 		owner, ok := items[i+2].(string)
 		if err != nil || !ok {
-			return 0, unexpectedReply(call.Reply)
+			return 0, errs.Unexpected(call.Reply)
 		}
 		s.c.notify.deliver(s.keys.channel(), owner, v[0], ms(v[1]))
 	}
@@ -407,7 +408,7 @@ func (a *semAcquisition) attemptResult(call *driver.Call) (attemptResult, error)
 	}
 	if fence, ok := call.Reply.(int64); ok { // the free semaphore: the fast path's bare fence
 		if fence <= 0 {
-			return attemptResult{}, unexpectedReply(call.Reply)
+			return attemptResult{}, errs.Unexpected(call.Reply)
 		}
 		return attemptResult{granted: true, fence: fence, pttl: ms(a.s.ms.ttl)}, nil
 	}
@@ -422,7 +423,7 @@ func (a *semAcquisition) attemptResult(call *driver.Call) (attemptResult, error)
 	if items, _ := call.Reply.([]any); len(items) > 3 {
 		free, _ := items[3].(int64)
 		if free >= int64(a.n) {
-			r.queuedAhead = "enough is free, but " + othersFirst
+			r.queuedAhead = "enough is free, but " + errs.OthersFirst
 		}
 	}
 	return r, nil
@@ -523,7 +524,7 @@ func (a *semAcquisition) remaining(ctx context.Context, owner string) (time.Dura
 	n, ok := call.Reply.(int64)
 	switch {
 	case !ok:
-		return 0, unexpectedReply(call.Reply)
+		return 0, errs.Unexpected(call.Reply)
 	case n == -3:
 		return 0, ErrNotHeld
 	}
@@ -616,7 +617,7 @@ func (p *Permits) ReleaseN(ctx context.Context, n int) error {
 	defer p.mu.Unlock()
 	l, held := p.l, int(p.n.Load())
 	if n < 1 || n > held {
-		return errorf("dlock: ReleaseN %q: %w", l.Name(), invalidArgf("%d permits: want between 1 and the %d held", n, held))
+		return errs.Errorf("dlock: ReleaseN %q: %w", l.Name(), errs.InvalidArgf("%d permits: want between 1 and the %d held", n, held))
 	}
 	if n == held {
 		return l.end(ctx, "ReleaseN", "the permits expired or were removed before ReleaseN")
@@ -625,7 +626,7 @@ func (p *Permits) ReleaseN(ctx context.Context, n int) error {
 		if err == errReleased {
 			err = errPermitsReleased
 		}
-		return errorf("dlock: ReleaseN %q: %w", l.Name(), err)
+		return errs.Errorf("dlock: ReleaseN %q: %w", l.Name(), err)
 	}
 	rctx, cancel := detach(ctx, l.cfg.releaseTimeout)
 	defer cancel()
@@ -640,14 +641,14 @@ func (p *Permits) ReleaseN(ctx context.Context, n int) error {
 		if l.state != leaseHeld {
 			// A Release gave them all back meanwhile: not a loss.
 			wd.mu.Unlock()
-			return errorf("dlock: ReleaseN %q: %w", l.Name(), errPermitsReleased)
+			return errs.Errorf("dlock: ReleaseN %q: %w", l.Name(), errPermitsReleased)
 		}
 		lost := wd.loseLocked(l, "ReleaseN found the permits gone or held by another owner")
 		wd.mu.Unlock()
 		runLossFuncs(lost, l)
-		return errorf("dlock: ReleaseN %q: %w: the permits expired or were removed before ReleaseN", l.Name(), ErrNotHeld)
+		return errs.Errorf("dlock: ReleaseN %q: %w: the permits expired or were removed before ReleaseN", l.Name(), ErrNotHeld)
 	}
-	return redisError("ReleaseN", l.Name(), err)
+	return errs.Redis("ReleaseN", l.Name(), err)
 }
 
 // Extend sets the permits' remaining time to ttl (between MinTTL and

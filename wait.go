@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/ownerid"
 )
 
 // queuedLock is a lock whose waiters queue in Redis and are handed the lock
@@ -70,7 +72,7 @@ func (c *Client) acquire(ctx context.Context, q queuedLock, cfg *config, wait bo
 }
 
 func (c *Client) acquireFresh(ctx context.Context, q queuedLock, cfg *config, wait bool) (*Lease, error) {
-	owner, err := newOwner(cfg.ownerInfo)
+	owner, err := ownerid.New(cfg.ownerInfo)
 	if err != nil {
 		return nil, err
 	}
@@ -91,9 +93,9 @@ func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait 
 	}
 	if ctx.Err() != nil {
 		if !wait {
-			return nil, tryEnded(ctx, verb, name) // as when ctx ends during the attempt
+			return nil, errs.TryEnded(ctx, verb, name) // as when ctx ends during the attempt
 		}
-		return nil, waitEnded(ctx, name, time.Now(), 0, nil)
+		return nil, errs.WaitEnded(ctx, name, time.Now(), 0, nil)
 	}
 	if wait {
 		// The first attempt queues straight away and needs no waiter yet:
@@ -137,7 +139,7 @@ func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait 
 			l, err := c.leaseFor(ctx, q, cfg, owner, r, from)
 			if errors.Is(err, errGrantExpired) {
 				if ctx.Err() != nil {
-					return nil, waitEnded(ctx, name, start, 0, nil)
+					return nil, errs.WaitEnded(ctx, name, start, 0, nil)
 				}
 				st.grantExpired(r.fence) // nor may a copy of it, heard later
 				continue                 // this process stalled past its claim window: wait again
@@ -150,10 +152,10 @@ func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait 
 	r, err := q.attempt(ctx, owner, false)
 	if err != nil {
 		c.abandon(ctx, q, cfg, owner, err, nil)
-		return nil, redisError(tryVerb, name, err)
+		return nil, errs.Redis(tryVerb, name, err)
 	}
 	if !r.granted {
-		return nil, &notObtainedError{name: name, holderTTL: r.pttl, queuedAhead: r.queuedAhead}
+		return nil, &errs.NotObtainedError{Name: name, HolderTTL: r.pttl, QueuedAhead: r.queuedAhead}
 	}
 	return c.leaseFor(ctx, q, cfg, owner, r, start)
 }
@@ -206,7 +208,7 @@ type ownerWait struct {
 	// that a grant the owner could not claim carried: a grant with a token
 	// no higher is over (see waitFor).
 	lastFence int64
-	// answered: Redis answered an attempt (errNoAnswer otherwise).
+	// answered: Redis answered an attempt (errs.NoAnswer otherwise).
 	answered bool
 	// pending are attempts for the owner that were still on their way
 	// when their caller stopped waiting (driver.InFlightError): its
@@ -326,7 +328,7 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 		errDelay        = newErrorDelay()
 	)
 	defer sub.stop()
-	ended := func() error { return waitEnded(ctx, spec.name, began, holderTTL, lastErr) }
+	ended := func() error { return errs.WaitEnded(ctx, spec.name, began, holderTTL, lastErr) }
 	// The waiter's place in its lock's group (places.go), once its first
 	// attempt has queued it; refresh is the pace of its lease's renewals.
 	var (
@@ -363,19 +365,19 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 				if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 					lastErr = err
 				} else if !st.answered && lastErr == nil {
-					lastErr = errNoAnswer
+					lastErr = errs.NoAnswer
 				}
 				st.noteInFlight(err)
 				abandon(nil)
 				return attemptResult{}, time.Time{}, ended()
 			}
-			if !isTransient(err) {
+			if !errs.IsTransient(err) {
 				abandon(err)
 				verb := spec.verb
 				if verb == "" {
 					verb = "Lock"
 				}
-				return attemptResult{}, time.Time{}, redisError(verb, spec.name, err)
+				return attemptResult{}, time.Time{}, errs.Redis(verb, spec.name, err)
 			}
 			lastErr = err
 			if spec.noteErr != nil {
@@ -561,7 +563,7 @@ func newErrorDelay() *spinDelay { return newSpinDelay(SpinWait(5*time.Millisecon
 // nobody knows. Close does not wait for that: the clean-up then goes at
 // once.
 func (c *Client) abandon(ctx context.Context, q queuedLock, cfg *config, owner string, cause error, st *ownerWait) {
-	if cause != nil && (isConflictError(cause) || errors.Is(cause, ErrReplicaAck)) {
+	if cause != nil && (errs.IsConflict(cause) || errors.Is(cause, ErrReplicaAck)) {
 		return
 	}
 	var pending []<-chan struct{}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errs"
 )
 
 // watchdog is the Client's one scheduler for every lease it holds: it renews
@@ -476,7 +477,7 @@ func (w *watchdog) endUnlock(l *Lease, err error) {
 	var funcs []func(error)
 	w.mu.Lock()
 	switch {
-	case err == nil, releasedDespiteConflict(err):
+	case err == nil, errs.ReleasedDespiteConflict(err):
 		// A release that freed the lock ends the lease, even when it
 		// reports a foreign key beside it (Unlock returns that error).
 		l.state = leaseReleased

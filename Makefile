@@ -183,10 +183,12 @@ chaos: redis cc
 		2>&1 | tee $(CHAOS_DIR)/test.log | grep --line-buffered -E '^(=== RUN|--- |\s+--- |PASS|FAIL|ok|panic)|chaos: seed'; \
 	status=$${PIPESTATUS[0]}; took=$$(( $$(date +%s) - start )); \
 	$(GO) run ./internal/chaos/cmd/chaosreport -dir $(CHAOS_DIR) -doc docs/reliability.md -took $${took}s || status=1; \
-	for f in FuzzScriptReplies FuzzArguments FuzzGrantMessage FuzzRedlockReply; do \
+	for f in FuzzScriptReplies FuzzArguments FuzzRedlockReply; do \
 		echo "==> go test -fuzz $$f -fuzztime $(CHAOS_FUZZTIME)"; \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(CHAOS_FUZZTIME) . || status=1; \
 	done; \
+	echo "==> go test -fuzz FuzzGrantMessage -fuzztime $(CHAOS_FUZZTIME)   (package internal/notify)"; \
+	$(GO) test -run '^$$' -fuzz '^FuzzGrantMessage$$' -fuzztime $(CHAOS_FUZZTIME) ./internal/notify || status=1; \
 	for f in FuzzParseReplies FuzzMarkKey; do \
 		echo "==> go test -fuzz $$f -fuzztime $(CHAOS_FUZZTIME)   (package fence)"; \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(CHAOS_FUZZTIME) ./fence || status=1; \

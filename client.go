@@ -11,6 +11,7 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/goredis"
+	"github.com/dlock-go/dlock/internal/notify"
 	"github.com/dlock-go/dlock/internal/workers"
 )
 
@@ -47,7 +48,7 @@ var (
 type Client struct {
 	drv      driver.Driver
 	cfg      config
-	notify   *notifier
+	notify   *notify.Notifier
 	wd       *watchdog
 	instance string    // random id of this Client, scoping reentrant owners
 	anchors  anchorSet // reentrant owners' shared renewals
@@ -92,7 +93,7 @@ func NewWithDriver(d driver.Driver, opts ...Option) (*Client, error) {
 	}
 	cfg.seal()
 	c := &Client{drv: d, cfg: cfg, instance: NewOwnerID(), closed: make(chan struct{}), cleanups: workers.New()}
-	c.notify = newNotifier(d, cfg.logger)
+	c.notify = notify.New(d, cfg.logger)
 	c.wd = newWatchdog(d)
 	return c, nil
 }
@@ -139,7 +140,7 @@ func (c *Client) Close() error {
 		// The subscription too: closing it may wait for a server that
 		// stopped answering (the adapters' drivers).
 		err = closeWithin(deadline, "Close", func() {
-			c.notify.close()
+			c.notify.Close()
 			if closer, ok := c.drv.(interface{ Close() error }); ok {
 				_ = closer.Close()
 			}

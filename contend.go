@@ -180,12 +180,12 @@ func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
 		return nil, err
 	}
 	channel := m.channel()
-	first := firstAttempt{start: time.Now(), confirmed: c.notify.expect(channel, owner)}
+	first := firstAttempt{start: time.Now(), confirmed: c.notify.Expect(channel, owner)}
 	countAttempt(ctx, &m.cfg)
 	first.result, first.err = m.acquire(ctx, owner, flagNewOwner) // owner is new: never queued
 	if first.err == nil && first.result.granted {
 		if first.confirmed {
-			c.notify.forget(channel, owner)
+			c.notify.Forget(channel, owner)
 		}
 		l, err := c.leaseFor(ctx, m, &m.cfg, owner, first.result, first.start)
 		if !errors.Is(err, errGrantExpired) {
@@ -194,7 +194,7 @@ func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
 		first.result.granted = false // wait again, as the head
 	}
 	if first.confirmed && first.err != nil {
-		c.notify.forget(channel, owner)
+		c.notify.Forget(channel, owner)
 	}
 	switch {
 	case first.err == nil:
@@ -218,13 +218,13 @@ func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
 		q.waiters = append(q.waiters, w)
 		q.standByLocked()
 		c.local.mu.Unlock()
-		c.notify.forget(channel, owner)
+		c.notify.Forget(channel, owner)
 		c.abandon(ctx, m, &m.cfg, owner, nil, nil)
 		return c.awaitTurn(ctx, q, w, began)
 	}
 	if c.local.closing {
 		c.local.mu.Unlock()
-		c.notify.forget(channel, owner)
+		c.notify.Forget(channel, owner)
 		c.abandon(ctx, m, &m.cfg, owner, nil, nil)
 		return nil, errors.Join(ErrClosed, errs.WaitEnded(ctx, m.name, began, 0, nil))
 	}

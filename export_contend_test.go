@@ -28,19 +28,9 @@ func SetStandbyGrace(c *Client, d time.Duration) { c.local.grace = d }
 // GrantWaiters returns how many waits of c are registered for grants on
 // channel (a lock's key, for a Mutex), so tests can tell that a wait is
 // listening before they let a grant through.
-func GrantWaiters(c *Client, channel string) int {
-	c.notify.mu.Lock()
-	defer c.notify.mu.Unlock()
-	n := 0
-	if cs := c.notify.channels[channel]; cs != nil {
-		for _, ws := range cs.waiters {
-			n += len(ws)
-		}
-	}
-	return n
-}
+func GrantWaiters(c *Client, channel string) int { return c.notify.Waiters(channel) }
 
 // Subscribed reports whether c's subscription to channel (a lock's key,
 // for a Mutex) is confirmed, so tests can have a wait begin with it in
 // place.
-func Subscribed(c *Client, channel string) bool { return c.notify.confirmed(channel) }
+func Subscribed(c *Client, channel string) bool { return c.notify.Confirmed(channel) }

@@ -1,24 +1,22 @@
 package dlock
 
-import "time"
+import (
+	"time"
+
+	"github.com/dlock-go/dlock/internal/notify"
+)
 
 // Hooks for the soak tests (soak_test.go): what a long-running Client keeps
 // in memory, so that they can check it all goes once the work is done.
 
 // SetSubscriptionLinger sets how long c keeps a channel subscribed after its
 // last waiter left (30 s otherwise). Call it before c is used.
-func SetSubscriptionLinger(c *Client, d time.Duration) {
-	c.notify.mu.Lock()
-	c.notify.linger = d
-	c.notify.mu.Unlock()
-}
+func SetSubscriptionLinger(c *Client, d time.Duration) { c.notify.SetLinger(d) }
 
 // SetRedlockSubscriptionLinger is SetSubscriptionLinger for every node of r.
 func SetRedlockSubscriptionLinger(r *Redlock, d time.Duration) {
 	for _, n := range r.nodes {
-		n.notify.mu.Lock()
-		n.notify.linger = d
-		n.notify.mu.Unlock()
+		n.notify.SetLinger(d)
 	}
 }
 
@@ -69,16 +67,11 @@ func RedlockRetained(rl *Redlock) Retained {
 	return r
 }
 
-func notifierRetained(n *notifier, r *Retained) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	r.Channels += len(n.channels)
-	r.Expected += len(n.expected)
-	for _, cs := range n.channels {
-		for _, ws := range cs.waiters {
-			r.Waiters += len(ws)
-		}
-	}
+func notifierRetained(n *notify.Notifier, r *Retained) {
+	c := n.Counts()
+	r.Channels += c.Channels
+	r.Waiters += c.Waiters
+	r.Expected += c.Expected
 }
 
 func watchdogRetained(w *watchdog, r *Retained) {

@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -171,21 +170,6 @@ func tryAll(ctx context.Context, c *Client) {
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
 	unlock(c.Mutex("m").Lock(short))
-}
-
-// FuzzGrantMessage feeds the notifier's parser arbitrary pub/sub payloads.
-func FuzzGrantMessage(f *testing.F) {
-	for _, s := range []string{"1 3000 5 owner", "7 1 0 o", "7 0 5 o", "x 1 5 o", "zero", "", "1 -5 5 o", "9223372036854775807 1 5 o", "1 9223372036854775807 5 o", "1 1 -1 o", "1 3000 owner"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, payload string) {
-		g, owner, ok := parseGrant(payload)
-		if ok && (g.px <= 0 || owner == "" || g.atUs < 0) {
-			t.Fatalf("parseGrant(%q) = %+v, %q: accepted a grant without a claim window, time or owner", payload, g, owner)
-		}
-		n := newNotifier(nil, slog.Default())
-		n.Message("ch", payload) // no waiter: nothing to deliver, nothing to panic
-	})
 }
 
 // FuzzRedlockReply feeds Redlock's per-node acquire parser arbitrary replies.

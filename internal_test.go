@@ -9,36 +9,6 @@ import (
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
-func TestParseGrant(t *testing.T) {
-	cases := []struct {
-		payload string
-		ok      bool
-		fence   int64
-		px      time.Duration
-		atUs    int64
-		owner   string
-	}{
-		{"1795286337723686 3000 1795286337723999 abc;host=h pid=1", true, 1795286337723686, 3 * time.Second, 1795286337723999, "abc;host=h pid=1"},
-		{"7 1 0 o", true, 7, time.Millisecond, 0, "o"},
-		{"7 0 5 o", false, 0, 0, 0, ""},                   // a grant without a claim window is invalid
-		{"7 1 5 ", false, 0, 0, 0, ""},                    // no owner
-		{"7 1 o", false, 0, 0, 0, ""},                     // no grant time
-		{"x 1 5 o", false, 0, 0, 0, ""},                   // not a number
-		{"7 1 -1 o", false, 0, 0, 0, ""},                  // a negative grant time
-		{"wake", false, 0, 0, 0, ""},                      // a plain wake-up
-		{"", false, 0, 0, 0, ""},                          // empty
-		{"1 -5 5 owner", false, 0, 0, 0, ""},              // negative px
-		{"1 9223372036854775807 5 o", false, 0, 0, 0, ""}, // px overflowing a Duration
-	}
-	for _, c := range cases {
-		g, owner, ok := parseGrant(c.payload)
-		if ok != c.ok || g.fence != c.fence || g.px != c.px || g.atUs != c.atUs || owner != c.owner {
-			t.Errorf("parseGrant(%q) = %+v, %q, %v; want %d, %v, %d, %q, %v",
-				c.payload, g, owner, ok, c.fence, c.px, c.atUs, c.owner, c.ok)
-		}
-	}
-}
-
 func TestSpinDelayGrowsWithJitterWithinBounds(t *testing.T) {
 	s := newSpinDelay(SpinWait(2*time.Millisecond, 50*time.Millisecond))
 	step := 2 * time.Millisecond

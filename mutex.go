@@ -339,7 +339,7 @@ func (m *Mutex) release(ctx context.Context, owner string) error {
 		if err != nil || !ok {
 			return errs.Unexpected(call.Reply)
 		}
-		m.c.notify.deliver(m.keys.channel(), next, v[1], ms(v[2]))
+		m.c.notify.Deliver(m.keys.channel(), next, v[1], ms(v[2]))
 		return nil
 	}
 	return errs.Unexpected(call.Reply)

@@ -14,6 +14,7 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/goredis"
+	"github.com/dlock-go/dlock/internal/notify"
 	"github.com/dlock-go/dlock/internal/ownerid"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/internal/workers"
@@ -43,8 +44,8 @@ type Redlock struct {
 type redlockNode struct {
 	addr   string
 	drv    *goredis.Driver
-	notify *notifier   // the node's subscription, for waiters (redlock_wait.go)
-	health *nodeHealth // whether it answers (redlock_silent.go)
+	notify *notify.Notifier // the node's subscription, for waiters (redlock_wait.go)
+	health *nodeHealth      // whether it answers (redlock_silent.go)
 }
 
 // NewRedlock returns a Redlock over nodes, one go-redis client
@@ -113,7 +114,7 @@ func NewRedlock(nodes []RedisClient, opts ...Option) (*Redlock, error) {
 	}
 	r.wd = newWatchdog(nil)
 	for i := range r.nodes {
-		r.nodes[i].notify = newNotifier(r.nodes[i].drv, cfg.logger)
+		r.nodes[i].notify = notify.New(r.nodes[i].drv, cfg.logger)
 	}
 	return r, nil
 }
@@ -252,7 +253,7 @@ func (r *Redlock) Close() error {
 		r.wd.close()
 		err = closeWithin(deadline, "Redlock.Close", func() {
 			for _, n := range r.nodes {
-				n.notify.close()
+				n.notify.Close()
 			}
 			r.workers.Close()
 			for _, n := range r.nodes {
@@ -631,7 +632,7 @@ func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireRes
 	// is likely taken then, and the script answers a taken key in one
 	// round trip where the SET would add one.
 	setNX := func(ctx context.Context, i int, c *driver.Call) bool {
-		return !r.nodes[i].notify.confirmed(m.key) && r.nodes[i].drv.SetNX(ctx, c, m.key, owner, px)
+		return !r.nodes[i].notify.Confirmed(m.key) && r.nodes[i].drv.SetNX(ctx, c, m.key, owner, px)
 	}
 	replies, tail := r.fanoutFirst(ctx, deadline, calls, r.acquireDecided, setNX)
 	elapsed := time.Since(start)

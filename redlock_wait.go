@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/notify"
 )
 
 // How RedlockMutex.Lock waits.
@@ -201,7 +203,7 @@ type redlockListener struct {
 	r       *Redlock
 	channel string
 	signal  chan struct{}
-	waiters []*waiter
+	waiters []*notify.Waiter
 }
 
 // listen registers a waiter on channel at every node. Register before the
@@ -209,16 +211,16 @@ type redlockListener struct {
 // unregisters. The waiters' owner value only matters to grants, which a
 // Redlock never publishes.
 func (r *Redlock) listen(channel string) *redlockListener {
-	l := &redlockListener{r: r, channel: channel, signal: make(chan struct{}, 1), waiters: make([]*waiter, len(r.nodes))}
+	l := &redlockListener{r: r, channel: channel, signal: make(chan struct{}, 1), waiters: make([]*notify.Waiter, len(r.nodes))}
 	for i, n := range r.nodes {
-		l.waiters[i] = n.notify.registerSignal(channel, "redlock", l.signal)
+		l.waiters[i] = n.notify.RegisterSignal(channel, "redlock", l.signal)
 	}
 	return l
 }
 
 func (l *redlockListener) stop() {
 	for i, n := range l.r.nodes {
-		n.notify.unregister(l.channel, l.waiters[i])
+		n.notify.Unregister(l.channel, l.waiters[i])
 	}
 }
 
@@ -232,7 +234,7 @@ func (r *Redlock) hears(channel string) bool {
 	n := len(r.nodes)
 	confirmed := 0
 	for _, nd := range r.nodes {
-		if nd.notify.confirmed(channel) {
+		if nd.notify.Confirmed(channel) {
 			confirmed++
 		}
 	}
@@ -265,7 +267,7 @@ func (l *redlockListener) subscribe(ctx context.Context, timeout time.Duration) 
 	asked := 0
 	detached := context.WithoutCancel(ctx)
 	for i, nd := range l.r.nodes {
-		if nd.notify.confirmed(l.channel) {
+		if nd.notify.Confirmed(l.channel) {
 			continue
 		}
 		asked++
@@ -273,7 +275,7 @@ func (l *redlockListener) subscribe(ctx context.Context, timeout time.Duration) 
 		l.r.workers.Go(func() {
 			sctx, cancel := context.WithTimeout(detached, timeout)
 			defer cancel()
-			results <- outcome{i, nd.notify.subscribe(sctx, l.channel)}
+			results <- outcome{i, nd.notify.Subscribe(sctx, l.channel)}
 		})
 	}
 	list := make([]error, len(l.r.nodes))

@@ -322,7 +322,7 @@ func (h *reentrantHold) sendRelease(ctx context.Context, member string) (ended b
 		if err != nil || !ok {
 			return true, errs.Unexpected(call.Reply)
 		}
-		m.c.notify.deliver(m.keys.channel(), next, v[1], ms(v[2]))
+		m.c.notify.Deliver(m.keys.channel(), next, v[1], ms(v[2]))
 		return true, nil
 	}
 	return false, errs.Unexpected(call.Reply)
@@ -374,7 +374,7 @@ func (h *reentrantHold) makeLease(ctx context.Context, cfg *config, member strin
 	token := max(r.fence, anchor.lease.token)
 	// The owner's other holds still queued join this one now: a grant
 	// names one hold, so nothing else would tell them before their poll.
-	m.c.notify.wakeMatching(m.keys.channel(), func(queued string) bool {
+	m.c.notify.WakeMatching(m.keys.channel(), func(queued string) bool {
 		return queued != member && isHoldOf(queued, h.owner)
 	})
 	l := &Lease{

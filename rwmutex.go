@@ -358,7 +358,7 @@ func (rw *RWMutex) deliver(grants []any) bool {
 		if !ok1 || !ok2 || !ok3 || len(member) < 2 {
 			return false
 		}
-		rw.c.notify.deliver(rw.keys.holders, member[1:], fence, ms(px))
+		rw.c.notify.Deliver(rw.keys.holders, member[1:], fence, ms(px))
 	}
 	return true
 }

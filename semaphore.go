@@ -351,7 +351,7 @@ func (s *Semaphore) grantsResult(call *driver.Call) (int64, error) {
 		if err != nil || !ok {
 			return 0, errs.Unexpected(call.Reply)
 		}
-		s.c.notify.deliver(s.keys.channel(), owner, v[0], ms(v[1]))
+		s.c.notify.Deliver(s.keys.channel(), owner, v[0], ms(v[1]))
 	}
 	return head, nil
 }

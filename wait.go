@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/notify"
 	"github.com/dlock-go/dlock/internal/ownerid"
 )
 
@@ -102,12 +103,12 @@ func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait 
 		// most locks are free, and a grant published before the waiter
 		// registers is kept for it by the notifier.
 		channel := q.channel()
-		confirmed := !cfg.wait.spin && c.notify.expect(channel, owner)
+		confirmed := !cfg.wait.spin && c.notify.Expect(channel, owner)
 		start := time.Now()
 		countAttempt(ctx, cfg)
 		r, err := q.attempt(ctx, owner, true)
 		if confirmed && (err != nil || r.granted) {
-			c.notify.forget(channel, owner)
+			c.notify.Forget(channel, owner)
 		}
 		if err == nil && r.granted {
 			l, err := c.leaseFor(ctx, q, cfg, owner, r, start)
@@ -295,14 +296,14 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 		began = spec.first.start // the wait, as the caller sees it, began with that attempt
 	}
 	var signal <-chan struct{}
-	var w *waiter
+	var w *notify.Waiter
 	notify := !cfg.wait.spin
 	if notify {
 		// Register before the first attempt: a grant published between
 		// that attempt's reply and a later registration would be lost.
-		w = c.notify.register(spec.channel, spec.owner)
-		defer c.notify.unregister(spec.channel, w)
-		signal = w.signal
+		w = c.notify.Register(spec.channel, spec.owner)
+		defer c.notify.Unregister(spec.channel, w)
+		signal = w.Signal
 	}
 	abandon := func(cause error) {
 		if spec.abandon != nil {
@@ -354,7 +355,7 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 			start, confirmedBefore, r, err = f.start, f.confirmed, f.result, f.err
 		} else {
 			start = time.Now()
-			confirmedBefore = subscribed || c.notify.confirmed(spec.channel)
+			confirmedBefore = subscribed || c.notify.Confirmed(spec.channel)
 			countAttempt(ctx, cfg)
 			r, err = spec.attempt(ctx)
 		}
@@ -431,8 +432,8 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 		for {
 			select {
 			case <-signal:
-				if g, ok := w.takeGrant(); ok {
-					if g.fence > st.lastFence {
+				if g, ok := w.TakeGrant(); ok {
+					if g.Fence > st.lastFence {
 						from := st.since
 						if member != nil {
 							// A waiter whose place the leader keeps
@@ -443,7 +444,7 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 							// came with its claim window already over).
 							from = c.places.since(member, from)
 						}
-						return attemptResult{granted: true, fence: g.fence, pttl: g.px, grantedAtUs: g.atUs}, from, nil
+						return attemptResult{granted: true, fence: g.Fence, pttl: g.PX, grantedAtUs: g.AtUs}, from, nil
 					}
 					// Made before an attempt that then found the lock
 					// taken, and heard only now (the subscription lagged):
@@ -452,7 +453,7 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 					// validity from after the attempt, and could overlap
 					// the holder that attempt saw.
 					cfg.logger.Debug("dlock: ignoring a grant heard after a later attempt found the lock taken",
-						slog.String("lock", spec.name), slog.Int64("token", g.fence), slog.Int64("last token seen", st.lastFence))
+						slog.String("lock", spec.name), slog.Int64("token", g.Fence), slog.Int64("last token seen", st.lastFence))
 				}
 				break wait
 			case <-timer.C:
@@ -509,11 +510,11 @@ type subscribing struct {
 }
 
 // start subscribes n to channel, giving up after limit or when ctx ends.
-func (s *subscribing) start(ctx context.Context, limit time.Duration, n *notifier, channel string) {
+func (s *subscribing) start(ctx context.Context, limit time.Duration, n *notify.Notifier, channel string) {
 	sctx, cancel := context.WithTimeout(ctx, limit)
 	done := make(chan error, 1)
 	s.done, s.cancel = done, cancel
-	go func() { done <- n.subscribe(sctx, channel) }()
+	go func() { done <- n.Subscribe(sctx, channel) }()
 }
 
 // end forgets the subscription once its outcome was received.

@@ -1,4 +1,7 @@
-package dlock
+// Package notify multiplexes one pub/sub subscription per Redis deployment
+// across every lock name a process waits for: it routes each grant message
+// to the waiter it names and wakes the others to ask the server again.
+package notify
 
 import (
 	"context"
@@ -9,22 +12,24 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/config"
+	"github.com/dlock-go/dlock/internal/errs"
 )
 
-// subscriptionLinger is how long a channel stays subscribed after its last
+// Linger is how long a channel stays subscribed after its last
 // local waiter left. A contended lock keeps getting waiters, and re-subscribing
 // for each would add a round trip to every wait.
-const subscriptionLinger = 30 * time.Second
+const Linger = 30 * time.Second
 
 // notifier is one pub/sub subscription to a Redis deployment (a Client's, or
 // one Redlock node's), multiplexed across every lock name: a channel is
-// subscribed while some local waiter waits on it (and for subscriptionLinger
+// subscribed while some local waiter waits on it (and for Linger
 // after), and each message is routed to the waiter it names. It implements
 // driver.Handler.
-type notifier struct {
+type Notifier struct {
 	drv    driver.Driver // opens the subscription, at the first wait
 	logger *slog.Logger
-	linger time.Duration // subscriptionLinger; tests shorten it (export_test.go)
+	linger time.Duration // Linger; tests shorten it (SetLinger)
 
 	mu       sync.Mutex
 	sub      driver.Subscription
@@ -36,7 +41,7 @@ type notifier struct {
 	// that attempt, and a grant to it may arrive first. The value is the
 	// grant once it came. Every other client on the channel hears the same
 	// grant and drops it at once.
-	expected map[expectKey]*handoff
+	expected map[expectKey]*Grant
 }
 
 type expectKey struct{ channel, owner string }
@@ -44,7 +49,7 @@ type expectKey struct{ channel, owner string }
 type channelState struct {
 	// waiters by the owner grants name; a few goroutines may share one
 	// owner (a reentrant lock's), and the first of them takes a grant.
-	waiters   map[string][]*waiter
+	waiters   map[string][]*Waiter
 	confirmed bool // the server confirmed the subscription
 	// unsure: the last subscribe failed, but its SUBSCRIBE may have
 	// reached the server (a wait that ended before the confirmation did),
@@ -55,44 +60,44 @@ type channelState struct {
 	idle    *time.Timer   // unsubscribes after the linger, when no waiter is left
 }
 
-// waiter is one Lock call waiting for a lock. The notifier sets its grant and
+// Waiter is one Lock call waiting for a lock. The notifier sets its grant and
 // signals it; the waiting goroutine takes the grant.
-type waiter struct {
+type Waiter struct {
 	owner  string
-	signal chan struct{} // capacity 1: a grant arrived, or the server must be asked again
+	Signal chan struct{} // capacity 1: a grant arrived, or the server must be asked again
 	mu     sync.Mutex
-	grant  *handoff
+	grant  *Grant
 }
 
-// handoff is a grant received for a waiter: the release script made it the
+// Grant is a grant received for a waiter: the release script made it the
 // lock's owner with this fencing token, for a claim window of px.
-type handoff struct {
-	fence int64
-	px    time.Duration
-	// atUs is when it was granted, in µs: of the server's clock for a
+type Grant struct {
+	Fence int64
+	PX    time.Duration
+	// AtUs is when it was granted, in µs: of the server's clock for a
 	// grant message, of this host's for one delivered by this client's
-	// release (deliver); 0 unknown.
-	atUs int64
+	// release (Deliver); 0 unknown.
+	AtUs int64
 }
 
-func newNotifier(drv driver.Driver, logger *slog.Logger) *notifier {
-	return &notifier{drv: drv, logger: logger, linger: subscriptionLinger, channels: make(map[string]*channelState)}
+func New(drv driver.Driver, logger *slog.Logger) *Notifier {
+	return &Notifier{drv: drv, logger: logger, linger: Linger, channels: make(map[string]*channelState)}
 }
 
 // register adds a waiter for owner on channel. Register before the first
 // acquire attempt, so that a grant published right after it is not missed.
-func (n *notifier) register(channel, owner string) *waiter {
-	return n.registerSignal(channel, owner, make(chan struct{}, 1))
+func (n *Notifier) Register(channel, owner string) *Waiter {
+	return n.RegisterSignal(channel, owner, make(chan struct{}, 1))
 }
 
 // registerSignal is register with the waiter's signal given: a Redlock
 // waiter listens to every node with one channel (capacity 1).
-func (n *notifier) registerSignal(channel, owner string, signal chan struct{}) *waiter {
-	w := &waiter{owner: owner, signal: signal}
+func (n *Notifier) RegisterSignal(channel, owner string, signal chan struct{}) *Waiter {
+	w := &Waiter{owner: owner, Signal: signal}
 	n.mu.Lock()
 	cs := n.channels[channel]
 	if cs == nil {
-		cs = &channelState{waiters: make(map[string][]*waiter)}
+		cs = &channelState{waiters: make(map[string][]*Waiter)}
 		n.channels[channel] = cs
 	}
 	if cs.idle != nil && cs.idle.Stop() {
@@ -106,9 +111,9 @@ func (n *notifier) registerSignal(channel, owner string, signal chan struct{}) *
 		switch g {
 		case nil:
 		case askAgain:
-			w.wake(nil)
+			w.Wake(nil)
 		default:
-			w.wake(g)
+			w.Wake(g)
 		}
 	}
 	n.mu.Unlock()
@@ -116,7 +121,7 @@ func (n *notifier) registerSignal(channel, owner string, signal chan struct{}) *
 }
 
 // unregister removes a waiter. The channel stays subscribed for the linger.
-func (n *notifier) unregister(channel string, w *waiter) {
+func (n *Notifier) Unregister(channel string, w *Waiter) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	cs := n.channels[channel]
@@ -131,7 +136,7 @@ func (n *notifier) unregister(channel string, w *waiter) {
 
 // idleLocked lets go of a channel without waiters: at once when it was
 // never subscribed, after the linger otherwise.
-func (n *notifier) idleLocked(channel string, cs *channelState) {
+func (n *Notifier) idleLocked(channel string, cs *channelState) {
 	if !cs.confirmed && !cs.unsure || n.closed {
 		delete(n.channels, channel)
 		return
@@ -141,7 +146,7 @@ func (n *notifier) idleLocked(channel string, cs *channelState) {
 }
 
 // removeWaiter deletes w from its owner's list; false if it was not there.
-func removeWaiter(waiters map[string][]*waiter, w *waiter) bool {
+func removeWaiter(waiters map[string][]*Waiter, w *Waiter) bool {
 	list := waiters[w.owner]
 	for i, x := range list {
 		if x == w {
@@ -163,7 +168,7 @@ func removeWaiter(waiters map[string][]*waiter, w *waiter) bool {
 // new waiter's SUBSCRIBE could pass the UNSUBSCRIBE, which then undid it:
 // the notifier counted the channel confirmed while the server sent nothing,
 // and waiters were woken by their polls only.)
-func (n *notifier) expire(channel string, cs *channelState) {
+func (n *Notifier) expire(channel string, cs *channelState) {
 	defer n.lingers.Done()
 	n.mu.Lock()
 	if n.closed || n.channels[channel] != cs || len(cs.waiters) > 0 || cs.pending != nil {
@@ -194,7 +199,7 @@ func (n *notifier) expire(channel string, cs *channelState) {
 // grant to owner that arrives before owner's waiter registers. Call it
 // right before an attempt that may queue owner, and forget when the
 // attempt ends without a wait.
-func (n *notifier) expect(channel, owner string) bool {
+func (n *Notifier) Expect(channel, owner string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	cs := n.channels[channel]
@@ -202,14 +207,14 @@ func (n *notifier) expect(channel, owner string) bool {
 		return false
 	}
 	if n.expected == nil {
-		n.expected = make(map[expectKey]*handoff)
+		n.expected = make(map[expectKey]*Grant)
 	}
 	n.expected[expectKey{channel, owner}] = nil
 	return true
 }
 
 // forget drops what expect arranged for owner.
-func (n *notifier) forget(channel, owner string) {
+func (n *Notifier) Forget(channel, owner string) {
 	n.mu.Lock()
 	delete(n.expected, expectKey{channel, owner})
 	n.mu.Unlock()
@@ -217,7 +222,7 @@ func (n *notifier) forget(channel, owner string) {
 
 // confirmed reports whether channel's subscription is in place, so that a
 // message published from now on reaches this client.
-func (n *notifier) confirmed(channel string) bool {
+func (n *Notifier) Confirmed(channel string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	cs := n.channels[channel]
@@ -226,12 +231,12 @@ func (n *notifier) confirmed(channel string) bool {
 
 // subscribe makes sure channel is subscribed, waiting for the server's
 // confirmation. A waiter must be registered on channel.
-func (n *notifier) subscribe(ctx context.Context, channel string) error {
+func (n *Notifier) Subscribe(ctx context.Context, channel string) error {
 	for {
 		n.mu.Lock()
 		if n.closed {
 			n.mu.Unlock()
-			return ErrClosed
+			return errs.Closed
 		}
 		cs := n.channels[channel]
 		if cs == nil || cs.confirmed {
@@ -273,8 +278,8 @@ func (n *notifier) subscribe(ctx context.Context, channel string) error {
 
 // Message implements driver.Handler. A grant reads "<fence> <px ms> <owner>";
 // anything else wakes every waiter on the channel to ask the server again.
-func (n *notifier) Message(channel, payload string) {
-	if g, owner, ok := parseGrant(payload); ok {
+func (n *Notifier) Message(channel, payload string) {
+	if g, owner, ok := ParseGrant(payload); ok {
 		n.deliverGrant(channel, owner, g)
 		return
 	}
@@ -283,7 +288,7 @@ func (n *notifier) Message(channel, payload string) {
 	if cs := n.channels[channel]; cs != nil {
 		for _, list := range cs.waiters {
 			for _, w := range list {
-				w.wake(nil)
+				w.Wake(nil)
 			}
 		}
 	}
@@ -292,13 +297,13 @@ func (n *notifier) Message(channel, payload string) {
 // Reset implements driver.Handler: messages may have been lost while the
 // subscription was down, or its Redis client was closed, so every waiter
 // asks the server again.
-func (n *notifier) Reset() {
+func (n *Notifier) Reset() {
 	n.mu.Lock()
 	waiting := 0
 	for _, cs := range n.channels {
 		for _, list := range cs.waiters {
 			for _, w := range list {
-				w.wake(nil)
+				w.Wake(nil)
 				waiting++
 			}
 		}
@@ -313,12 +318,12 @@ func (n *notifier) Reset() {
 // stamped here, as the release's reply comes: its hand-off latency is then
 // measured on this host's clock alone, as a local hand-off's is from its
 // transfer's reply.
-func (n *notifier) deliver(channel, owner string, fence int64, px time.Duration) {
-	n.deliverGrant(channel, owner, handoff{fence: fence, px: px, atUs: time.Now().UnixMicro()})
+func (n *Notifier) Deliver(channel, owner string, fence int64, px time.Duration) {
+	n.deliverGrant(channel, owner, Grant{Fence: fence, PX: px, AtUs: time.Now().UnixMicro()})
 }
 
 // deliverGrant is deliver for a grant heard with its time.
-func (n *notifier) deliverGrant(channel, owner string, g handoff) {
+func (n *Notifier) deliverGrant(channel, owner string, g Grant) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	cs := n.channels[channel]
@@ -334,30 +339,30 @@ func (n *notifier) deliverGrant(channel, owner string, g handoff) {
 	}
 	for i, w := range waiters {
 		if i == 0 {
-			w.wake(&g)
+			w.Wake(&g)
 		} else {
-			w.wake(nil) // the owner holds it now: the others join it
+			w.Wake(nil) // the owner holds it now: the others join it
 		}
 	}
 }
 
 // askAgain, kept as an expected owner's grant, is a wake-up without a grant
 // (wakeMatching) that came before the owner's waiter registered.
-var askAgain = new(handoff)
+var askAgain = new(Grant)
 
 // wakeMatching asks every waiter on channel whose grants name an owner that
 // match accepts to ask the server again, including those whose first
 // attempt is still in flight (expect). A reentrant lock's holds queue apart
 // (each names its own hold), so when one is granted, the owner's others
 // join it at once instead of waiting for a poll.
-func (n *notifier) wakeMatching(channel string, match func(owner string) bool) {
+func (n *Notifier) WakeMatching(channel string, match func(owner string) bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if cs := n.channels[channel]; cs != nil {
 		for owner, list := range cs.waiters {
 			if match(owner) {
 				for _, w := range list {
-					w.wake(nil)
+					w.Wake(nil)
 				}
 			}
 		}
@@ -370,26 +375,26 @@ func (n *notifier) wakeMatching(channel string, match func(owner string) bool) {
 }
 
 // parseGrant reads "<fence> <px> <granted at µs> <owner>".
-func parseGrant(payload string) (g handoff, owner string, ok bool) {
+func ParseGrant(payload string) (g Grant, owner string, ok bool) {
 	f, rest, ok1 := strings.Cut(payload, " ")
 	p, rest, ok2 := strings.Cut(rest, " ")
 	at, owner, ok3 := strings.Cut(rest, " ")
 	if !ok1 || !ok2 || !ok3 || owner == "" {
-		return handoff{}, "", false
+		return Grant{}, "", false
 	}
 	fence, err1 := strconv.ParseInt(f, 10, 64)
 	ms, err2 := strconv.ParseInt(p, 10, 64)
 	atUs, err3 := strconv.ParseInt(at, 10, 64)
 	// A claim window beyond what a Duration holds would overflow to a
 	// negative one (FuzzGrantMessage); no grant is longer than MaxTTL.
-	if err1 != nil || err2 != nil || err3 != nil || ms <= 0 || ms > MaxTTL.Milliseconds() || atUs < 0 {
-		return handoff{}, "", false
+	if err1 != nil || err2 != nil || err3 != nil || ms <= 0 || ms > config.MaxTTL.Milliseconds() || atUs < 0 {
+		return Grant{}, "", false
 	}
-	return handoff{fence: fence, px: time.Duration(ms) * time.Millisecond, atUs: atUs}, owner, true
+	return Grant{Fence: fence, PX: time.Duration(ms) * time.Millisecond, AtUs: atUs}, owner, true
 }
 
 // wake records a grant (nil: just ask again) and signals the waiter.
-func (w *waiter) wake(g *handoff) {
+func (w *Waiter) Wake(g *Grant) {
 	if g != nil {
 		w.mu.Lock()
 		if w.grant == nil {
@@ -398,13 +403,13 @@ func (w *waiter) wake(g *handoff) {
 		w.mu.Unlock()
 	}
 	select {
-	case w.signal <- struct{}{}:
+	case w.Signal <- struct{}{}:
 	default:
 	}
 }
 
 // takeGrant returns the grant received, if any.
-func (w *waiter) takeGrant() (*handoff, bool) {
+func (w *Waiter) TakeGrant() (*Grant, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	g := w.grant
@@ -413,7 +418,7 @@ func (w *waiter) takeGrant() (*handoff, bool) {
 }
 
 // close ends the subscription. Waiters see the Client's closed channel.
-func (n *notifier) close() {
+func (n *Notifier) Close() {
 	n.mu.Lock()
 	n.closed = true
 	for _, cs := range n.channels {
@@ -427,4 +432,43 @@ func (n *notifier) close() {
 	if sub != nil {
 		_ = sub.Close()
 	}
+}
+
+// SetLinger sets how long a channel stays subscribed after its last waiter
+// left (Linger otherwise); soak tests shorten it.
+func (n *Notifier) SetLinger(d time.Duration) {
+	n.mu.Lock()
+	n.linger = d
+	n.mu.Unlock()
+}
+
+// Counts is what a Notifier keeps: the channels it knows (subscribed or
+// lingering), the waiters registered on them, and the owners whose first
+// attempt's grant it keeps (Expect).
+type Counts struct{ Channels, Waiters, Expected int }
+
+// Counts returns what n keeps now.
+func (n *Notifier) Counts() Counts {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c := Counts{Channels: len(n.channels), Expected: len(n.expected)}
+	for _, cs := range n.channels {
+		for _, ws := range cs.waiters {
+			c.Waiters += len(ws)
+		}
+	}
+	return c
+}
+
+// Waiters returns how many waiters are registered on channel.
+func (n *Notifier) Waiters(channel string) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	w := 0
+	if cs := n.channels[channel]; cs != nil {
+		for _, ws := range cs.waiters {
+			w += len(ws)
+		}
+	}
+	return w
 }

@@ -1,4 +1,4 @@
-package dlock
+package notify
 
 import (
 	"context"
@@ -47,17 +47,17 @@ func TestWaiterArrivingWhileItsChannelExpiresStaysSubscribed(t *testing.T) {
 	srv := redistest.Shared(t)
 	rdb := srv.Client(t)
 	d := &gatedDriver{Driver: goredis.New(rdb), unsubscribing: make(chan struct{}), release: make(chan struct{})}
-	n := newNotifier(d, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	defer n.close()
+	n := New(d, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer n.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	channel := "dlock-test:{" + t.Name() + "}"
 
-	first := n.register(channel, "a")
-	if err := n.subscribe(ctx, channel); err != nil {
+	first := n.Register(channel, "a")
+	if err := n.Subscribe(ctx, channel); err != nil {
 		t.Fatal(err)
 	}
-	n.unregister(channel, first) // starts the linger
+	n.Unregister(channel, first) // starts the linger
 	n.mu.Lock()
 	cs := n.channels[channel]
 	stopped := cs != nil && cs.idle != nil && cs.idle.Stop()
@@ -68,9 +68,9 @@ func TestWaiterArrivingWhileItsChannelExpiresStaysSubscribed(t *testing.T) {
 	go n.expire(channel, cs) // as the linger timer does when it fires
 
 	<-d.unsubscribing
-	second := n.register(channel, "b")
+	second := n.Register(channel, "b")
 	subscribed := make(chan error, 1)
-	go func() { subscribed <- n.subscribe(ctx, channel) }()
+	go func() { subscribed <- n.Subscribe(ctx, channel) }()
 	n.mu.Lock()
 	waitsForTheUnsubscribe := n.channels[channel] == cs
 	n.mu.Unlock()
@@ -88,7 +88,7 @@ func TestWaiterArrivingWhileItsChannelExpiresStaysSubscribed(t *testing.T) {
 	}
 	n.lingers.Wait() // expire has returned
 
-	if !n.confirmed(channel) {
+	if !n.Confirmed(channel) {
 		t.Fatal("the notifier does not count the channel subscribed")
 	}
 	if got := rdb.PubSubNumSub(ctx, channel).Val()[channel]; got != 1 {
@@ -98,9 +98,39 @@ func TestWaiterArrivingWhileItsChannelExpiresStaysSubscribed(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-second.signal:
+	case <-second.Signal:
 	case <-time.After(10 * time.Second):
 		t.Error("the grant published to the new waiter never reached it")
 	}
-	n.unregister(channel, second)
+	n.Unregister(channel, second)
+}
+
+func TestParseGrant(t *testing.T) {
+	cases := []struct {
+		payload string
+		ok      bool
+		fence   int64
+		px      time.Duration
+		atUs    int64
+		owner   string
+	}{
+		{"1795286337723686 3000 1795286337723999 abc;host=h pid=1", true, 1795286337723686, 3 * time.Second, 1795286337723999, "abc;host=h pid=1"},
+		{"7 1 0 o", true, 7, time.Millisecond, 0, "o"},
+		{"7 0 5 o", false, 0, 0, 0, ""},                   // a grant without a claim window is invalid
+		{"7 1 5 ", false, 0, 0, 0, ""},                    // no owner
+		{"7 1 o", false, 0, 0, 0, ""},                     // no grant time
+		{"x 1 5 o", false, 0, 0, 0, ""},                   // not a number
+		{"7 1 -1 o", false, 0, 0, 0, ""},                  // a negative grant time
+		{"wake", false, 0, 0, 0, ""},                      // a plain wake-up
+		{"", false, 0, 0, 0, ""},                          // empty
+		{"1 -5 5 owner", false, 0, 0, 0, ""},              // negative px
+		{"1 9223372036854775807 5 o", false, 0, 0, 0, ""}, // px overflowing a Duration
+	}
+	for _, c := range cases {
+		g, owner, ok := ParseGrant(c.payload)
+		if ok != c.ok || g.Fence != c.fence || g.PX != c.px || g.AtUs != c.atUs || owner != c.owner {
+			t.Errorf("ParseGrant(%q) = %+v, %q, %v; want %d, %v, %d, %q, %v",
+				c.payload, g, owner, ok, c.fence, c.px, c.atUs, c.owner, c.ok)
+		}
+	}
 }

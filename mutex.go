@@ -3,8 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math"
 	"strings"
 	"time"
 
@@ -114,17 +112,6 @@ func (m *Mutex) channel() string { return m.keys.channel() }
 // of its own (a Mutex's share one: contend.go).
 func (m *Mutex) place(owner string) placeSpec {
 	return placeSpec{queue: m.keys.queue, waiters: m.keys.waiters, member: owner}
-}
-
-// fenceRetention is how long a lock's fencing counter outlives its last
-// grant. Tokens also never fall below the server clock in µs, so they keep
-// increasing after the counter expires; the retention only guards against
-// the server clock stepping back by less than it.
-func fenceRetention(ttl time.Duration) time.Duration {
-	if r := 2 * ttl; r > time.Hour {
-		return r
-	}
-	return time.Hour
 }
 
 // mutexCall is one script call of a Mutex with its arguments, in a single
@@ -357,104 +344,4 @@ func (m *Mutex) renew(ctx context.Context, owner string, px time.Duration, short
 
 func (m *Mutex) remaining(ctx context.Context, owner string) (time.Duration, error) {
 	return ownedRemaining(ctx, m.c.drv, m.keys.lock, owner)
-}
-
-// ownedExtendCall re-arms key for px if owner holds it, shortening its
-// life only when shorten is set.
-func ownedExtendCall(key, owner string, px time.Duration, shorten bool) *driver.Call {
-	return &driver.Call{Script: scripts.OwnedExtend, Keys: []string{key}, Args: extendArgs(shorten, owner, px.Milliseconds())}
-}
-
-// extendArgs returns the arguments of an extend script: args, followed by
-// the flag that lets it shorten a hold when shorten is set.
-func extendArgs(shorten bool, args ...any) []any {
-	if shorten {
-		return append(args, 1)
-	}
-	return args
-}
-
-// ownedExtendResult reads owned_extend replies: renewed only if every key
-// was; ErrNotHeld wins over a transport failure, since it is final.
-func ownedExtendResult(calls []*driver.Call) error {
-	var failed error
-	for _, c := range calls {
-		if c.Err != nil {
-			failed = c.Err
-			continue
-		}
-		switch n, _ := c.Reply.(int64); n {
-		case 1:
-		case 0:
-			return ErrNotHeld
-		default:
-			failed = errs.Unexpected(c.Reply)
-		}
-	}
-	return failed
-}
-
-// ownedRemaining reads key's remaining time if owner holds it.
-func ownedRemaining(ctx context.Context, d driver.Driver, key, owner string) (time.Duration, error) {
-	call := &driver.Call{Script: scripts.OwnedPTTL, Keys: []string{key}, Args: []any{owner}}
-	d.Run(ctx, call)
-	if call.Err != nil {
-		return 0, call.Err
-	}
-	n, ok := call.Reply.(int64)
-	switch {
-	case !ok:
-		return 0, errs.Unexpected(call.Reply)
-	case n == -3:
-		return 0, ErrNotHeld
-	case n < 0:
-		return 0, fmt.Errorf("%w: the key has no expiry", ErrKeyConflict)
-	}
-	return ms(n), nil
-}
-
-func ms(n int64) time.Duration {
-	// Saturate rather than overflow into a negative duration: a key can
-	// carry a PTTL beyond what a Duration holds (FuzzRedlockReply).
-	switch {
-	case n > math.MaxInt64/int64(time.Millisecond):
-		return math.MaxInt64
-	case n < math.MinInt64/int64(time.Millisecond):
-		return math.MinInt64
-	}
-	return time.Duration(n) * time.Millisecond
-}
-
-// reply3 reads the first three elements of an array reply as integers,
-// without the slice replyInts allocates.
-func reply3(reply any) (a, b, c int64, err error) {
-	items, ok := reply.([]any)
-	if !ok || len(items) < 3 {
-		return 0, 0, 0, errs.Unexpected(reply)
-	}
-	var okA, okB, okC bool
-	a, okA = items[0].(int64)
-	b, okB = items[1].(int64)
-	c, okC = items[2].(int64)
-	if !okA || !okB || !okC {
-		return 0, 0, 0, errs.Unexpected(reply)
-	}
-	return a, b, c, nil
-}
-
-// replyInts reads the first n elements of an array reply as integers.
-func replyInts(reply any, n int) ([]int64, error) {
-	items, ok := reply.([]any)
-	if !ok || len(items) < n {
-		return nil, errs.Unexpected(reply)
-	}
-	out := make([]int64, n)
-	for i := range out {
-		v, ok := items[i].(int64)
-		if !ok {
-			return nil, errs.Unexpected(reply)
-		}
-		out[i] = v
-	}
-	return out, nil
 }

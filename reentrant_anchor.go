@@ -1,0 +1,181 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// reentrantOwner is the anchor's holder: the lock as held by one owner,
+// renewed once for all its holds.
+type reentrantOwner ReentrantMutex
+
+var _ batchRenewer = (*reentrantOwner)(nil)
+
+func (o *reentrantOwner) lockName() string { return o.name }
+
+func (o *reentrantOwner) renewCalls(owner string, px time.Duration, shorten bool) []*driver.Call {
+	// The holds set lives and dies with the lock.
+	c := ownedExtendCall(o.keys.lock, owner, px, shorten)
+	c.Keys = append(c.Keys, o.holds)
+	return []*driver.Call{c}
+}
+
+func (o *reentrantOwner) renewResult(calls []*driver.Call) error { return ownedExtendResult(calls) }
+
+func (o *reentrantOwner) renew(ctx context.Context, owner string, px time.Duration, shorten bool) error {
+	return renewVia(ctx, o.c.drv, o, owner, px, shorten)
+}
+
+func (o *reentrantOwner) remaining(ctx context.Context, owner string) (time.Duration, error) {
+	return ownedRemaining(ctx, o.c.drv, o.keys.lock, owner)
+}
+
+// release is never used: holds are released one by one through their own
+// leases, and the anchor retires with the last of them.
+func (o *reentrantOwner) release(context.Context, string) error { return nil }
+
+// anchorKey identifies one grant of a reentrant lock to an owner: grant is
+// the value the lock's key holds while it lasts (reentrantHold.grantValue).
+type anchorKey struct{ lock, grant string }
+
+// anchorSet is a Client's anchors: for each grant of a reentrant lock to an
+// owner of the Client, the internal lease the watchdog renews, and how many
+// holds hang on it. A later grant to the same owner, after the earlier one
+// vanished (ForceUnlock, eviction), has an anchor of its own: the earlier
+// one's renewals fail, and its holds are lost.
+type anchorSet struct {
+	mu      sync.Mutex
+	anchors map[anchorKey]*anchor
+}
+
+type anchor struct {
+	key   anchorKey
+	lease *Lease
+	// holds and releasing (guarded by anchorSet.mu) count the holds on the
+	// anchor and those of them whose release is in flight.
+	holds, releasing int
+	// pauseMu orders the decisions to pause and resume the anchor's
+	// renewals with the watchdog calls that carry them out; paused (guarded
+	// by pauseMu) says the renewals are paused.
+	pauseMu sync.Mutex
+	paused  bool
+}
+
+// attach returns the live anchor for key, or makes one with create, and
+// counts one more hold on it.
+func (s *anchorSet) attach(key anchorKey, create func() (*Lease, error)) (*anchor, error) {
+	if a := s.join(key); a != nil {
+		return a, nil
+	}
+	l, err := create() // may claim the lock: a round trip, not under mu
+	if err != nil {
+		return nil, err
+	}
+	if a := s.join(key); a != nil {
+		// Another hold made one meanwhile; it renews the same key.
+		l.wd.retire(l)
+		return a, nil
+	}
+	a := &anchor{key: key, lease: l, holds: 1}
+	s.mu.Lock()
+	if s.anchors == nil {
+		s.anchors = make(map[anchorKey]*anchor)
+	}
+	s.anchors[key] = a
+	s.mu.Unlock()
+	l.onLoss(func(error) { s.forget(a) })
+	return a, nil
+}
+
+// join counts one more hold on key's live anchor, if there is one.
+func (s *anchorSet) join(key anchorKey) *anchor {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a := s.anchors[key]; a != nil && a.lease.lossErr() == nil {
+		a.holds++
+		return a
+	}
+	return nil
+}
+
+// beginRelease counts one more release in flight on a. When every hold on
+// a is then being released, any of these releases may be the owner's last:
+// a's renewals stop (waiting for one in flight) before it is sent.
+// endRelease resumes them when a release leaves a hold that is not being
+// released. It fails when ctx ends while a renewal in flight is waited for;
+// endRelease follows it either way.
+func (s *anchorSet) beginRelease(ctx context.Context, a *anchor) error {
+	a.pauseMu.Lock()
+	defer a.pauseMu.Unlock()
+	s.mu.Lock()
+	a.releasing++
+	pause := !a.paused && a.releasing >= a.holds && s.anchors[a.key] == a
+	s.mu.Unlock()
+	if !pause {
+		return nil
+	}
+	err := a.lease.wd.beginUnlock(ctx, a.lease, true)
+	switch {
+	case err == nil:
+		a.paused = true
+	case isRenewalPending(err):
+		return err
+	}
+	return nil // lost or retired meanwhile: the release finds out
+}
+
+// endRelease counts a release done, and with ended (the hold is gone) or
+// failed (its release may not have landed) one hold less on a: the last
+// hold retires a. A hold granted meanwhile keeps it: the
+// anchor renews the key by owner, whichever grant put the owner there (and
+// renews again if it was paused). When the last hold's release failed, the
+// release may not have landed: a ends lost, unrenewed, and the lock expires
+// within its TTL, as a Mutex's does after a failed release. (Counted on,
+// the failed hold kept the lock renewed for as long as the process lived,
+// with no Lease left to release it.)
+func (s *anchorSet) endRelease(a *anchor, ended bool, failed error) {
+	a.pauseMu.Lock()
+	defer a.pauseMu.Unlock()
+	s.mu.Lock()
+	a.releasing--
+	if ended || failed != nil {
+		a.holds--
+	}
+	current := s.anchors[a.key] == a
+	last := current && a.holds <= 0
+	if last {
+		delete(s.anchors, a.key)
+	}
+	resume := !last && a.paused && (a.holds > a.releasing || !current)
+	s.mu.Unlock()
+	wd := a.lease.wd
+	switch {
+	case last && failed != nil && a.paused:
+		wd.endUnlock(a.lease, failed) // ends it lost
+	case last && failed != nil:
+		// Not retire, which would wait for the renewal in flight that a
+		// silent server has kept from returning.
+		wd.lose(a.lease, fmt.Sprintf("releasing the owner's last hold failed (%v), and the release may still reach Redis", failed))
+	case last && a.paused:
+		wd.endUnlock(a.lease, nil)
+	case last:
+		wd.retire(a.lease)
+	case resume:
+		wd.resume(a.lease)
+	default:
+		return
+	}
+	a.paused = false
+}
+
+func (s *anchorSet) forget(a *anchor) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.anchors[a.key] == a {
+		delete(s.anchors, a.key)
+	}
+}

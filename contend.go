@@ -48,15 +48,11 @@ import (
 // included, is served by the turn's local hand-offs, in arrival order. The
 // Unlock that ends the turn first makes the first local waiter the head
 // again, which queues at the back of the lock's queue in Redis, then
-// releases through that queue. Before, the next waiter became the head as
-// soon as the turn began and sat the whole turn out in Redis: it waited two
-// rounds of every process's turn where the others waited one (in the
-// contended benchmark, 58 grants to others in a row against 27). A
-// hand-off that fails, or a grant its waiter cannot take, ends the turn at
+// releases through that queue, so it waits one round of the other
+// processes' turns, as their waiters do, not two. A hand-off that fails, or a grant its waiter cannot take, ends the turn at
 // once (endTurn). Should the turn end with nobody to end it (a holder that
 // never unlocks, a lease lost before Unlock), the first waiter becomes the
-// head itself after standbyGrace without a hand-off: there always was a
-// head in Redis before. Outside a turn (a goroutine of this Client waits
+// head itself after standbyGrace without a hand-off. Outside a turn (a goroutine of this Client waits
 // in Redis: it queued while another took the lock without queueing, or it
 // stood by longer than standbyGrace) an Unlock goes through the queue in
 // Redis, which serves that head in its order: a local hand-off past it
@@ -72,11 +68,10 @@ type localQueueKey struct {
 }
 
 // maxLocalHandoffs bounds local hand-offs in a row (see above): a process
-// whose head was granted the lock through Redis passes it on to up to 7
-// more of its goroutines before the queue in Redis is served. In the
-// contended benchmark (16 goroutines in 4 processes on one lock), 3 gave
-// about 12,000 acquisitions/s, 7 about 17,000, 15 no more than 7 and a
-// longer longest wait; at 7 no goroutine waited over 10 ms.
+// whose head was granted the lock through Redis passes it on to up to this
+// many more of its goroutines before the queue in Redis is served. It
+// trades throughput against the longest wait; bench/levers.md has the
+// measurements behind the choice.
 const maxLocalHandoffs = 7
 
 // standbyGrace is how long the first local waiter of a turn (see "A
@@ -85,7 +80,7 @@ const maxLocalHandoffs = 7
 // one the waiter is queued in Redis, and the holder's Unlock ends the turn
 // through the queue, where other processes may come first. Local hand-offs
 // are worth their unfairness to those only while a hand-off through Redis
-// (about 0.1 ms) is a real share of the hold (docs/design.md). A turn that
+// (a round trip) is a real share of the hold (docs/design.md). A turn that
 // ended without an Unlock delays its waiters by no more than this.
 const standbyGrace = 10 * time.Millisecond
 

@@ -122,9 +122,9 @@ func (w *watchdog) endUnlock(l *Lease, err error) {
 		funcs = w.loseLocked(l, "it expired or was taken over before Unlock")
 		l.state = leaseReleased
 	default:
-		// Before, the lease went back to being held until its deadline,
-		// while the release could still land: another owner could then
-		// take the lock under a lease that said it was held.
+		// The release may still land, so the lease cannot go back to
+		// being held until its deadline: another owner could then take
+		// the lock under a lease that says it is held.
 		l.state = leaseHeld // for the Unlock called again
 		l.lostInEnd = l.lostInEnd || l.err == nil
 		reason := fmt.Sprintf("releasing it failed (%v), and the release may still reach Redis", err)

@@ -17,31 +17,14 @@ import (
 // Get one from Client.Mutex; it is an immutable descriptor, safe for
 // concurrent use, and cheap to create per call.
 //
-// Waiters queue in Redis in arrival order. Unlock hands the lock straight to
-// the first live waiter (no race among waiters, no free moment for others to
-// barge in) and tells it through the Client's shared subscription. A waiter
-// that gives up leaves the queue at once; one that dies leaves it when its
-// waiter lease (WithWaiterLease) runs out.
+// Waiters are served in arrival order and handed the lock by the release,
+// without polling. Goroutines of one Client share one place in the queue
+// and hand the lock to each other directly, a bounded number of times in a
+// row before the queue in Redis is served (docs/waiting.md has the rule and
+// why); FairMutex serves every waiter in strict order instead.
 //
-// Goroutines of one Client waiting for the same name share one place in
-// that queue: they line up locally, in arrival order, and only the first of
-// them waits in Redis. A thousand waiting goroutines cost Redis what one
-// does. A grant to the Client begins its turn: each Unlock hands the lock
-// straight to the next goroutine in the local line, in one script and
-// without a message, up to 7 times in a row, and the Unlock that ends the
-// turn puts the goroutine then first in line back in the queue in Redis,
-// at the back. So the queue is served at least every 8th grant, under
-// contention most hand-offs cost one small script, and the Client's
-// goroutines are served in arrival order: a goroutine waiting in Redis is
-// never passed over (an Unlock hands over locally only while none of its
-// Client's goroutines waits there). FairMutex gives every waiter its own
-// place instead, and never hands over locally: its order is strict across
-// goroutines.
-//
-// A Mutex is not reentrant (unlike Redisson's RLock): a Lock by whoever
-// already holds it waits like any other, until the holder's Unlock or ctx's
-// end, so a call chain that may lock the same name twice needs a
-// ReentrantMutex.
+// A Mutex is not reentrant: a Lock by whoever already holds it waits like
+// any other; use a ReentrantMutex for that.
 type Mutex struct {
 	c    *Client
 	name string
@@ -237,8 +220,7 @@ func (m *Mutex) unlock(ctx context.Context, owner string) error {
 		// reported before any write. The lock is still owner's, so the
 		// waiter starts over and the release through the queue in Redis
 		// frees the lock: its first write frees memory, and it reports a
-		// foreign key after releasing. (Before, Unlock failed and the
-		// lock stayed held until its TTL, however often it was retried.)
+		// foreign key after releasing.
 		// Not when the Redis client sent the script twice: the error may
 		// be the second sending's, after the first moved the lock to next.
 		restart()
@@ -249,8 +231,8 @@ func (m *Mutex) unlock(ctx context.Context, owner string) error {
 		// it unknown whether the script ran, next may hold the key, for
 		// a whole TTL, and nobody knows next: it is given back once the
 		// call is done with, as a waiter's place is after an abandoned
-		// attempt. (Before, the lock stayed held by nobody until it
-		// expired, and a retried Unlock could not free it.)
+		// attempt, so the lock never stays held by nobody until it
+		// expires.
 		restart()
 		if !errors.Is(err, ErrNotHeld) {
 			m.c.abandon(ctx, m, &m.cfg, next, err, nil)

@@ -25,7 +25,7 @@ import (
 // hold, a FairMutex's strict order.)
 //
 // So the waiters of one Client on one lock form a group. Its first member,
-// the leader, waits as every waiter used to: it asks again a third of the
+// the leader, waits as a lone waiter does: it asks again a third of the
 // way into its lease, and just after the holder's key expires (in case the
 // holder died: its attempt then hands the lock to the queue's head). After
 // its own attempt it renews the others' leases, all in one call

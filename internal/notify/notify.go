@@ -148,10 +148,9 @@ func removeWaiter(waiters map[string][]*Waiter, w *Waiter) bool {
 // expire unsubscribes a channel that stayed without waiters for the linger.
 // The channel stays in n.channels, unconfirmed and pending, until the
 // server has been told: a waiter that comes meanwhile subscribes after the
-// UNSUBSCRIBE, not before it. (Before, the channel left the map first, so a
-// new waiter's SUBSCRIBE could pass the UNSUBSCRIBE, which then undid it:
-// the notifier counted the channel confirmed while the server sent nothing,
-// and waiters were woken by their polls only.)
+// UNSUBSCRIBE, not before it: a SUBSCRIBE that passed the UNSUBSCRIBE would
+// be undone by it, and the notifier would count the channel confirmed while
+// the server sent nothing.
 func (n *Notifier) expire(channel string, cs *channelState) {
 	defer n.lingers.Done()
 	n.mu.Lock()

@@ -137,19 +137,6 @@ func (h *rwHalf) renew(ctx context.Context, owner string, px time.Duration, shor
 
 // remaining runs rw_pttl.lua and translates its reply.
 func (h *rwHalf) remaining(ctx context.Context, owner string) (time.Duration, error) {
-	call := &driver.Call{Script: scripts.RWPTTL, Keys: []string{h.rw.keys.holders}, Args: []any{h.member(owner)}}
-	h.rw.c.drv.Run(ctx, call)
-	if call.Err != nil {
-		return 0, call.Err
-	}
-	n, ok := call.Reply.(int64)
-	switch {
-	case !ok:
-		return 0, errs.Unexpected(call.Reply)
-	case n == -3:
-		return 0, ErrNotHeld
-	case n < 0:
-		return 0, errs.Unexpected(call.Reply)
-	}
-	return ms(n), nil
+	keys := []string{h.rw.keys.holders}
+	return remainingVia(ctx, h.rw.c.drv, scripts.RWPTTL, keys, h.member(owner), nil)
 }

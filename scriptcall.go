@@ -104,7 +104,14 @@ func ownedExtendResult(calls []*driver.Call) error {
 
 // ownedRemaining reads key's remaining time if owner holds it.
 func ownedRemaining(ctx context.Context, d driver.Driver, key, owner string) (time.Duration, error) {
-	call := &driver.Call{Script: scripts.OwnedPTTL, Keys: []string{key}, Args: []any{owner}}
+	return remainingVia(ctx, d, scripts.OwnedPTTL, []string{key}, owner, fmt.Errorf("%w: the key has no expiry", ErrKeyConflict))
+}
+
+// remainingVia runs a *_pttl script for member and reads its reply: the
+// time left, ErrNotHeld (-3), or negative for any other negative reply
+// (nil: that reply is unexpected).
+func remainingVia(ctx context.Context, d driver.Driver, script *driver.Script, keys []string, member string, negative error) (time.Duration, error) {
+	call := &driver.Call{Script: script, Keys: keys, Args: []any{member}}
 	d.Run(ctx, call)
 	if call.Err != nil {
 		return 0, call.Err
@@ -115,8 +122,10 @@ func ownedRemaining(ctx context.Context, d driver.Driver, key, owner string) (ti
 		return 0, errs.Unexpected(call.Reply)
 	case n == -3:
 		return 0, ErrNotHeld
+	case n < 0 && negative != nil:
+		return 0, negative
 	case n < 0:
-		return 0, fmt.Errorf("%w: the key has no expiry", ErrKeyConflict)
+		return 0, errs.Unexpected(call.Reply)
 	}
 	return ms(n), nil
 }

@@ -171,17 +171,5 @@ func (a *semAcquisition) renew(ctx context.Context, owner string, px time.Durati
 }
 
 func (a *semAcquisition) remaining(ctx context.Context, owner string) (time.Duration, error) {
-	call := &driver.Call{Script: scripts.SemPTTL, Keys: a.s.keys.all[:2], Args: []any{owner}}
-	a.s.c.drv.Run(ctx, call)
-	if call.Err != nil {
-		return 0, call.Err
-	}
-	n, ok := call.Reply.(int64)
-	switch {
-	case !ok:
-		return 0, errs.Unexpected(call.Reply)
-	case n == -3:
-		return 0, ErrNotHeld
-	}
-	return ms(n), nil
+	return remainingVia(ctx, a.s.c.drv, scripts.SemPTTL, a.s.keys.all[:2], owner, nil)
 }

@@ -75,8 +75,8 @@ func (l *Lease) Token() int64 { return l.token }
 // Client. Owner sends nothing and is safe for concurrent use.
 func (l *Lease) Owner() string {
 	v := l.owner
-	if h, ok := l.h.(*reentrantHold); ok {
-		v = h.owner // l.owner names the hold: its hold id, then the owner value
+	if l.kind == KindReentrant {
+		v = v[ownerid.IDLen:] // l.owner names the hold: its hold id, then the owner value
 	}
 	id, _ := ownerid.Split(v) // as Inspect reads Holder.Owner from the value stored
 	return id

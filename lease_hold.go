@@ -14,6 +14,8 @@ import (
 // the lease holds. Each primitive implements it once.
 type holder interface {
 	lockName() string
+	// kind is the kind of lock held, for Observer events and Inspect.
+	kind() Kind
 	// renew re-arms the hold for px: nil when renewed, ErrNotHeld when the
 	// hold is no longer owner's, or the failure. Unless shorten is set, it
 	// never moves the hold's expiry on the server earlier (see
@@ -100,7 +102,7 @@ func newLease(ctx context.Context, wd *watchdog, h holder, cfg *config, owner st
 		cfg:       cfg,
 		owner:     owner,
 		token:     fence,
-		kind:      kindOf(h),
+		kind:      h.kind(),
 		grantedAt: time.Now(),
 		ttl:       cfg.ttl,
 		autoRenew: cfg.autoRenew,
@@ -147,16 +149,3 @@ func newLease(ctx context.Context, wd *watchdog, h holder, cfg *config, owner st
 // be claimed, or the claim did not reach Redis; a waiting Lock goes back to
 // waiting. It matches ErrNotObtained for a caller that does not wait.
 var errGrantExpired = fmt.Errorf("%w: the lock was handed over, but expired (or Redis did not answer) before this process could claim it", ErrNotObtained)
-
-// kindOf names the kind of lock a holder holds, for Observer events.
-func kindOf(h holder) Kind {
-	switch h.(type) {
-	case *reentrantHold, *reentrantOwner:
-		return KindReentrant
-	case *rwHalf:
-		return KindRWMutex
-	case *semAcquisition:
-		return KindSemaphore
-	}
-	return KindMutex
-}

@@ -509,6 +509,8 @@ type multiHolder struct {
 
 func (h *multiHolder) lockName() string { return h.m.label }
 
+func (h *multiHolder) kind() Kind { return KindMutex }
+
 // renew extends every lock; ErrNotHeld if any of them is no longer held.
 // Each lock's own lease decides whether its Extend shortens it.
 func (h *multiHolder) renew(ctx context.Context, _ string, px time.Duration, _ bool) error {

@@ -89,6 +89,8 @@ func (m *Mutex) lock(ctx context.Context) (*Lease, error) {
 
 func (m *Mutex) lockName() string { return m.name }
 
+func (m *Mutex) kind() Kind { return KindMutex }
+
 func (m *Mutex) channel() string { return m.keys.channel() }
 
 // place serves a FairMutex's waiters, and a MultiLock's, each with a place

@@ -832,6 +832,8 @@ var (
 
 func (h *redlockHold) lockName() string { return h.m.name }
 
+func (h *redlockHold) kind() Kind { return KindMutex }
+
 func (h *redlockHold) drift(px time.Duration) time.Duration { return h.m.drift(px) }
 
 // renew re-arms the key for px on every node. It succeeds only when a quorum

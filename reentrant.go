@@ -203,6 +203,7 @@ var (
 )
 
 func (h *reentrantHold) lockName() string { return h.m.name }
+func (h *reentrantHold) kind() Kind       { return KindReentrant }
 func (h *reentrantHold) channel() string  { return h.m.keys.channel() }
 
 // place: member is the hold id followed by the owner value (lockUnobserved).

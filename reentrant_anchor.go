@@ -17,6 +17,8 @@ var _ batchRenewer = (*reentrantOwner)(nil)
 
 func (o *reentrantOwner) lockName() string { return o.name }
 
+func (o *reentrantOwner) kind() Kind { return KindReentrant }
+
 func (o *reentrantOwner) renewCalls(owner string, px time.Duration, shorten bool) []*driver.Call {
 	// The holds set lives and dies with the lock.
 	c := ownedExtendCall(o.keys.lock, owner, px, shorten)

@@ -47,6 +47,8 @@ func (h *rwHalf) place(owner string) placeSpec {
 
 func (h *rwHalf) lockName() string { return h.rw.name }
 
+func (h *rwHalf) kind() Kind { return KindRWMutex }
+
 func (h *rwHalf) verbs() (try, wait string) {
 	if h.mode == rwRead {
 		return "TryRLock", "RLock"

@@ -150,7 +150,8 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool) (*Permits, er
 	if n < 1 || n > MaxPermits {
 		return nil, errs.Errorf("dlock: Semaphore(%q): %w", s.name, errs.InvalidArgf("asked for %d permits: want between 1 and the limit", n))
 	}
-	l, err := s.c.acquire(ctx, &semAcquisition{s: s, n: n}, &s.cfg, wait)
+	a := &semAcquisition{s: s, n: n}
+	l, err := s.c.acquire(ctx, a, &s.cfg, wait)
 	if err != nil {
 		var e *errs.NotObtainedError
 		if errors.As(err, &e) {
@@ -160,7 +161,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool) (*Permits, er
 		}
 		return nil, err
 	}
-	p := &Permits{l: l}
+	p := &Permits{l: l, a: a}
 	p.n.Store(int64(n))
 	return p, nil
 }

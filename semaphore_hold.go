@@ -28,6 +28,8 @@ func (a *semAcquisition) verbs() (try, wait string) { return "TryAcquire", "Acqu
 
 func (a *semAcquisition) lockName() string { return a.s.name }
 
+func (a *semAcquisition) kind() Kind { return KindSemaphore }
+
 func (a *semAcquisition) channel() string { return a.s.keys.channel() }
 
 func (a *semAcquisition) place(owner string) placeSpec {

@@ -19,6 +19,7 @@ import (
 // permits never released expire one TTL after their last renewal.
 type Permits struct {
 	l *Lease
+	a *semAcquisition // the lease's holder
 	// mu lets one ReleaseN at a time read and change the count.
 	mu sync.Mutex
 	n  atomic.Int64 // the permits held; changed under mu
@@ -110,7 +111,7 @@ func (p *Permits) ReleaseN(ctx context.Context, n int) error {
 	}
 	rctx, cancel := detach(ctx, l.cfg.releaseTimeout)
 	defer cancel()
-	kept, err := l.h.(*semAcquisition).releaseSome(rctx, l.owner, held-n)
+	kept, err := p.a.releaseSome(rctx, l.owner, held-n)
 	switch {
 	case err == nil:
 		p.n.Store(kept)

@@ -63,7 +63,7 @@ func (c *Client) acquire(ctx context.Context, q queuedLock, cfg *config, wait bo
 		if wait {
 			op = waiting
 		}
-		return observeAcquire(ctx, cfg, kindOf(q), q.lockName(), op, func(ctx context.Context) (*Lease, error) {
+		return observeAcquire(ctx, cfg, q.kind(), q.lockName(), op, func(ctx context.Context) (*Lease, error) {
 			return c.acquireFresh(ctx, q, cfg, wait)
 		})
 	}

@@ -63,15 +63,11 @@ func checkOwnerID(id string) error {
 // to nest. Get one from Client.ReentrantMutex; it is an immutable
 // descriptor, safe for concurrent use.
 //
-// Every Lock returns its own Lease, to be unlocked once. All holds of one
-// owner share one renewal (the watchdog renews the lock once per owner, not
-// per hold), share the fencing token of the grant, and are lost together.
-// Holds are counted by id, so an acquire that is retried after a lost reply
-// never counts twice. Waiters queue in arrival order and are handed the lock
-// like Mutex waiters.
-//
-// A ReentrantMutex has keys of its own: a Mutex with the same name is a
-// different lock.
+// Every Lock returns its own Lease, to be unlocked once; an owner's holds
+// share one renewal and the grant's fencing token, and are lost together.
+// Holds are counted by id, so an acquire retried after a lost reply never
+// counts twice.
+// A ReentrantMutex and a Mutex of the same name are different locks.
 type ReentrantMutex struct {
 	c     *Client
 	name  string

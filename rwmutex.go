@@ -11,36 +11,16 @@ import (
 // same name on the same Redis. Get one from Client.RWMutex; it is an
 // immutable descriptor, safe for concurrent use, and cheap to create per call.
 //
-// The rules:
+// Waiters are served in arrival order and handed the lock on release: the
+// first writer once no holder is left, or every reader queued before the
+// next writer. It is writer-preferring: once a writer waits, new readers
+// queue behind it, so readers never starve a writer. Downgrade turns a
+// write lease into a read lease with no moment in between. As with
+// sync.RWMutex, a holder must not lock it again while it holds it.
 //
-//   - A writer (Lock, TryLock) is granted when nobody holds the lock and
-//     nobody live is queued ahead of it.
-//   - A reader (RLock, TryRLock) is granted when no writer holds the lock and
-//     nobody live is queued. Readers only ever queue behind a writer, holding
-//     or waiting, so the lock is writer-preferring: once a writer waits, new
-//     readers wait behind it, and a stream of readers can never starve a
-//     writer.
-//   - Waiters are served in arrival order. When a holder releases, the lock
-//     is handed straight to the head of the queue: the first writer once no
-//     holder is left, or every reader queued before the next writer at once.
-//   - A writer may turn its lease into a read lease with Downgrade, with no
-//     moment in between where another writer could get in.
-//   - As with sync.RWMutex, a holder must not RLock (or Lock) the same lock
-//     again while it holds it: a writer queued in between waits for the
-//     first lease while the second waits behind the writer, until their
-//     contexts end.
-//
-// Every holder, reader or writer, has a Lease of its own, with its own TTL,
-// renewal by the Client's watchdog, fencing token and Unlock: a reader that
-// crashes frees its share when its TTL runs out, without waiting for the
-// other readers. Fencing tokens come from one sequence for both modes, so a
-// writer's token is larger than that of every lease granted before it, and
-// a reader's larger than that of every writer before it. Waiters that give up
-// leave the queue at once; waiters that die leave it when their waiter lease
-// (WithWaiterLease) runs out.
-//
-// An RWMutex and a Mutex of the same name are different locks: they use
-// different keys and never exclude each other.
+// Every holder has a Lease of its own (TTL, renewal, fencing token,
+// Unlock); tokens come from one sequence for both modes. An RWMutex and a
+// Mutex of the same name are different locks.
 type RWMutex struct {
 	c      *Client
 	name   string

@@ -23,22 +23,11 @@ const MaxPermits = 1<<31 - 1
 //
 // The limit is the permits given to Client.Semaphore, unless SetPermits or
 // AddPermits stored another one in Redis, which then applies to every
-// process. Every user of a name should pass the same permits (or rely on
-// the stored limit).
-//
-// Each acquisition's permits are a lease like a lock's: the Client's
-// watchdog renews them every TTL/3, and they expire one TTL after the last
-// renewal, so a crashed holder's permits come back within its TTL and are
-// never leaked. Permits.Done closes when they are lost.
-//
-// Waiters queue in Redis in arrival order and are served strictly in that
-// order: a release grants permits to the first waiter if its request fits,
-// then to the next, and stops at the first that does not fit, so a large
-// request is never starved by smaller ones arriving after it. Grants are
-// handed over directly (no race among waiters) and announced through the
-// Client's shared subscription. A waiter that gives up leaves the queue at
-// once; one that dies leaves it when its waiter lease (WithWaiterLease) runs
-// out.
+// process. Each acquisition's permits are a lease like a lock's: renewed by
+// the watchdog, returned by Release, and back within one TTL when their
+// holder crashes. Waiters are served strictly in arrival order: a release
+// grants permits to the first waiter if its request fits and stops at the
+// first that does not, so a large request is never starved by smaller ones.
 type Semaphore struct {
 	c       *Client
 	name    string

@@ -110,6 +110,27 @@ type mutexCall struct {
 	owner string
 }
 
+// acquire sends an acquire script of the Mutex family (mutex_acquire.lua,
+// reentrant_acquire.lua) for a.owner. fence > 0 when the script's fast path
+// took the free lock and replied with the bare token; otherwise the reply,
+// in a.call, is the script's full one.
+func (a *mutexCall) acquire(ctx context.Context, drv driver.Driver, cfg *config, script *driver.Script, keys []string, join, mode any) (fence int64, err error) {
+	a.args = [5]any{&a.owner, &cfg.pxMillis, join, mode, &cfg.timings}
+	a.call = driver.Call{Script: script, Keys: keys, Args: a.args[:]}
+	cfg.askAck(&a.call)
+	a.run(ctx, drv)
+	if a.call.Err != nil {
+		return 0, a.call.Err
+	}
+	if fence, ok := a.call.Reply.(int64); ok {
+		if fence <= 0 {
+			return 0, errs.Unexpected(a.call.Reply)
+		}
+		return fence, nil
+	}
+	return 0, nil
+}
+
 // Pre-boxed flags: boxing a string returned by a function allocates.
 var (
 	flagOne  any = "1"
@@ -162,19 +183,13 @@ func (m *Mutex) attempt(ctx context.Context, owner string, queue bool) (attemptR
 // or flagNewOwner.
 func (m *Mutex) acquire(ctx context.Context, owner string, join any) (attemptResult, error) {
 	a := &mutexCall{owner: owner}
-	a.args = [5]any{&a.owner, &m.cfg.pxMillis, join, m.mode(), &m.cfg.timings}
 	a.keys = m.keys.array()
-	a.call = driver.Call{Script: scripts.MutexAcquire, Keys: a.keys[:], Args: a.args[:]}
+	fence, err := a.acquire(ctx, m.c.drv, &m.cfg, scripts.MutexAcquire, a.keys[:], join, m.mode())
 	call := &a.call
-	m.cfg.askAck(call)
-	a.run(ctx, m.c.drv)
-	if call.Err != nil {
-		return attemptResult{}, call.Err
-	}
-	if fence, ok := call.Reply.(int64); ok { // the free lock taken: the fast path's bare fence
-		if fence <= 0 {
-			return attemptResult{}, errs.Unexpected(call.Reply)
-		}
+	switch {
+	case err != nil:
+		return attemptResult{}, err
+	case fence > 0:
 		return grantAcked(ctx, m, &m.cfg, owner, call, attemptResult{granted: true, fence: fence, pttl: ms(m.cfg.pxMillis)})
 	}
 	code, x, y, err := reply3(call.Reply)

@@ -211,18 +211,12 @@ func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) 
 	m := h.m
 	h.grant = ""
 	a := &mutexCall{owner: member}
-	a.args = [5]any{&a.owner, &m.cfg.pxMillis, boolFlag(queue), lockMode(m.c.drv, false), &m.cfg.timings}
-	a.call = driver.Call{Script: scripts.ReentrantAcquire, Keys: m.all, Args: a.args[:]}
+	fence, err := a.acquire(ctx, m.c.drv, &m.cfg, scripts.ReentrantAcquire, m.all, boolFlag(queue), lockMode(m.c.drv, false))
 	call := &a.call
-	m.cfg.askAck(call)
-	a.run(ctx, m.c.drv)
-	if call.Err != nil {
-		return attemptResult{}, call.Err
-	}
-	if fence, ok := call.Reply.(int64); ok { // the free lock taken: the fast path's bare fence
-		if fence <= 0 {
-			return attemptResult{}, errs.Unexpected(call.Reply)
-		}
+	switch {
+	case err != nil:
+		return attemptResult{}, err
+	case fence > 0:
 		return grantAcked(ctx, h, &m.cfg, member, call, attemptResult{granted: true, fence: fence, pttl: ms(m.cfg.pxMillis)})
 	}
 	v, err := replyInts(call.Reply, 3)

@@ -195,7 +195,7 @@ func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
 	case first.err == nil:
 	case ctx.Err() != nil:
 		c.abandon(ctx, m, &m.cfg, owner, first.err, nil)
-		last := errs.NoAnswer
+		last := errs.ErrNoAnswer
 		if !errors.Is(first.err, context.Canceled) && !errors.Is(first.err, context.DeadlineExceeded) {
 			last = first.err
 		}

@@ -22,24 +22,24 @@ var (
 	// the failures before it): its Unwrap() []error lists the context's
 	// error, the context's cause when that differs, and that failure, so an
 	// outage is told from contention by whether anything else is there.
-	ErrNotObtained = errs.NotObtained
+	ErrNotObtained = errs.ErrNotObtained
 
 	// ErrNotHeld means the lease no longer owns its key: the key expired,
 	// was released or force-released, or belongs to another owner now.
-	ErrNotHeld = errs.NotHeld
+	ErrNotHeld = errs.ErrNotHeld
 
 	// ErrLockLost means a lease was lost while held: a renewal found the key
 	// gone or taken over, or the local validity deadline passed without a
 	// successful renewal (Redis unreachable). Lease.Err and Client.Do wrap it
 	// with the reason.
-	ErrLockLost = errs.LockLost
+	ErrLockLost = errs.ErrLockLost
 
 	// ErrInvalidArgument means a name, option or argument was rejected as
 	// invalid, before anything was sent to Redis; the exceptions are a
 	// Semaphore request for more permits than the limit stored in Redis, and
 	// a Semaphore.AddPermits that would take that limit out of range, which
 	// only the server can tell (see Semaphore.TryAcquire and AddPermits).
-	ErrInvalidArgument = errs.InvalidArgument
+	ErrInvalidArgument = errs.ErrInvalidArgument
 
 	// ErrKeyConflict means a lock's key, or a key beside it (its queue,
 	// waiters or fencing key), holds something dlock did not write: a value
@@ -49,22 +49,22 @@ var (
 	// and queued nothing. Unlock returns it after releasing the lock when
 	// the foreign key is one beside the lock key (the message says "the lock
 	// was released, but ..."): the lock is free, and the lease has ended.
-	ErrKeyConflict = errs.KeyConflict
+	ErrKeyConflict = errs.ErrKeyConflict
 
 	// ErrClosed means the Client was closed.
-	ErrClosed = errs.Closed
+	ErrClosed = errs.ErrClosed
 
 	// ErrLatchExpired means a Latch that Wait saw counting down expired
 	// before it reached zero: its TTL passed without a TrySetCount or
 	// CountDown (a coordinator that stopped counting?). The events it
 	// counted did not all happen, as far as the latch knows.
-	ErrLatchExpired = errs.LatchExpired
+	ErrLatchExpired = errs.ErrLatchExpired
 
 	// ErrReplicaAck means a lock's write reached fewer replicas than
 	// WithReplicaAck requires within its timeout. An acquire that gets it
 	// has released the lock again; a renewal that gets it did not extend
 	// the lease. The error says how many replicas acknowledged.
-	ErrReplicaAck = errs.ReplicaAck
+	ErrReplicaAck = errs.ErrReplicaAck
 )
 
 // ErrQuorum means a Redlock operation could not reach enough nodes: fewer
@@ -76,7 +76,7 @@ var (
 // context's error, which also matches ErrQuorum when its last attempt
 // failed that way. The error carries a *NodeError for each failed node;
 // find them with errors.As.
-var ErrQuorum = errs.Quorum
+var ErrQuorum = errs.ErrQuorum
 
 // NodeError is one Redlock node's failure within an operation: the node could
 // not be reached, did not answer within the node timeout (Err then matches

@@ -215,12 +215,12 @@ func (l *Lease) observeRelease(ctx context.Context, err error) {
 	}
 }
 
-// standing reads, under the watchdog's lock, whether l was lost (why), its
-// hold deadline (zero: none) and its validity deadline.
-func (l *Lease) standing() (lost error, holdUntil, validUntil time.Time) {
+// standing reads, under the watchdog's lock, l's hold deadline (zero:
+// none), its validity deadline, and whether it was lost (why).
+func (l *Lease) standing() (holdUntil, validUntil time.Time, lost error) {
 	l.wd.mu.Lock()
 	defer l.wd.mu.Unlock()
-	return l.err, l.holdUntil, l.validUntil
+	return l.holdUntil, l.validUntil, l.err
 }
 
 // endAs ends l, whose renewal beginUnlock stopped, as replaced: its lock

@@ -45,7 +45,7 @@ func (rw *RWMutex) Downgrade(ctx context.Context, write *Lease) (*Lease, error) 
 		return nil, err
 	}
 	wd := rw.c.wd
-	lost, holdUntil, validUntil := write.standing()
+	holdUntil, validUntil, lost := write.standing()
 	switch {
 	case lost == errDowngraded:
 		return nil, errs.Errorf("dlock: Downgrade %q: %w already", rw.name, lost)

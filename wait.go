@@ -259,7 +259,7 @@ type ownerWait struct {
 	// that a grant the owner could not claim carried: a grant with a token
 	// no higher is over (see waitFor).
 	lastFence int64
-	// answered: Redis answered an attempt (errs.NoAnswer otherwise).
+	// answered: Redis answered an attempt (errs.ErrNoAnswer otherwise).
 	answered bool
 	// pending are attempts for the owner that were still on their way
 	// when their caller stopped waiting (driver.InFlightError): its

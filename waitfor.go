@@ -182,7 +182,7 @@ func (w *waitRun) failed(err error) (time.Duration, error) {
 		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 			w.lastErr = err
 		} else if !w.st.answered && w.lastErr == nil {
-			w.lastErr = errs.NoAnswer
+			w.lastErr = errs.ErrNoAnswer
 		}
 		w.st.noteInFlight(err)
 		w.abandon(nil)

@@ -1,6 +1,6 @@
 // Package errs holds dlock's error values and the helpers that build and
 // classify them. The root package re-exports the sentinels under their
-// public names (ErrNotHeld is errs.NotHeld), so errors.Is works across the
+// public names (ErrNotHeld is errs.ErrNotHeld), so errors.Is works across the
 // layers; their contracts are documented there.
 package errs
 
@@ -12,21 +12,21 @@ import (
 
 // The sentinels, documented in the root package as Err<Name>.
 var (
-	NotObtained     = errors.New("dlock: not obtained")
-	NotHeld         = errors.New("dlock: not held")
-	LockLost        = errors.New("dlock: lock lost")
-	InvalidArgument = errors.New("dlock: invalid argument")
-	KeyConflict     = errors.New("dlock: key conflict")
-	Closed          = errors.New("dlock: client closed")
-	LatchExpired    = errors.New("dlock: latch expired before reaching zero")
-	ReplicaAck      = errors.New("dlock: the lock's write reached fewer replicas than required")
-	Quorum          = errors.New("dlock: not enough Redis nodes answered")
+	ErrNotObtained     = errors.New("dlock: not obtained")
+	ErrNotHeld         = errors.New("dlock: not held")
+	ErrLockLost        = errors.New("dlock: lock lost")
+	ErrInvalidArgument = errors.New("dlock: invalid argument")
+	ErrKeyConflict     = errors.New("dlock: key conflict")
+	ErrClosed          = errors.New("dlock: client closed")
+	ErrLatchExpired    = errors.New("dlock: latch expired before reaching zero")
+	ErrReplicaAck      = errors.New("dlock: the lock's write reached fewer replicas than required")
+	ErrQuorum          = errors.New("dlock: not enough Redis nodes answered")
 )
 
-// InvalidArgf returns an error matching InvalidArgument with a message that
+// InvalidArgf returns an error matching ErrInvalidArgument with a message that
 // says what was wrong and what is accepted.
 func InvalidArgf(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{InvalidArgument}, args...)...)
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
 }
 
 // Errorf is fmt.Errorf for errors that wrap others of dlock's: every dlock
@@ -44,9 +44,9 @@ func (e prefixed) Error() string { return strings.ReplaceAll(e.err.Error(), ": d
 
 func (e prefixed) Unwrap() error { return e.err }
 
-// Closedf is Closed for op on the lock called name.
+// Closedf is ErrClosed for op on the lock called name.
 func Closedf(op, name string) error {
-	return Errorf("dlock: %s %q: %w", op, name, Closed)
+	return Errorf("dlock: %s %q: %w", op, name, ErrClosed)
 }
 
 // Unexpected is the error for a script reply of a shape no script of this

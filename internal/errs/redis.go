@@ -9,7 +9,7 @@ import (
 )
 
 // Redis wraps a failed call to Redis for operation op on name, turning
-// replies that show a foreign key into KeyConflict.
+// replies that show a foreign key into ErrKeyConflict.
 func Redis(op, name string, err error) error {
 	var rerr *driver.ReplyError
 	if errors.As(err, &rerr) && IsConflictReply(rerr.Msg) {
@@ -18,7 +18,7 @@ func Redis(op, name string, err error) error {
 			whose = "dlock leaves it untouched" // the detail said whose it is not
 		}
 		return Errorf("dlock: %s %q: %w: %s (%s: use another name or key prefix, or delete the key if it is stale)",
-			op, name, KeyConflict, detail, whose)
+			op, name, ErrKeyConflict, detail, whose)
 	}
 	if rerr != nil {
 		if hint := replyHint(rerr.Msg); hint != "" {
@@ -78,7 +78,7 @@ var transientReplies = []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "M
 // connection failures and transientReplies. Other error replies are
 // permanent, and so is a closed Redis client.
 func IsTransient(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ReplicaAck) ||
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrReplicaAck) ||
 		errors.Is(err, driver.ErrClientClosed) {
 		return false
 	}

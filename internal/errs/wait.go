@@ -12,14 +12,14 @@ import (
 // turned the acquire away.
 const OthersFirst = "others waiting for it came first and are served first (arrival order)"
 
-// NoAnswer is a wait's last failure when its context ended before Redis
+// ErrNoAnswer is a wait's last failure when its context ended before Redis
 // answered any of its attempts: the lock was never seen held, so the wait
 // did not end in contention (a server too slow, or unreachable, for the
 // deadline).
-var NoAnswer = errors.New("no reply from Redis before the wait ended")
+var ErrNoAnswer = errors.New("no reply from Redis before the wait ended")
 
 // NotObtainedError is returned when an acquire ends without the lock. It
-// matches NotObtained and, through Unwrap, the context's error and the last
+// matches ErrNotObtained and, through Unwrap, the context's error and the last
 // error Redis returned while waiting.
 type NotObtainedError struct {
 	Name      string
@@ -58,8 +58,8 @@ func (e *NotObtainedError) Error() string {
 	return b.String()
 }
 
-// Is matches NotObtained.
-func (e *NotObtainedError) Is(target error) bool { return target == NotObtained }
+// Is matches ErrNotObtained.
+func (e *NotObtainedError) Is(target error) bool { return target == ErrNotObtained }
 
 // Unwrap lists the context's error, its cause and the last failure.
 func (e *NotObtainedError) Unwrap() []error {
@@ -82,7 +82,7 @@ func WaitEnded(ctx context.Context, name string, began time.Time, holderTTL time
 }
 
 // TryEnded is the error of a one-attempt call (TryLock) whose ctx was done
-// before its reply: the context's error, not NotObtained, which from such a
+// before its reply: the context's error, not ErrNotObtained, which from such a
 // call says that somebody holds the lock.
 func TryEnded(ctx context.Context, op, name string) error {
 	return Errorf("dlock: %s %q: %w", op, name, ctx.Err())

@@ -193,7 +193,7 @@ func (n *Notifier) Subscribe(ctx context.Context, channel string) error {
 		n.mu.Lock()
 		if n.closed {
 			n.mu.Unlock()
-			return errs.Closed
+			return errs.ErrClosed
 		}
 		cs := n.channels[channel]
 		if cs == nil || cs.confirmed {

@@ -1,0 +1,246 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/errs"
+)
+
+// releaseAll unlocks parts concurrently, detached from ctx.
+func (m *MultiLock) releaseAll(ctx context.Context, parts []*Lease) error {
+	list := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for i, l := range parts {
+		wg.Add(1)
+		go func(i int, l *Lease) {
+			defer wg.Done()
+			list[i] = l.Unlock(ctx)
+		}(i, l)
+	}
+	wg.Wait()
+	return errs.Join(list...)
+}
+
+// combineValid is combine for leases just granted: unless one of them is
+// already lost or past its validity (this process stalled after the
+// grants, or a lock was force-released meanwhile). Then it gives the others
+// back, waiting for that within ctx, and returns why instead of a lease.
+func (m *MultiLock) combineValid(ctx context.Context, parts []*Lease) (*Lease, error) {
+	now := time.Now()
+	for _, p := range parts {
+		if !p.validAt(now) {
+			// The watchdog may not have declared it lost yet.
+			lost := p.lossErr()
+			if lost == nil {
+				lost = fmt.Errorf("%w: lock %q was past its validity before the lease was made", ErrLockLost, p.Name())
+			}
+			_ = m.releaseAll(ctx, parts) // ErrNotHeld for the lost one
+			return nil, lost
+		}
+	}
+	l, h := m.combine(parts)
+	if lost := l.lossErr(); lost != nil {
+		h.awaitReleaseRest(ctx)
+		return nil, lost
+	}
+	return l, nil
+}
+
+// combine makes the one Lease of the set, and its holder, from the leases
+// of its locks. The Lease is lost at once if one of them already was.
+func (m *MultiLock) combine(parts []*Lease) (*Lease, *multiHolder) {
+	h := &multiHolder{m: m, parts: parts}
+	var token int64
+	for _, p := range parts {
+		if p.token > token {
+			token = p.token
+		}
+	}
+	l := &Lease{
+		wd:        m.c.wd,
+		h:         h,
+		cfg:       &m.cfg,
+		owner:     parts[0].owner,
+		token:     token,
+		ttl:       m.cfg.ttl,
+		kind:      KindMutex,
+		grantedAt: time.Now(),
+		heapIndex: -1,
+	}
+	for _, p := range parts {
+		p := p
+		p.onLoss(func(err error) {
+			if l.unlocking() {
+				// The holder's Unlock is releasing every lock, and tells
+				// how that went: a lock whose release failed is lost, and
+				// so is the lease then. Releasing the others from here
+				// too raced that Unlock, whose own release of them then
+				// answered ErrNotHeld, and it reported the whole lease
+				// taken over instead of the failure.
+				return
+			}
+			// The release first: a holder woken by the loss may Unlock at
+			// once, and must find the release begun, to wait for it.
+			h.releaseRest(p)
+			m.c.wd.lose(l, fmt.Sprintf("lock %q was lost: %v", p.Name(), err))
+		})
+	}
+	return l, h
+}
+
+// releaseRest releases, in the background, the locks of a MultiLock lease
+// other than lost, which was lost: the lease is lost as a whole, and its
+// other locks, still renewed by the watchdog, would otherwise stay held for
+// as long as the Client lives, should the holder never call Unlock. Not when
+// the loss is the Client's Close, which releases nothing (the holder may
+// still be working; its keys expire by their TTL). Only the first loss
+// releases: the others find their locks released already. The lease's
+// Unlock waits for it (release).
+func (h *multiHolder) releaseRest(lost *Lease) {
+	m := h.m
+	select {
+	case <-m.c.closed:
+		return
+	default:
+	}
+	h.mu.Lock()
+	if h.releasing != nil {
+		h.mu.Unlock()
+		return
+	}
+	done := make(chan struct{})
+	h.releasing = done
+	h.mu.Unlock()
+	left := new(atomic.Int32)
+	left.Store(int32(len(h.parts) - 1))
+	if left.Load() == 0 {
+		close(done)
+		return
+	}
+	for _, q := range h.parts {
+		if q == lost {
+			continue
+		}
+		q := q
+		m.c.cleanups.Go(func() {
+			defer func() {
+				if left.Add(-1) == 0 {
+					close(done)
+				}
+			}()
+			select {
+			case <-m.c.closed:
+				// Close came meanwhile (and this runs in the caller once
+				// Close has closed the pool): release nothing.
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), m.cfg.releaseTimeout)
+			defer cancel()
+			// ErrNotHeld: lost too, or the holder's own Unlock came first.
+			if err := q.Unlock(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
+				m.cfg.logger.Warn("dlock: could not release a lock of a MultiLock that lost another; it expires by its TTL",
+					slog.String("lock", q.Name()), slog.Any("error", err))
+			}
+		})
+	}
+}
+
+// multiHolder is a MultiLock lease's holder: its locks' own leases, which
+// the watchdog renews (in one batch, since they are due together).
+type multiHolder struct {
+	m     *MultiLock
+	parts []*Lease
+
+	mu sync.Mutex
+	// releasing, once a lock was lost, is closed when releaseRest has
+	// released the others.
+	releasing chan struct{}
+}
+
+func (h *multiHolder) lockName() string { return h.m.label }
+
+func (h *multiHolder) kind() Kind { return KindMutex }
+
+// renew extends every lock; ErrNotHeld if any of them is no longer held.
+// Each lock's own lease decides whether its Extend shortens it.
+func (h *multiHolder) renew(ctx context.Context, _ string, px time.Duration, _ bool) error {
+	list := make([]error, len(h.parts))
+	var wg sync.WaitGroup
+	for i, p := range h.parts {
+		wg.Add(1)
+		go func(i int, p *Lease) {
+			defer wg.Done()
+			list[i] = p.Extend(ctx, px)
+		}(i, p)
+	}
+	wg.Wait()
+	for _, err := range list {
+		if errors.Is(err, ErrNotHeld) {
+			return ErrNotHeld
+		}
+	}
+	return errs.Join(list...)
+}
+
+// release unlocks every lock; ErrNotHeld if any was no longer held (the
+// others are released all the same). After a loss it first waits, within
+// ctx, for the background release of the other locks (releaseRest), so
+// that they are free when Unlock returns.
+func (h *multiHolder) release(ctx context.Context, _ string) error {
+	h.awaitReleaseRest(ctx)
+	// Locks an earlier Unlock released are done with: a retried Unlock,
+	// after one whose release failed for some locks, releases the others
+	// (before, the released ones answered ErrNotHeld, and so did it).
+	rest := make([]*Lease, 0, len(h.parts))
+	for _, p := range h.parts {
+		if !p.releasedByUnlock() {
+			rest = append(rest, p)
+		}
+	}
+	// A lock whose Unlock failed (its release, or the wait for its
+	// renewal in flight) ends lost and unrenewed: Lease.end.
+	err := h.m.releaseAll(ctx, rest)
+	if errors.Is(err, ErrNotHeld) {
+		return ErrNotHeld
+	}
+	return err
+}
+
+// awaitReleaseRest waits, within ctx, for the release of the other locks
+// after a loss (releaseRest), if one began.
+func (h *multiHolder) awaitReleaseRest(ctx context.Context) {
+	h.mu.Lock()
+	releasing := h.releasing
+	h.mu.Unlock()
+	if releasing != nil {
+		select {
+		case <-releasing:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// remaining is the shortest remaining time among the locks.
+func (h *multiHolder) remaining(ctx context.Context, _ string) (time.Duration, error) {
+	var least time.Duration = -1
+	for _, p := range h.parts {
+		d, err := p.TTL(ctx)
+		if errors.Is(err, ErrNotHeld) {
+			return 0, ErrNotHeld
+		}
+		if err != nil {
+			return 0, err
+		}
+		if least < 0 || d < least {
+			least = d
+		}
+	}
+	return least, nil
+}

@@ -53,41 +53,8 @@ func matchFrom(p, s string, skipLonger *bool) bool {
 			s = s[1:]
 			p = p[1:]
 		case '[':
-			p = p[1:]
-			not := len(p) > 0 && p[0] == '^'
-			if not {
-				p = p[1:]
-			}
-			match := false
-			for {
-				if len(p) == 0 {
-					break // an unclosed class runs to the end of the pattern
-				}
-				if p[0] == '\\' && len(p) >= 2 {
-					p = p[1:]
-					if p[0] == s[0] {
-						match = true
-					}
-				} else if p[0] == ']' {
-					p = p[1:]
-					break
-				} else if len(p) >= 3 && p[1] == '-' {
-					lo, hi := p[0], p[2]
-					if lo > hi {
-						lo, hi = hi, lo
-					}
-					if s[0] >= lo && s[0] <= hi {
-						match = true
-					}
-					p = p[2:]
-				} else if p[0] == s[0] {
-					match = true
-				}
-				p = p[1:]
-			}
-			if not {
-				match = !match
-			}
+			var match bool
+			p, match = matchClass(p[1:], s[0])
 			if !match {
 				return false
 			}
@@ -112,4 +79,38 @@ func matchFrom(p, s string, skipLonger *bool) bool {
 		}
 	}
 	return len(p) == 0 && len(s) == 0
+}
+
+// matchClass matches c against the character class p begins with (after
+// its '['), as Redis does: an unclosed class runs to the end of the
+// pattern. It returns the pattern after the class.
+func matchClass(p string, c byte) (rest string, match bool) {
+	not := len(p) > 0 && p[0] == '^'
+	if not {
+		p = p[1:]
+	}
+	for len(p) > 0 {
+		if p[0] == '\\' && len(p) >= 2 {
+			p = p[1:]
+			if p[0] == c {
+				match = true
+			}
+		} else if p[0] == ']' {
+			p = p[1:]
+			break
+		} else if len(p) >= 3 && p[1] == '-' {
+			lo, hi := p[0], p[2]
+			if lo > hi {
+				lo, hi = hi, lo
+			}
+			if c >= lo && c <= hi {
+				match = true
+			}
+			p = p[2:]
+		} else if p[0] == c {
+			match = true
+		}
+		p = p[1:]
+	}
+	return p, match != not
 }

@@ -81,15 +81,7 @@ func newRWKeys(prefix, name string) rwKeys {
 // reach Redis. An RWMutex is a cheap, immutable descriptor, safe for
 // concurrent use; any number of them may name the same lock.
 func (c *Client) RWMutex(name string, opts ...Option) *RWMutex {
-	cfg := c.cfg
-	cfg.errs = nil
-	for _, opt := range opts {
-		if opt == nil {
-			cfg.fail(errs.InvalidArgf("nil Option"))
-			continue
-		}
-		opt(&cfg)
-	}
+	cfg, cfgErr := c.applyOptions("RWMutex", name, opts)
 	rw := &RWMutex{c: c, name: name, cfg: cfg, keys: newRWKeys(cfg.keyPrefix, name), ms: rwMillis{
 		ttl:            cfg.initialPX().Milliseconds(),
 		waiterLease:    cfg.waiterLease.Milliseconds(),
@@ -98,8 +90,8 @@ func (c *Client) RWMutex(name string, opts ...Option) *RWMutex {
 	}}
 	if err := checkName(name); err != nil {
 		rw.err = errs.Errorf("dlock: RWMutex: %w", err)
-	} else if err := cfg.err(); err != nil {
-		rw.err = errs.Errorf("dlock: RWMutex(%q): %w", name, err)
+	} else if cfgErr != nil {
+		rw.err = cfgErr
 	}
 	rw.writer = rwHalf{rw: rw, mode: rwWrite}
 	rw.reader = rwHalf{rw: rw, mode: rwRead}

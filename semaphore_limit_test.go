@@ -1,0 +1,455 @@
+package dlock_test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+func TestSemaphoreSetPermits(t *testing.T) {
+	srv := redistest.Shared(t)
+	a, b := newClient(t, srv), newClient(t, srv)
+	name := t.Name()
+	ctx := testCtx(t)
+	srv.Client(t).Del(ctx, semKey(name)+":limit") // from an earlier -count run
+	s := a.Semaphore(name, 2)
+	p1 := mustAcquire(t, s, 1)
+	p2 := mustAcquire(t, s, 1)
+
+	// Raising the limit serves the waiter at once.
+	got := acquireAsync(ctx, b.Semaphore(name, 2), 1)
+	waitSemQueued(t, srv, name, 1)
+	raised := time.Now()
+	if err := s.SetPermits(ctx, 3); err != nil {
+		t.Fatalf("SetPermits(3): %v", err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("waiter: %v", r.err)
+	}
+	if d := r.at.Sub(raised); d > 500*time.Millisecond {
+		t.Errorf("the waiter was served %v after the limit was raised", d)
+	}
+	p3 := r.p
+	// Every process agrees, whatever permits it passes.
+	if n, err := b.Semaphore(name, 10).Available(ctx); err != nil || n != 0 {
+		t.Errorf("Available() with the stored limit = %d, %v; want 0", n, err)
+	}
+	if d := srv.Client(t).PTTL(ctx, semKey(name)+":limit").Val(); d < 24*time.Hour {
+		t.Errorf("stored limit PTTL %v, want days", d)
+	}
+
+	// Lowering it revokes nothing, but holds new acquirers back.
+	if err := s.SetPermits(ctx, 1); err != nil {
+		t.Fatalf("SetPermits(1): %v", err)
+	}
+	for _, p := range []*dlock.Permits{p1, p2, p3} {
+		if err := p.Err(); err != nil {
+			t.Fatalf("permits revoked by a lower limit: %v", err)
+		}
+		if _, err := p.TTL(ctx); err != nil {
+			t.Fatalf("TTL after the limit was lowered: %v", err)
+		}
+	}
+	if _, err := b.Semaphore(name, 10).TryAcquire(ctx, 1); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("TryAcquire over a lowered limit: got %v, want ErrNotObtained", err)
+	}
+	// More than the limit can never succeed: said at once, queued or not.
+	if _, err := b.Semaphore(name, 10).TryAcquire(ctx, 2); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("TryAcquire(2) with limit 1: got %v, want ErrInvalidArgument", err)
+	}
+	if _, err := b.Semaphore(name, 10).Acquire(ctx, 2); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("Acquire(2) with limit 1: got %v, want ErrInvalidArgument", err)
+	}
+	waiter := acquireAsync(ctx, b.Semaphore(name, 10), 1)
+	waitSemQueued(t, srv, name, 1)
+	if err := p1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-waiter:
+		t.Fatalf("served while the lowered limit was still used up (err %v)", r.err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := p3.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-waiter; r.err != nil {
+		t.Fatalf("waiter after usage dropped: %v", r.err)
+	} else {
+		p1 = r.p
+	}
+
+	// A waiter asking for more than a newly lowered limit fails promptly.
+	if err := s.SetPermits(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	big := acquireAsync(ctx, b.Semaphore(name, 10), 3)
+	waitSemQueued(t, srv, name, 1)
+	lowered := time.Now()
+	if err := s.SetPermits(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-big; !errors.Is(r.err, dlock.ErrInvalidArgument) {
+		t.Errorf("waiter for 3 when the limit dropped to 2: got %v, want ErrInvalidArgument", r.err)
+	} else if d := r.at.Sub(lowered); d > 2*time.Second {
+		t.Errorf("the waiter learnt after %v", d)
+	}
+	if n := srv.Client(t).Exists(ctx, semKey(name)+":q").Val(); n != 0 {
+		t.Error("the failed waiter is still queued")
+	}
+	_ = p1.Release(ctx)
+}
+
+func TestSemaphoreAddPermits(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := newClient(t, srv)
+	ctx := testCtx(t)
+	name := uniqueName(t)
+	s := c.Semaphore(name, 2)
+
+	// The first addition starts from the descriptor's permits, and stores
+	// the result for every process, whatever permits it passes.
+	if n, err := s.AddPermits(ctx, 3); err != nil || n != 5 {
+		t.Fatalf("AddPermits(3) of 2 = %d, %v; want 5", n, err)
+	}
+	if n, err := c.Semaphore(name, 9).Available(ctx); err != nil || n != 5 {
+		t.Errorf("Available() after AddPermits = %d, %v; want 5", n, err)
+	}
+	if d := srv.Client(t).PTTL(ctx, semKey(name)+":limit").Val(); d < 24*time.Hour {
+		t.Errorf("stored limit PTTL %v, want days, as SetPermits's", d)
+	}
+	if n, err := c.Semaphore(name, 9).AddPermits(ctx, -4); err != nil || n != 1 {
+		t.Fatalf("AddPermits(-4) of 5 = %d, %v; want 1", n, err)
+	}
+	if n, err := s.AddPermits(ctx, 0); err != nil || n != 1 {
+		t.Errorf("AddPermits(0) = %d, %v; want 1", n, err)
+	}
+	// Out of range on the server: refused, and nothing changes.
+	refused := func(delta int, limit string) {
+		t.Helper()
+		n, err := s.AddPermits(ctx, delta)
+		if !errors.Is(err, dlock.ErrInvalidArgument) || n != 0 {
+			t.Errorf("AddPermits(%d) of %s = %d, %v; want ErrInvalidArgument", delta, limit, n, err)
+		} else if !strings.Contains(err.Error(), "limit is "+limit) {
+			t.Errorf("AddPermits(%d): the error does not say what the limit is: %v", delta, err)
+		}
+		if v := semLimit(t, srv, name); v != limit {
+			t.Errorf("stored limit %q after a refused AddPermits(%d), want %s", v, delta, limit)
+		}
+	}
+	refused(-1, "1")
+	if n, err := s.AddPermits(ctx, dlock.MaxPermits-1); err != nil || n != dlock.MaxPermits {
+		t.Errorf("AddPermits up to MaxPermits = %d, %v", n, err)
+	}
+	refused(1, fmt.Sprint(dlock.MaxPermits))
+	if err := s.SetPermits(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+
+	// Lowering revokes nothing and holds new acquirers back until usage
+	// is below the new limit.
+	held := []*dlock.Permits{mustAcquire(t, s, 1), mustAcquire(t, s, 2)}
+	if n, err := s.AddPermits(ctx, -1); err != nil || n != 2 {
+		t.Fatalf("AddPermits(-1) of 3 = %d, %v", n, err)
+	}
+	for _, p := range held {
+		if err := p.Err(); err != nil {
+			t.Fatalf("permits revoked by a lower limit: %v", err)
+		}
+	}
+	if err := held[0].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TryAcquire(ctx, 1); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Errorf("TryAcquire with 2 held of a limit lowered to 2: got %v, want ErrNotObtained", err)
+	}
+
+	// A waiter asking for more than the lowered limit fails at once.
+	big := acquireAsync(ctx, patientSem(t, srv, name, 3), 2)
+	waitSemQueued(t, srv, name, 1)
+	if n, err := s.AddPermits(ctx, -1); err != nil || n != 1 {
+		t.Fatalf("AddPermits(-1) of 2 = %d, %v", n, err)
+	}
+	select {
+	case r := <-big:
+		if !errors.Is(r.err, dlock.ErrInvalidArgument) {
+			t.Errorf("waiter for 2 when the limit dropped to 1: got %v, want ErrInvalidArgument", r.err)
+		}
+	case <-time.After(promptly):
+		t.Fatalf("the waiter for 2 was not told within %v that the limit dropped to 1", promptly)
+	}
+	if n := srv.Client(t).Exists(ctx, semKey(name)+":q").Val(); n != 0 {
+		t.Error("the failed waiter is still queued")
+	}
+	if err := held[1].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSemaphoreAddPermitsServesWaitersInOrder: raising the limit serves the
+// waiters at once, in arrival order, stopping at the first that does not
+// fit, as a release does.
+func TestSemaphoreAddPermitsServesWaitersInOrder(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := newClient(t, srv)
+	ctx := testCtx(t)
+	name := uniqueName(t)
+	s := c.Semaphore(name, 2)
+	p := mustAcquire(t, s, 2)
+	defer p.Release(ctx)
+	var waiters []<-chan acquired
+	for i, n := range []int{1, 2, 1} {
+		waiters = append(waiters, acquireAsync(ctx, patientSem(t, srv, name, 2), n))
+		waitSemQueued(t, srv, name, int64(i+1))
+	}
+	// Each addition grants in its script: the queue tells who was served
+	// as soon as it returns.
+	for i, step := range []struct{ delta, queued int }{
+		{1, 2}, // 1 free: the first waiter's 1
+		{1, 2}, // 1 free: the second wants 2, and the third waits behind it
+		{1, 1}, // 2 free: the second's 2, and nothing left for the third
+		{1, 0}, // the third's 1
+	} {
+		if _, err := s.AddPermits(ctx, step.delta); err != nil {
+			t.Fatalf("step %d: AddPermits: %v", i, err)
+		}
+		if n := srv.Client(t).ZCard(ctx, semKey(name)+":q").Val(); n != int64(step.queued) {
+			t.Fatalf("step %d: %d waiters still queued, want %d", i, n, step.queued)
+		}
+	}
+	var tokens []int64
+	for i, w := range waiters {
+		tokens = append(tokens, awaitServed(t, w, fmt.Sprintf("waiter %d", i+1)).Token())
+	}
+	if !slices.IsSorted(tokens) {
+		t.Errorf("tokens %v: the waiters were not served in arrival order", tokens)
+	}
+}
+
+// TestSemaphoreAddPermitsConcurrent: additions from several Clients at once
+// are atomic: each returns a different limit, and all of them count.
+func TestSemaphoreAddPermitsConcurrent(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx := testCtx(t)
+	name := uniqueName(t)
+	const base, clients, workers, rounds = 3, 3, 4, 5
+	var mu sync.Mutex
+	seen := map[int]bool{}
+	var wg sync.WaitGroup
+	for i := 0; i < clients; i++ {
+		s := newClient(t, srv).Semaphore(name, base)
+		for j := 0; j < workers; j++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for r := 0; r < rounds; r++ {
+					n, err := s.AddPermits(ctx, 1)
+					if err != nil {
+						t.Errorf("AddPermits(1): %v", err)
+						return
+					}
+					mu.Lock()
+					if seen[n] {
+						t.Errorf("two additions returned %d", n)
+					}
+					seen[n] = true
+					mu.Unlock()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	const total = clients * workers * rounds
+	for n := base + 1; n <= base+total; n++ {
+		if !seen[n] {
+			t.Errorf("no addition returned %d", n)
+		}
+	}
+	if v := semLimit(t, srv, name); v != fmt.Sprint(base+total) {
+		t.Errorf("stored limit %s after %d additions of 1 to %d", v, total, base)
+	}
+}
+
+// TestSemaphoreLimitRespectedWhileItChanges: workers of several Clients
+// acquire and release while the limit goes up and down by AddPermits, and
+// ReleaseN gives part of what they hold back early. The permits out never
+// exceed the highest limit in force so far, and once the limit stops
+// changing, not the final one either.
+func TestSemaphoreLimitRespectedWhileItChanges(t *testing.T) {
+	srv := redistest.Shared(t)
+	ctx := testCtx(t)
+	name := uniqueName(t)
+	const start, clients, workers, rounds = 3, 3, 3, 10
+	var out, bound, settled atomic.Int64 // settled: the final limit, once it is in force
+	bound.Store(start)
+	var wg sync.WaitGroup
+	acquiredOnce := make(chan struct{}, 1)
+	check := func(now int64) {
+		if b := bound.Load(); now > b {
+			t.Errorf("%d permits out, above every limit in force so far (at most %d)", now, b)
+		}
+		if f := settled.Load(); f > 0 && now > f {
+			t.Errorf("%d permits out, above the limit of %d", now, f)
+		}
+	}
+	for i := 0; i < clients; i++ {
+		s := newClient(t, srv, dlock.WithWaiterLease(time.Second)).Semaphore(name, start)
+		for j := 0; j < workers; j++ {
+			wg.Add(1)
+			rng := rand.New(rand.NewSource(int64(i*workers + j)))
+			go func() {
+				defer wg.Done()
+				for r := 0; r < rounds; r++ {
+					n := 1 + rng.Intn(2)
+					p, err := s.Acquire(ctx, n)
+					if err != nil {
+						t.Errorf("Acquire(%d): %v", n, err)
+						return
+					}
+					check(out.Add(int64(n)))
+					select {
+					case acquiredOnce <- struct{}{}:
+					default:
+					}
+					// Hold them a while, as work would.
+					time.Sleep(time.Duration(rng.Intn(2000)) * time.Microsecond)
+					if n == 2 {
+						out.Add(-1) // before ReleaseN: never undercounts what is out
+						if err := p.ReleaseN(ctx, 1); err != nil {
+							t.Errorf("ReleaseN(1) of 2: %v", err)
+						}
+					}
+					out.Add(-int64(p.N()))
+					if err := p.Release(ctx); err != nil {
+						t.Errorf("Release: %v", err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	workersDone := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(workersDone)
+	}()
+	// The limit goes up to 6 and back down to 2 (the largest request fits
+	// always), one step each time a worker got permits.
+	s := newClient(t, srv).Semaphore(name, start)
+	limit := int64(start)
+	for _, delta := range []int{1, 1, 1, -1, -1, -1, -1} {
+		select {
+		case <-acquiredOnce:
+		case <-workersDone:
+			t.Logf("AddPermits(%d) after the workers were done", delta)
+		}
+		if delta > 0 {
+			bound.Store(limit + 1) // the limit may be in force before AddPermits returns
+		}
+		got, err := s.AddPermits(ctx, delta)
+		if err != nil {
+			t.Fatalf("AddPermits(%d): %v", delta, err)
+		}
+		if limit += int64(delta); int64(got) != limit {
+			t.Fatalf("AddPermits(%d) = %d, want %d", delta, got, limit)
+		}
+	}
+	// Permits granted under a higher limit may still be out: the final
+	// limit holds once they are back, which a full acquisition shows.
+	all, err := s.Acquire(ctx, int(limit))
+	if err != nil {
+		t.Fatalf("Acquire of the whole lowered limit: %v", err)
+	}
+	check(out.Add(limit))
+	settled.Store(limit)
+	out.Add(-limit)
+	if err := all.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-workersDone
+}
+
+// A sorted set without an expiry at :sem:calls is no key of dlock's (it
+// always sets one): AddPermits must report ErrKeyConflict and leave it
+// alone, as sem_check does for every other key.
+func TestSemaphoreAddPermitsForeignCallsZset(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := newClient(t, srv)
+	rdb := srv.Client(t)
+	ctx := testCtx(t)
+	name := uniqueName(t)
+	calls := semKey(name) + ":calls"
+	rdb.ZAdd(ctx, calls, redis.Z{Score: 1, Member: "someone else's"})
+	defer rdb.Del(ctx, calls)
+	_, err := c.Semaphore(name, 2).AddPermits(ctx, 1)
+	if !errors.Is(err, dlock.ErrKeyConflict) {
+		t.Errorf("AddPermits with a foreign zset at :calls: got %v, want ErrKeyConflict", err)
+	}
+	if d := rdb.PTTL(ctx, calls).Val(); d != -1 {
+		t.Errorf("the foreign zset was given an expiry (%v)", d)
+	}
+	if m := rdb.ZRange(ctx, calls, 0, -1).Val(); len(m) != 1 || m[0] != "someone else's" {
+		t.Errorf("the foreign zset holds %q now", m)
+	}
+	if v := semLimit(t, srv, name); v != "" {
+		t.Errorf("a limit (%s) was stored despite the conflict", v)
+	}
+}
+
+// TestSemaphoreChangesSentTwiceCountOnce: go-redis sends a command again
+// when it lost the reply, and the server may run it twice. An AddPermits
+// adds once, and a ReleaseN gives back its permits once.
+func TestSemaphoreChangesSentTwiceCountOnce(t *testing.T) {
+	t.Parallel()
+	c, srv, proxy := clientWithLostReplies(t)
+	ctx := testCtx(t)
+	name := t.Name()
+	s := c.Semaphore(name, 2)
+	if _, err := s.AddPermits(ctx, 1); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	var n int
+	err := afterLostReply(t, []*redistest.Proxy{proxy}, func() bool { return semLimit(t, srv, name) == "5" }, func() (err error) {
+		n, err = s.AddPermits(ctx, 2)
+		return err
+	})
+	if err != nil || n != 5 {
+		t.Errorf("AddPermits(2) of 3 sent twice = %d, %v; want 5", n, err)
+	}
+	if v := semLimit(t, srv, name); v != "5" {
+		t.Errorf("stored limit %s after AddPermits(2) of 3 sent twice, want 5", v)
+	}
+
+	p := mustAcquire(t, s, 4)
+	if err := p.ReleaseN(ctx, 1); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	count := func() string {
+		return srv.Client(t).HGet(ctx, semKey(name)+":n", srv.Client(t).ZRange(ctx, semKey(name), 0, 0).Val()[0]).Val()
+	}
+	want := fmt.Sprintf("1 %d", p.Token())
+	if err := afterLostReply(t, []*redistest.Proxy{proxy}, func() bool { return count() == want }, func() error { return p.ReleaseN(ctx, 2) }); err != nil {
+		t.Errorf("ReleaseN(2) of 3 sent twice: %v", err)
+	}
+	if got := count(); got != want || p.N() != 1 {
+		t.Errorf("count entry %q and N() %d after ReleaseN(2) of 3 sent twice; want %q and 1", got, p.N(), want)
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -140,6 +140,20 @@ func (w *watchdog) lose(l *Lease, reason string) {
 	runLossFuncs(funcs, l)
 }
 
+// loseIfHeld is lose for a lease still held; false when it is being
+// unlocked or was released meanwhile.
+func (w *watchdog) loseIfHeld(l *Lease, reason string) bool {
+	w.mu.Lock()
+	if l.state != leaseHeld {
+		w.mu.Unlock()
+		return false
+	}
+	funcs := w.loseLocked(l, reason)
+	w.mu.Unlock()
+	runLossFuncs(funcs, l)
+	return true
+}
+
 // retire ends a lease whose lock was released by other means (the last
 // hold of a reentrant lock, released through a nested lease): it stops
 // watching it and closes Done, sending nothing.

@@ -117,16 +117,10 @@ func (p *Permits) ReleaseN(ctx context.Context, n int) error {
 		p.n.Store(kept)
 		return nil
 	case errors.Is(err, ErrNotHeld):
-		wd := l.wd
-		wd.mu.Lock()
-		if l.state != leaseHeld {
+		if !l.wd.loseIfHeld(l, "ReleaseN found the permits gone or held by another owner") {
 			// A Release gave them all back meanwhile: not a loss.
-			wd.mu.Unlock()
 			return errs.Errorf("dlock: ReleaseN %q: %w", l.Name(), errPermitsReleased)
 		}
-		lost := wd.loseLocked(l, "ReleaseN found the permits gone or held by another owner")
-		wd.mu.Unlock()
-		runLossFuncs(lost, l)
 		return errs.Errorf("dlock: ReleaseN %q: %w: the permits expired or were removed before ReleaseN", l.Name(), ErrNotHeld)
 	}
 	return errs.Redis("ReleaseN", l.Name(), err)

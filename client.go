@@ -12,6 +12,7 @@ import (
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/goredis"
 	"github.com/dlock-go/dlock/internal/notify"
+	"github.com/dlock-go/dlock/internal/wait"
 	"github.com/dlock-go/dlock/internal/workers"
 )
 
@@ -55,7 +56,7 @@ type Client struct {
 
 	cleanups  *workers.Pool // abandoned acquires being cleaned up; after Close, in the caller
 	local     localQueues   // Mutex waiters sharing one place per name
-	places    placeGroups   // other waiters' places, kept together per lock (places.go)
+	places    wait.Places   // other waiters' places, kept together per lock
 	closeOnce sync.Once
 	closed    chan struct{}
 }

@@ -7,27 +7,10 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/wait"
 )
 
-func TestSpinDelayGrowsWithJitterWithinBounds(t *testing.T) {
-	s := newSpinDelay(SpinWait(2*time.Millisecond, 50*time.Millisecond))
-	step := 2 * time.Millisecond
-	for i := 0; i < 20; i++ {
-		d := s.next()
-		if d < step/2 || d > step {
-			t.Fatalf("delay %d = %v, want within [%v, %v]", i, d, step/2, step)
-		}
-		if step *= 2; step > 50*time.Millisecond {
-			step = 50 * time.Millisecond
-		}
-	}
-	if newSpinDelay(NotifyWait()) != nil {
-		t.Error("NotifyWait has no spin delay")
-	}
-}
-
 func TestPollDelay(t *testing.T) {
-	c := &Client{}
 	cfg := defaultConfig() // claim window = waiter lease 3s: refresh every 1s
 	cases := []struct {
 		holderTTL time.Duration
@@ -39,14 +22,17 @@ func TestPollDelay(t *testing.T) {
 	}
 	for _, tc := range cases {
 		for i := 0; i < 100; i++ {
-			if d := c.pollDelay(&cfg, tc.holderTTL, nil); d < tc.min || d > tc.max {
+			if d := pollDelay(&cfg, tc.holderTTL, nil); d < tc.min || d > tc.max {
 				t.Fatalf("pollDelay(holder %v) = %v, want within [%v, %v]", tc.holderTTL, d, tc.min, tc.max)
 			}
 		}
 	}
-	spin := newSpinDelay(SpinWait(time.Minute, time.Minute))
-	if d := c.pollDelay(&cfg, 0, spin); d != time.Second {
+	spin := wait.NewSpin(time.Minute, time.Minute)
+	if d := pollDelay(&cfg, 0, spin); d != time.Second {
 		t.Errorf("a spin delay longer than the lease refresh: got %v, want the refresh (1s)", d)
+	}
+	if NotifyWait().newSpin() != nil {
+		t.Error("NotifyWait has no spin delay")
 	}
 }
 

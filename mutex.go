@@ -10,6 +10,7 @@ import (
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/ownerid"
 	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/wait"
 )
 
 // Mutex is a distributed mutual-exclusion lock: at most one Lease holds it
@@ -95,8 +96,8 @@ func (m *Mutex) channel() string { return m.keys.channel() }
 
 // place serves a FairMutex's waiters, and a MultiLock's, each with a place
 // of its own (a Mutex's share one: contend.go).
-func (m *Mutex) place(owner string) placeSpec {
-	return placeSpec{queue: m.keys.queue, waiters: m.keys.waiters, member: owner}
+func (m *Mutex) place(owner string) wait.Place {
+	return wait.Place{Queue: m.keys.queue, Waiters: m.keys.waiters, Member: owner}
 }
 
 // mutexCall is one script call of a Mutex with its arguments, in a single

@@ -15,6 +15,7 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/wait"
 )
 
 // scriptCounter counts the script calls (EVALSHA, EVAL) a client sends;
@@ -262,34 +263,24 @@ func (w *placeWaiters) waitKept(t *testing.T, queue string, skip, rounds int) {
 	followers := members[skip:]
 	start := make([]int64, len(followers))
 	for i, m := range followers {
-		start[i] = m.keptByLeader.Load()
+		start[i] = m.KeptByLeader()
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for i := 0; i < len(followers); {
-		if followers[i].keptByLeader.Load() >= start[i]+int64(rounds) {
+		if followers[i].KeptByLeader() >= start[i]+int64(rounds) {
 			i++
 			continue
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("waiter %d of %s renewed %d times by its leader in 30s; want %d", skip+i, queue,
-				followers[i].keptByLeader.Load()-start[i], rounds)
+				followers[i].KeptByLeader()-start[i], rounds)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 }
 
 // members returns the group's members, the leader first.
-func (w *placeWaiters) members(queue string) []*placeMember {
-	p := &w.c.places
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for key, g := range p.groups {
-		if key.queue == queue {
-			return append([]*placeMember(nil), g.members...)
-		}
-	}
-	return nil
-}
+func (w *placeWaiters) members(queue string) []*wait.Member { return w.c.places.Members(queue) }
 
 // wantArrivalOrder checks that the next n grants go to the waiters from
 // first on, in the order they queued: a waiter that lost its place would

@@ -7,6 +7,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/ownerid"
+	"github.com/dlock-go/dlock/internal/wait"
 )
 
 func (m *RedlockMutex) lock(ctx context.Context) (lease *Lease, err error) {
@@ -31,7 +32,7 @@ func (m *RedlockMutex) lock(ctx context.Context) (lease *Lease, err error) {
 	defer func() { turn.leave(ctx, lease != nil) }()
 	// wait.l is nil until the turn must wait (see redlockGates.enter).
 	w := &redlockRun{m: m, ctx: ctx, turn: turn, began: began, owner: owner,
-		wait: redlockWait{m: m, l: turn.gt.l, spin: newSpinDelay(SpinWait(m.cfg.retryMin, m.cfg.retryMax))}}
+		wait: redlockWait{m: m, l: turn.gt.l, spin: wait.NewSpin(m.cfg.retryMin, m.cfg.retryMax)}}
 	defer w.stop()
 	for first := true; ; first = false {
 		if turn.handingOver() {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/notify"
+	"github.com/dlock-go/dlock/internal/wait"
 )
 
 // How RedlockMutex.Lock waits.
@@ -304,7 +305,7 @@ func (l *redlockListener) drain() {
 type redlockWait struct {
 	m     *RedlockMutex
 	l     *redlockListener
-	spin  *spinDelay
+	spin  *wait.Spin
 	tried bool // subscribed once, successfully or not
 }
 
@@ -319,7 +320,7 @@ func (w *redlockWait) next(ctx context.Context, res acquireResult, heardBefore b
 		// so none may be left to publish a release, and contenders that
 		// split the nodes must spread out. A release heard meanwhile
 		// (another owner's quorum) still cuts the wait short.
-		return w.spin.next(), w.l.hears()
+		return w.spin.Next(), w.l.hears()
 	}
 	if !w.tried {
 		w.tried = true
@@ -337,7 +338,7 @@ func (w *redlockWait) next(ctx context.Context, res acquireResult, heardBefore b
 		}
 	}
 	if !w.l.hears() {
-		return w.spin.next(), false
+		return w.spin.Next(), false
 	}
 	return w.idle(res.holderTTL), true
 }
@@ -346,5 +347,5 @@ func (w *redlockWait) next(ctx context.Context, res acquireResult, heardBefore b
 // nodes again: when a quorum of the holder's keys could have expired
 // (holderTTL, 0 unknown), and at least every third of the TTL.
 func (w *redlockWait) idle(holderTTL time.Duration) time.Duration {
-	return lookAgainIn(redlockPX(&w.m.cfg)/3, holderTTL)
+	return wait.LookAgainIn(redlockPX(&w.m.cfg)/3, holderTTL)
 }

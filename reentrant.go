@@ -12,6 +12,7 @@ import (
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/ownerid"
 	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/wait"
 )
 
 // MaxOwnerIDLen is the longest owner identity WithOwner accepts, in bytes.
@@ -203,8 +204,8 @@ func (h *reentrantHold) kind() Kind       { return KindReentrant }
 func (h *reentrantHold) channel() string  { return h.m.keys.channel() }
 
 // place: member is the hold id followed by the owner value (lockUnobserved).
-func (h *reentrantHold) place(member string) placeSpec {
-	return placeSpec{queue: h.m.keys.queue, waiters: h.m.keys.waiters, member: member}
+func (h *reentrantHold) place(member string) wait.Place {
+	return wait.Place{Queue: h.m.keys.queue, Waiters: h.m.keys.waiters, Member: member}
 }
 
 func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) (attemptResult, error) {

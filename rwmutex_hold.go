@@ -7,6 +7,7 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/wait"
 )
 
 // rwHalf is one mode of an RWMutex: the queuedLock that the shared waiting
@@ -41,8 +42,8 @@ func (rw *RWMutex) deliver(grants []any) bool {
 
 func (h *rwHalf) member(owner string) string { return string(h.mode) + owner }
 
-func (h *rwHalf) place(owner string) placeSpec {
-	return placeSpec{queue: h.rw.keys.queue, waiters: h.rw.keys.waiters, member: h.member(owner)}
+func (h *rwHalf) place(owner string) wait.Place {
+	return wait.Place{Queue: h.rw.keys.queue, Waiters: h.rw.keys.waiters, Member: h.member(owner)}
 }
 
 func (h *rwHalf) lockName() string { return h.rw.name }

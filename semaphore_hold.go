@@ -9,6 +9,7 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/wait"
 )
 
 // semAcquisition is one acquisition of n permits: the queuedLock and
@@ -32,8 +33,8 @@ func (a *semAcquisition) kind() Kind { return KindSemaphore }
 
 func (a *semAcquisition) channel() string { return a.s.keys.channel() }
 
-func (a *semAcquisition) place(owner string) placeSpec {
-	return placeSpec{queue: a.s.keys.queue, waiters: a.s.keys.waiters, member: owner}
+func (a *semAcquisition) place(owner string) wait.Place {
+	return wait.Place{Queue: a.s.keys.queue, Waiters: a.s.keys.waiters, Member: owner}
 }
 
 func (a *semAcquisition) attempt(ctx context.Context, owner string, queue bool) (attemptResult, error) {

@@ -9,6 +9,7 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/ownerid"
+	"github.com/dlock-go/dlock/internal/wait"
 )
 
 // queuedLock is a lock whose waiters queue in Redis and are handed the lock
@@ -21,6 +22,12 @@ type queuedLock interface {
 	// attempt tries to take the lock for owner; with queue it also joins
 	// the lock's queue (or refreshes owner's place in it) when not granted.
 	attempt(ctx context.Context, owner string, queue bool) (attemptResult, error)
+}
+
+// placeHolder is a queued lock whose waiters hold their places in its queue
+// keys; acquireAs groups them by lock.
+type placeHolder interface {
+	place(owner string) wait.Place
 }
 
 // attemptResult is the outcome of one acquire attempt.

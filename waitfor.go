@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/notify"
+	"github.com/dlock-go/dlock/internal/wait"
 )
 
 // waitSpec describes one wait for waitFor.
@@ -37,7 +38,7 @@ type waitSpec struct {
 	// place, when set, is the waiter's place in the lock's queue, which
 	// attempt joins or refreshes: it is kept with the Client's other
 	// waiters on the lock (places.go).
-	place *placeSpec
+	place *wait.Place
 }
 
 // firstAttempt is an attempt made before waitFor registered its waiter.
@@ -115,13 +116,13 @@ type waitRun struct {
 	// confirmedBefore: it was in place when the last attempt began, so no
 	// wake-up since then went unheard.
 	subscribed, confirmedBefore bool
-	sub                         subscribing // the subscription being made, if any
-	spin, errDelay              *spinDelay
+	sub                         wait.Subscribing // the subscription being made, if any
+	spin, errDelay              *wait.Spin
 
 	// member is the waiter's place in its lock's group (places.go), once
 	// its first attempt has queued it; refresh is the pace of its lease's
 	// renewals.
-	member   *placeMember
+	member   *wait.Member
 	refresh  time.Duration
 	lastKeep time.Time
 	timer    *time.Timer
@@ -129,7 +130,7 @@ type waitRun struct {
 
 func (c *Client) newWaitRun(ctx context.Context, cfg *config, spec waitSpec) *waitRun {
 	w := &waitRun{c: c, ctx: ctx, cfg: cfg, spec: spec, st: spec.state, began: time.Now(),
-		spin: newSpinDelay(cfg.wait), errDelay: newErrorDelay(), refresh: cfg.refresh(), timer: time.NewTimer(time.Hour)}
+		spin: cfg.wait.newSpin(), errDelay: wait.ErrorDelay(), refresh: cfg.refresh(), timer: time.NewTimer(time.Hour)}
 	if spec.first != nil {
 		w.began = spec.first.start // the wait, as the caller sees it, began with that attempt
 	}
@@ -154,9 +155,9 @@ func (c *Client) newWaitRun(ctx context.Context, cfg *config, spec waitSpec) *wa
 func (w *waitRun) close() {
 	w.timer.Stop()
 	if w.member != nil {
-		w.c.places.leave(w.member)
+		w.c.places.Leave(w.member)
 	}
-	w.sub.stop()
+	w.sub.Stop()
 	if w.w != nil {
 		w.c.notify.Unregister(w.spec.channel, w.w)
 	}
@@ -201,7 +202,7 @@ func (w *waitRun) failed(err error) (time.Duration, error) {
 		w.spec.noteErr(err)
 	}
 	w.cfg.logger.Debug("dlock: attempt failed; retrying", slog.String("lock", w.spec.name), slog.Any("error", err))
-	return w.errDelay.next(), nil
+	return w.errDelay.Next(), nil
 }
 
 // taken handles an attempt that found the lock taken (or the condition
@@ -215,28 +216,28 @@ func (w *waitRun) taken(start time.Time, r attemptResult) time.Duration {
 	}
 	w.st.since, w.holderTTL, w.lastErr = start, r.pttl, nil
 	w.st.lastFence = max(w.st.lastFence, r.lastFence)
-	w.errDelay = newErrorDelay()
-	delay := c.pollDelay(cfg, r.pttl, w.spin)
+	w.errDelay = wait.ErrorDelay()
+	delay := pollDelay(cfg, r.pttl, w.spin)
 	if w.spec.place != nil && w.spin == nil {
 		if w.member == nil {
-			w.member = c.places.join(*w.spec.place, cfg.waiterLease, w.refresh)
+			w.member = c.places.Join(*w.spec.place, cfg.waiterLease, w.refresh)
 		}
-		c.places.kept(w.member, start)
-		if !c.places.leads(w.member) {
-			delay = lookAgainIn(w.refresh/2, 0) // only to check that the leader keeps the place
+		c.places.Kept(w.member, start)
+		if !c.places.Leads(w.member) {
+			delay = wait.LookAgainIn(w.refresh/2, 0) // only to check that the leader keeps the place
 		} else if time.Since(w.lastKeep) >= w.refresh-w.refresh/10 {
 			w.lastKeep = time.Now()
-			c.keepPlaces(w.ctx, cfg, w.member)
+			c.places.Keep(w.ctx, c.drv, cfg.waiterLease, cfg.logger, w.member)
 		}
 	}
-	if !w.subscribed && w.sub.done == nil {
+	if !w.subscribed && w.sub.Done == nil {
 		// Made beside the wait, not before it: the waiter goes on
 		// polling, which refreshes its place in the queue, while a slow
 		// server confirms (a confirmation slower than the waiter lease
 		// would cost the place). Bounded, so that a confirmation the
 		// network lost (the connection lived on) costs a poll, not the
 		// rest of the wait: the next poll subscribes again.
-		w.sub.start(w.ctx, max(delay, minSubscribeWait), c.notify, w.spec.channel)
+		w.sub.Start(w.ctx, max(delay, wait.MinSubscribeWait), c.notify, w.spec.channel)
 	}
 	return delay
 }
@@ -257,7 +258,7 @@ func (w *waitRun) sleep(delay time.Duration) (r attemptResult, from time.Time, e
 	}()
 	var gone <-chan struct{}
 	if w.member != nil {
-		gone = w.member.gone
+		gone = w.member.Gone
 	}
 	for {
 		select {
@@ -269,15 +270,15 @@ func (w *waitRun) sleep(delay time.Duration) (r attemptResult, from time.Time, e
 			}
 			return
 		case <-w.timer.C:
-			if w.member != nil && !c.places.leads(w.member) && !c.places.stale(w.member, w.refresh) {
-				w.timer.Reset(lookAgainIn(w.refresh/2, 0)) // the leader keeps the place
+			if w.member != nil && !c.places.Leads(w.member) && !c.places.Stale(w.member, w.refresh) {
+				w.timer.Reset(wait.LookAgainIn(w.refresh/2, 0)) // the leader keeps the place
 				continue
 			}
 			return
 		case <-gone:
 			return // no longer queued: granted, or the place lapsed
-		case subErr := <-w.sub.done:
-			w.sub.end()
+		case subErr := <-w.sub.Done:
+			w.sub.End()
 			again, endErr := w.subscribeEnded(subErr)
 			if endErr != nil {
 				return attemptResult{}, time.Time{}, endErr, true
@@ -304,7 +305,7 @@ func (w *waitRun) heard(g *notify.Grant) (attemptResult, time.Time, bool) {
 			// A waiter whose place the leader keeps attempts rarely: the
 			// leader's last keep that found it still queued is later,
 			// and as safe, so the grant's claim window counts from there.
-			from = w.c.places.since(w.member, from)
+			from = w.c.places.Since(w.member, from)
 		}
 		return attemptResult{granted: true, fence: g.Fence, pttl: g.PX, grantedAtUs: g.AtUs}, from, true
 	}
@@ -339,38 +340,21 @@ func (w *waitRun) subscribeEnded(err error) (again bool, _ error) {
 	return false, nil
 }
 
-// subscribing is a wait's subscription to its channel while the server has
-// not confirmed it: made in a goroutine of the wait's, so that the wait
-// goes on meanwhile. Its zero value is no subscription being made.
-type subscribing struct {
-	done   chan error // the outcome, once; nil when none is being made
-	cancel context.CancelFunc
-}
-
-// start subscribes n to channel, giving up after limit or when ctx ends.
-func (s *subscribing) start(ctx context.Context, limit time.Duration, n *notify.Notifier, channel string) {
-	sctx, cancel := context.WithTimeout(ctx, limit)
-	done := make(chan error, 1)
-	s.done, s.cancel = done, cancel
-	go func() { done <- n.Subscribe(sctx, channel) }()
-}
-
-// end forgets the subscription once its outcome was received.
-func (s *subscribing) end() {
-	s.cancel()
-	s.done, s.cancel = nil, nil
-}
-
-// stop ends a subscription still being made, and waits for its goroutine.
-func (s *subscribing) stop() {
-	if s.done != nil {
-		s.cancel()
-		<-s.done
-		s.end()
+// pollDelay is how long a waiter waits before asking the server again. It
+// must refresh its place in the queue well within the waiter lease, and it
+// looks again when the holder's key expires, in case the holder died
+// without releasing (nobody would publish then).
+//
+// It is also how stale a waiter's lower bound on a grant's time can get (see
+// waitFor), so it stays within a third of the claim window: a grant heard by
+// pub/sub then leaves about two thirds of the window to claim the lock.
+func pollDelay(cfg *config, holderTTL time.Duration, spin *wait.Spin) time.Duration {
+	refresh := cfg.refresh()
+	if spin != nil {
+		if d := spin.Next(); d < refresh {
+			return d
+		}
+		return refresh
 	}
+	return wait.LookAgainIn(refresh, holderTTL)
 }
-
-// minSubscribeWait is the least time a waiter gives the server to confirm
-// its subscription before it polls instead (waitFor): the poll delay, or
-// this when that is shorter.
-const minSubscribeWait = time.Second

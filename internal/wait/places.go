@@ -1,4 +1,8 @@
-package dlock
+// Package wait holds the machinery a waiting acquire shares across kinds:
+// the places a process's waiters keep together in a lock's queue, the
+// subscription a wait makes beside its polls, and the delays between
+// attempts.
+package wait
 
 import (
 	"context"
@@ -12,7 +16,7 @@ import (
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
-// Waiters' places kept together.
+// Places: waiters' places kept together.
 //
 // A waiter holds its place in a lock's queue under a lease (the waiter
 // lease), and renews it by asking again a third of the way in: one script
@@ -41,16 +45,10 @@ import (
 // Redis then sees two calls per Client, lock and refresh, however many of
 // the Client's goroutines wait.
 
-// placeSpec names a waiter's place in a lock's queue.
-type placeSpec struct {
-	queue, waiters string // the lock's queue keys, in one Cluster slot
-	member         string // the waiter's entry in them
-}
-
-// placeHolder is a queued lock whose waiters hold their places in its queue
-// keys; acquireAs groups them by lock.
-type placeHolder interface {
-	place(owner string) placeSpec
+// Place names a waiter's place in a lock's queue.
+type Place struct {
+	Queue, Waiters string // the lock's queue keys, in one Cluster slot
+	Member         string // the waiter's entry in them
 }
 
 // placeKey identifies the waiters that can be kept together: the same
@@ -61,26 +59,26 @@ type placeKey struct {
 	refresh time.Duration
 }
 
-// placeGroups is a Client's groups of waiters.
-type placeGroups struct {
+// Places is a Client's groups of waiters.
+type Places struct {
 	mu     sync.Mutex
-	groups map[placeKey]*placeGroup
+	groups map[placeKey]*group
 }
 
-type placeGroup struct {
+type group struct {
 	key     placeKey
 	waiters string
-	members []*placeMember // members[0] leads
+	members []*Member // members[0] leads
 }
 
-// placeMember is one waiting goroutine's place in its group.
-type placeMember struct {
-	g      *placeGroup
+// Member is one waiting goroutine's place in its group.
+type Member struct {
+	g      *group
 	member string
-	// gone is signalled when a keep found the member no longer queued: it
+	// Gone is signalled when a keep found the member no longer queued: it
 	// asks for itself at once (its grant, or a place again).
-	gone chan struct{}
-	// keptAt (guarded by placeGroups.mu) is when the member's lease was
+	Gone chan struct{}
+	// keptAt (guarded by Places.mu) is when the member's lease was
 	// last renewed, by its own attempt or by the leader's keep: the time
 	// the call was sent, on the monotonic clock. The call found the member
 	// still queued, so not yet granted: no grant to it is earlier, and the
@@ -90,26 +88,26 @@ type placeMember struct {
 	keptByLeader atomic.Int64
 }
 
-// join adds a waiter to its lock's group.
-func (p *placeGroups) join(spec placeSpec, lease, refresh time.Duration) *placeMember {
-	key := placeKey{queue: spec.queue, lease: lease, refresh: refresh}
+// Join adds a waiter to its lock's group.
+func (p *Places) Join(spec Place, lease, refresh time.Duration) *Member {
+	key := placeKey{queue: spec.Queue, lease: lease, refresh: refresh}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	g := p.groups[key]
 	if g == nil {
 		if p.groups == nil {
-			p.groups = make(map[placeKey]*placeGroup)
+			p.groups = make(map[placeKey]*group)
 		}
-		g = &placeGroup{key: key, waiters: spec.waiters}
+		g = &group{key: key, waiters: spec.Waiters}
 		p.groups[key] = g
 	}
-	m := &placeMember{g: g, member: spec.member, gone: make(chan struct{}, 1)} // keptAt: see kept
+	m := &Member{g: g, member: spec.Member, Gone: make(chan struct{}, 1)} // keptAt: see kept
 	g.members = append(g.members, m)
 	return m
 }
 
-// leave takes m out of its group; the next member leads.
-func (p *placeGroups) leave(m *placeMember) {
+// Leave takes m out of its group; the next member leads.
+func (p *Places) Leave(m *Member) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	g := m.g
@@ -124,54 +122,54 @@ func (p *placeGroups) leave(m *placeMember) {
 	}
 }
 
-// leads reports whether m leads its group.
-func (p *placeGroups) leads(m *placeMember) bool {
+// Leads reports whether m leads its group.
+func (p *Places) Leads(m *Member) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(m.g.members) > 0 && m.g.members[0] == m
 }
 
 // followers returns the members m keeps, when m leads: every other one.
-func (p *placeGroups) followers(m *placeMember) []*placeMember {
+func (p *Places) followers(m *Member) []*Member {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	g := m.g
 	if len(g.members) < 2 || g.members[0] != m {
 		return nil
 	}
-	return append([]*placeMember(nil), g.members[1:]...)
+	return append([]*Member(nil), g.members[1:]...)
 }
 
 // maxKeptPerCall bounds the members one queue_keep call renews: a Lua
 // call's arguments are a stack, and one long script blocks the server.
 const maxKeptPerCall = 500
 
-// keepPlaces renews the queue leases of the members leader keeps, in one
+// Keep renews the queue leases of the members leader keeps, in one
 // round trip, and tells those no longer queued to ask for themselves. A
 // failure is only logged: the members then ask for themselves once their
 // lease has gone unrenewed too long (stale).
-func (c *Client) keepPlaces(ctx context.Context, cfg *config, leader *placeMember) {
-	members := c.places.followers(leader)
+func (p *Places) Keep(ctx context.Context, drv driver.Driver, lease time.Duration, logger *slog.Logger, leader *Member) {
+	members := p.followers(leader)
 	if len(members) == 0 {
 		return
 	}
-	lease := cfg.waiterLease.Milliseconds()
+	leaseMs := lease.Milliseconds()
 	var (
-		chunks [][]*placeMember // the members of each call
+		chunks [][]*Member // the members of each call
 		calls  []*driver.Call
 	)
 	for start := 0; start < len(members); start += maxKeptPerCall {
 		chunk := members[start:min(start+maxKeptPerCall, len(members))]
 		chunks = append(chunks, chunk)
 		args := make([]any, 1, len(chunk)+1)
-		args[0] = lease
+		args[0] = leaseMs
 		for _, m := range chunk {
 			args = append(args, m.member)
 		}
 		calls = append(calls, &driver.Call{Script: scripts.QueueKeep, Keys: []string{leader.g.key.queue, leader.g.waiters}, Args: args})
 	}
 	sent := time.Now()
-	c.drv.Run(ctx, calls...)
+	drv.Run(ctx, calls...)
 	for i, call := range calls {
 		chunk := chunks[i]
 		kept, ok := call.Reply.([]any)
@@ -180,25 +178,25 @@ func (c *Client) keepPlaces(ctx context.Context, cfg *config, leader *placeMembe
 			if err == nil {
 				err = errs.Unexpected(call.Reply)
 			}
-			cfg.logger.Debug("dlock: renewing waiters' places failed; each asks for itself", slog.String("queue", leader.g.key.queue), slog.Any("error", err))
+			logger.Debug("dlock: renewing waiters' places failed; each asks for itself", slog.String("queue", leader.g.key.queue), slog.Any("error", err))
 			continue
 		}
 		for j, m := range chunk {
 			if v, _ := kept[j].(int64); v == 1 {
-				c.places.kept(m, sent)
+				p.Kept(m, sent)
 				m.keptByLeader.Add(1)
 				continue
 			}
 			select {
-			case m.gone <- struct{}{}:
+			case m.Gone <- struct{}{}:
 			default:
 			}
 		}
 	}
 }
 
-// kept records that m's lease was renewed by a call sent at.
-func (p *placeGroups) kept(m *placeMember, at time.Time) {
+// Kept records that m's lease was renewed by a call sent at.
+func (p *Places) Kept(m *Member, at time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if at.After(m.keptAt) {
@@ -206,9 +204,9 @@ func (p *placeGroups) kept(m *placeMember, at time.Time) {
 	}
 }
 
-// since returns the latest time at which m was known not to be granted
+// Since returns the latest time at which m was known not to be granted
 // yet (keptAt), or from when that is later.
-func (p *placeGroups) since(m *placeMember, from time.Time) time.Time {
+func (p *Places) Since(m *Member, from time.Time) time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if m.keptAt.After(from) {
@@ -217,10 +215,26 @@ func (p *placeGroups) since(m *placeMember, from time.Time) time.Time {
 	return from
 }
 
-// stale reports whether m's lease has gone unrenewed for half a refresh
+// Stale reports whether m's lease has gone unrenewed for half a refresh
 // longer than the leader's pace: m must then ask for itself.
-func (p *placeGroups) stale(m *placeMember, refresh time.Duration) bool {
+func (p *Places) Stale(m *Member, refresh time.Duration) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return time.Since(m.keptAt) > refresh+refresh/2
 }
+
+// Members returns the group of queue's members, the leader first (for
+// tests).
+func (p *Places) Members(queue string) []*Member {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, g := range p.groups {
+		if k.queue == queue {
+			return append([]*Member(nil), g.members...)
+		}
+	}
+	return nil
+}
+
+// KeptByLeader counts the leader's renewals of m (for tests).
+func (m *Member) KeptByLeader() int64 { return m.keptByLeader.Load() }

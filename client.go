@@ -57,6 +57,7 @@ type Client struct {
 	cleanups  *workers.Pool // abandoned acquires being cleaned up; after Close, in the caller
 	local     localQueues   // Mutex waiters sharing one place per name
 	places    wait.Places   // other waiters' places, kept together per lock
+	waits     wait.Engine   // the wait for a lock, over notify and places
 	closeOnce sync.Once
 	closed    chan struct{}
 }
@@ -95,6 +96,7 @@ func NewWithDriver(d driver.Driver, opts ...Option) (*Client, error) {
 	cfg.seal()
 	c := &Client{drv: d, cfg: cfg, instance: NewOwnerID(), closed: make(chan struct{}), cleanups: workers.New()}
 	c.notify = notify.New(d, cfg.logger)
+	c.waits = wait.Engine{Notify: c.notify, Places: &c.places, Driver: d, Closed: c.closed}
 	c.wd = newWatchdog(d)
 	return c, nil
 }

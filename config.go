@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/wait"
 )
 
 // config holds every setting of a lock. defaultConfig is the one place that
@@ -202,4 +203,14 @@ func fenceRetention(ttl time.Duration) time.Duration {
 		return r
 	}
 	return time.Hour
+}
+
+// waitSettings are a wait's options under c.
+func (c *config) waitSettings() *wait.Settings {
+	s := &wait.Settings{Spin: c.wait.spin, SpinMin: c.wait.minDelay, SpinMax: c.wait.maxDelay,
+		Refresh: c.refresh(), WaiterLease: c.waiterLease, Logger: c.logger}
+	if c.observer != nil {
+		s.CountAttempt = func(ctx context.Context) { countAttempt(ctx, c) }
+	}
+	return s
 }

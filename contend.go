@@ -8,13 +8,14 @@ import (
 
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/ownerid"
+	"github.com/dlock-go/dlock/internal/wait"
 )
 
 // One place in the lock's queue per process and name.
 //
 // Goroutines of one Client that wait for the same Mutex queue here, in
 // arrival order, and only the first of them, the head, waits in Redis
-// (waitFor), under one owner value that holds one place in the lock's queue
+// (wait.Engine.Wait), under one owner value that holds one place in the lock's queue
 // on behalf of them all. When the lock is handed to that owner, the head
 // takes the lease itself (no other goroutine in between, so a hand-off costs
 // no extra wake-up) and this Client's turn begins (see "A process's turn"
@@ -115,7 +116,7 @@ func newLocalWaiter(m *Mutex) *localWaiter {
 // permanent failure).
 type localTurn struct {
 	owner   string
-	state   *ownerWait // what the waits for owner learnt, passed on with it
+	state   *wait.Owner // what the waits for owner learnt, passed on with it
 	grant   *localGrant
 	restart bool
 	err     error
@@ -175,34 +176,34 @@ func (c *Client) lockShared(ctx context.Context, m *Mutex) (*Lease, error) {
 		return nil, err
 	}
 	channel := m.channel()
-	first := firstAttempt{start: time.Now(), confirmed: c.notify.Expect(channel, owner)}
+	first := wait.First{Start: time.Now(), Confirmed: c.notify.Expect(channel, owner)}
 	countAttempt(ctx, &m.cfg)
-	first.result, first.err = m.acquire(ctx, owner, flagNewOwner) // owner is new: never queued
-	if first.err == nil && first.result.granted {
-		if first.confirmed {
+	first.Result, first.Err = m.acquire(ctx, owner, flagNewOwner) // owner is new: never queued
+	if first.Err == nil && first.Result.Granted {
+		if first.Confirmed {
 			c.notify.Forget(channel, owner)
 		}
-		l, err := c.leaseFor(ctx, m, &m.cfg, owner, first.result, first.start)
+		l, err := c.leaseFor(ctx, m, &m.cfg, owner, first.Result, first.Start)
 		if !errors.Is(err, errGrantExpired) {
 			return l, err
 		}
-		first.result.granted = false // wait again, as the head
+		first.Result.Granted = false // wait again, as the head
 	}
-	if first.confirmed && first.err != nil {
+	if first.Confirmed && first.Err != nil {
 		c.notify.Forget(channel, owner)
 	}
 	switch {
-	case first.err == nil:
+	case first.Err == nil:
 	case ctx.Err() != nil:
-		c.abandon(ctx, m, &m.cfg, owner, first.err, nil)
+		c.abandon(ctx, m, &m.cfg, owner, first.Err, nil)
 		last := errs.ErrNoAnswer
-		if !errors.Is(first.err, context.Canceled) && !errors.Is(first.err, context.DeadlineExceeded) {
-			last = first.err
+		if !errors.Is(first.Err, context.Canceled) && !errors.Is(first.Err, context.DeadlineExceeded) {
+			last = first.Err
 		}
 		return nil, errs.WaitEnded(ctx, m.name, began, 0, last)
-	case !errs.IsTransient(first.err):
-		c.abandon(ctx, m, &m.cfg, owner, first.err, nil)
-		return nil, errs.Redis("Lock", m.name, first.err)
+	case !errs.IsTransient(first.Err):
+		c.abandon(ctx, m, &m.cfg, owner, first.Err, nil)
+		return nil, errs.Redis("Lock", m.name, first.Err)
 	}
 
 	w := newLocalWaiter(m)
@@ -322,7 +323,7 @@ func (c *Client) takeTurn(ctx context.Context, q *localQueue, w *localWaiter, t 
 	case t.restart:
 		return c.lockShared(ctx, w.m)
 	case t.grant != nil:
-		r := attemptResult{granted: true, fence: t.grant.fence, pttl: t.grant.px, grantedAtUs: t.grant.at.UnixMicro()}
+		r := wait.Result{Granted: true, Fence: t.grant.fence, PTTL: t.grant.px, GrantedAtUs: t.grant.at.UnixMicro()}
 		l, err := c.leaseFor(ctx, w.m, &w.m.cfg, t.owner, r, t.grant.from)
 		if err != nil {
 			c.local.endTurn(q.key, q) // nobody of this Client holds the lock now

@@ -7,6 +7,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/ownerid"
+	"github.com/dlock-go/dlock/internal/wait"
 )
 
 // takeSuccessor takes out of its local queue the waiter an Unlock of the
@@ -99,7 +100,7 @@ func (c *Client) promote(q *localQueue, head *localWaiter, turn bool) {
 // leave is a head giving up: the next local waiter takes over its place
 // (owner, with st, what the waits for it learnt), or, with none, the place
 // is given up in Redis.
-func (c *Client) leave(ctx context.Context, q *localQueue, head *localWaiter, owner string, st *ownerWait) {
+func (c *Client) leave(ctx context.Context, q *localQueue, head *localWaiter, owner string, st *wait.Owner) {
 	c.local.mu.Lock()
 	q.remove(head)
 	if len(q.waiters) > 0 {
@@ -135,7 +136,7 @@ func (c *Client) deleteQueueLocked(q *localQueue) {
 // st is what the waits for owner learnt before, when a head passed its
 // place on; first is the attempt that queued it, if just made). The head
 // takes the lease it is granted and promotes the next waiter.
-func (c *Client) contend(ctx context.Context, q *localQueue, w *localWaiter, owner string, st *ownerWait, first *firstAttempt, began time.Time) (*Lease, error) {
+func (c *Client) contend(ctx context.Context, q *localQueue, w *localWaiter, owner string, st *wait.Owner, first *wait.First, began time.Time) (*Lease, error) {
 	m := w.m
 	for {
 		if owner == "" {
@@ -147,20 +148,20 @@ func (c *Client) contend(ctx context.Context, q *localQueue, w *localWaiter, own
 			st = nil
 		}
 		if st == nil {
-			st = &ownerWait{}
+			st = &wait.Owner{}
 		}
-		r, from, err := c.waitFor(ctx, &m.cfg, waitSpec{
-			name:    m.name,
-			channel: m.channel(),
-			owner:   owner,
-			state:   st,
-			first:   first,
-			noteErr: func(err error) {
+		r, from, err := c.waits.Wait(ctx, m.cfg.waitSettings(), wait.Spec{
+			Name:    m.name,
+			Channel: m.channel(),
+			Owner:   owner,
+			State:   st,
+			First:   first,
+			NoteErr: func(err error) {
 				c.local.mu.Lock()
 				q.lastErr = err
 				c.local.mu.Unlock()
 			},
-			attempt: func(ctx context.Context) (attemptResult, error) { return m.attempt(ctx, owner, true) },
+			Attempt: func(ctx context.Context) (wait.Result, error) { return m.attempt(ctx, owner, true) },
 			// No abandon: a head that gives up passes its place on, with
 			// st (leave), and it is cleaned up only when nobody takes it.
 		})
@@ -175,7 +176,7 @@ func (c *Client) contend(ctx context.Context, q *localQueue, w *localWaiter, own
 					c.promote(q, w, false)
 					return nil, errs.WaitEnded(ctx, m.name, began, 0, nil)
 				}
-				if len(st.pending) > 0 {
+				if len(st.Pending) > 0 {
 					// An attempt for it may still land and queue it.
 					c.abandon(ctx, m, &m.cfg, owner, nil, st)
 				}

@@ -7,34 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/redistest"
-	"github.com/dlock-go/dlock/internal/wait"
 )
-
-func TestPollDelay(t *testing.T) {
-	cfg := defaultConfig() // claim window = waiter lease 3s: refresh every 1s
-	cases := []struct {
-		holderTTL time.Duration
-		min, max  time.Duration
-	}{
-		{30 * time.Second, time.Second, 1100 * time.Millisecond},                 // refresh before the lease ends
-		{200 * time.Millisecond, 201 * time.Millisecond, 222 * time.Millisecond}, // look when the holder's key expires
-		{0, time.Second, 1100 * time.Millisecond},
-	}
-	for _, tc := range cases {
-		for i := 0; i < 100; i++ {
-			if d := pollDelay(&cfg, tc.holderTTL, nil); d < tc.min || d > tc.max {
-				t.Fatalf("pollDelay(holder %v) = %v, want within [%v, %v]", tc.holderTTL, d, tc.min, tc.max)
-			}
-		}
-	}
-	spin := wait.NewSpin(time.Minute, time.Minute)
-	if d := pollDelay(&cfg, 0, spin); d != time.Second {
-		t.Errorf("a spin delay longer than the lease refresh: got %v, want the refresh (1s)", d)
-	}
-	if NotifyWait().newSpin() != nil {
-		t.Error("NotifyWait has no spin delay")
-	}
-}
 
 func TestValidityAndRenewalSchedule(t *testing.T) {
 	base := time.Now()

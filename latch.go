@@ -9,6 +9,7 @@ import (
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/ownerid"
 	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/wait"
 )
 
 // defaultLatchTTL is how long a latch lives after its last TrySetCount or
@@ -242,22 +243,22 @@ func (l *Latch) Wait(ctx context.Context) error {
 		seen     latchRound // the round of that count
 		expired  bool
 	)
-	_, _, err = l.c.waitFor(ctx, &l.cfg, waitSpec{
-		verb:    "Wait",
-		name:    l.name,
-		channel: l.key,
-		owner:   owner,
-		attempt: func(ctx context.Context) (attemptResult, error) {
+	_, _, err = l.c.waits.Wait(ctx, l.cfg.waitSettings(), wait.Spec{
+		Verb:    "Wait",
+		Name:    l.name,
+		Channel: l.key,
+		Owner:   owner,
+		Attempt: func(ctx context.Context) (wait.Result, error) {
 			s, err := l.read(ctx)
 			if err != nil {
-				return attemptResult{}, err
+				return wait.Result{}, err
 			}
 			if lastSeen > 0 {
 				// The count seen may have ended, and a new one begun,
 				// since the last look: the round record tells.
 				if end := seen.end(s.round); end != roundUnknown {
 					expired = end == roundExpired
-					return attemptResult{granted: true}, nil
+					return wait.Result{Granted: true}, nil
 				}
 			}
 			if s.n > 0 {
@@ -267,13 +268,13 @@ func (l *Latch) Wait(ctx context.Context) error {
 				lastSeen = s.n
 				// pttl makes the wait look again when the latch would
 				// expire.
-				return attemptResult{pttl: s.pttl}, nil
+				return wait.Result{PTTL: s.pttl}, nil
 			}
 			// Seen counting, now gone, and no CountDown took it to
 			// zero: it expired. (The mark of a count-down lasts the
 			// latch's TTL, as long as the count itself would have.)
 			expired = lastSeen > 0 && !s.zeroed
-			return attemptResult{granted: true}, nil
+			return wait.Result{Granted: true}, nil
 		},
 	})
 	var e *errs.NotObtainedError

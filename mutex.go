@@ -176,31 +176,31 @@ func boolFlag(b bool) any {
 	return flagZero
 }
 
-func (m *Mutex) attempt(ctx context.Context, owner string, queue bool) (attemptResult, error) {
+func (m *Mutex) attempt(ctx context.Context, owner string, queue bool) (wait.Result, error) {
 	return m.acquire(ctx, owner, boolFlag(queue))
 }
 
 // acquire runs mutex_acquire.lua; join is its ARGV[3]: flagZero, flagOne
 // or flagNewOwner.
-func (m *Mutex) acquire(ctx context.Context, owner string, join any) (attemptResult, error) {
+func (m *Mutex) acquire(ctx context.Context, owner string, join any) (wait.Result, error) {
 	a := &mutexCall{owner: owner}
 	a.keys = m.keys.array()
 	fence, err := a.acquire(ctx, m.c.drv, &m.cfg, scripts.MutexAcquire, a.keys[:], join, m.mode())
 	call := &a.call
 	switch {
 	case err != nil:
-		return attemptResult{}, err
+		return wait.Result{}, err
 	case fence > 0:
-		return grantAcked(ctx, m, &m.cfg, owner, call, attemptResult{granted: true, fence: fence, pttl: ms(m.cfg.pxMillis)})
+		return grantAcked(ctx, m, &m.cfg, owner, call, wait.Result{Granted: true, Fence: fence, PTTL: ms(m.cfg.pxMillis)})
 	}
 	code, x, y, err := reply3(call.Reply)
 	if err != nil {
-		return attemptResult{}, err
+		return wait.Result{}, err
 	}
 	if code == 1 {
-		return grantAcked(ctx, m, &m.cfg, owner, call, attemptResult{granted: true, fence: x, pttl: ms(y)})
+		return grantAcked(ctx, m, &m.cfg, owner, call, wait.Result{Granted: true, Fence: x, PTTL: ms(y)})
 	}
-	return attemptResult{pttl: ms(x), lastFence: lastFenceAt(call.Reply, 3)}, nil
+	return wait.Result{PTTL: ms(x), LastFence: lastFenceAt(call.Reply, 3)}, nil
 }
 
 // unlock is Unlock's release: straight to a goroutine of this Client

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/errs"
-	"github.com/dlock-go/dlock/internal/wait"
 )
 
 // Option configures a Client (as its default for every lock) or one lock or
@@ -181,14 +180,6 @@ func SpinWait(minDelay, maxDelay time.Duration) WaitStrategy {
 }
 
 // String describes the strategy.
-// newSpin returns the delays between polls of SpinWait, nil for NotifyWait.
-func (s WaitStrategy) newSpin() *wait.Spin {
-	if !s.spin {
-		return nil
-	}
-	return wait.NewSpin(s.minDelay, s.maxDelay)
-}
-
 func (s WaitStrategy) String() string {
 	if s.spin {
 		return fmt.Sprintf("SpinWait(%v, %v)", s.minDelay, s.maxDelay)

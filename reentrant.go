@@ -208,7 +208,7 @@ func (h *reentrantHold) place(member string) wait.Place {
 	return wait.Place{Queue: h.m.keys.queue, Waiters: h.m.keys.waiters, Member: member}
 }
 
-func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) (attemptResult, error) {
+func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) (wait.Result, error) {
 	m := h.m
 	h.grant = ""
 	a := &mutexCall{owner: member}
@@ -216,13 +216,13 @@ func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) 
 	call := &a.call
 	switch {
 	case err != nil:
-		return attemptResult{}, err
+		return wait.Result{}, err
 	case fence > 0:
-		return grantAcked(ctx, h, &m.cfg, member, call, attemptResult{granted: true, fence: fence, pttl: ms(m.cfg.pxMillis)})
+		return grantAcked(ctx, h, &m.cfg, member, call, wait.Result{Granted: true, Fence: fence, PTTL: ms(m.cfg.pxMillis)})
 	}
 	v, err := replyInts(call.Reply, 3)
 	if err != nil {
-		return attemptResult{}, err
+		return wait.Result{}, err
 	}
 	if v[0] == 1 {
 		items := call.Reply.([]any) // replyInts checked it
@@ -231,14 +231,14 @@ func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) 
 			grant, ok = items[4].(string)
 		}
 		if !ok || len(grant) != ownerid.IDLen {
-			return attemptResult{}, errs.Unexpected(call.Reply)
+			return wait.Result{}, errs.Unexpected(call.Reply)
 		}
 		if grant != h.hold {
 			h.grant = grant
 		}
-		return grantAcked(ctx, h, &m.cfg, member, call, attemptResult{granted: true, fence: v[1], pttl: ms(v[2])})
+		return grantAcked(ctx, h, &m.cfg, member, call, wait.Result{Granted: true, Fence: v[1], PTTL: ms(v[2])})
 	}
-	return attemptResult{pttl: ms(v[1]), lastFence: lastFenceAt(call.Reply, 3)}, nil
+	return wait.Result{PTTL: ms(v[1]), LastFence: lastFenceAt(call.Reply, 3)}, nil
 }
 
 // release gives up this hold (or its place in the queue). When it was the
@@ -343,11 +343,11 @@ func (h *reentrantHold) grantValue() string {
 
 // makeLease returns the Lease of a granted hold: a child of the anchor of
 // the grant it joined, which the grant's first hold here creates.
-func (h *reentrantHold) makeLease(ctx context.Context, cfg *config, member string, r attemptResult, from time.Time) (*Lease, error) {
+func (h *reentrantHold) makeLease(ctx context.Context, cfg *config, member string, r wait.Result, from time.Time) (*Lease, error) {
 	m := h.m
 	grant := h.grantValue()
 	anchor, err := m.c.anchors.attach(anchorKey{lock: m.keys.lock, grant: grant}, func() (*Lease, error) {
-		return newLease(ctx, m.c.wd, (*reentrantOwner)(m), cfg, grant, r.fence, from, r.pttl)
+		return newLease(ctx, m.c.wd, (*reentrantOwner)(m), cfg, grant, r.Fence, from, r.PTTL)
 	})
 	if err != nil {
 		if err != errGrantExpired {
@@ -362,7 +362,7 @@ func (h *reentrantHold) makeLease(ctx context.Context, cfg *config, member strin
 	// the counter's value, which is 0 once the counter expired under an
 	// owner that held the lock longer than its retention (renewals do not
 	// push it back), so the anchor's token, from the grant, stands in.
-	token := max(r.fence, anchor.lease.token)
+	token := max(r.Fence, anchor.lease.token)
 	// The owner's other holds still queued join this one now: a grant
 	// names one hold, so nothing else would tell them before their poll.
 	m.c.notify.WakeMatching(m.keys.channel(), func(queued string) bool {

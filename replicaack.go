@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/wait"
 )
 
 // Replica acknowledgement (WithReplicaAck).
@@ -58,8 +59,8 @@ func ackErr(calls ...*driver.Call) error {
 // it was not, the lock is released again (handed to the next waiter)
 // before grantAcked returns the error. Other outcomes pass unchanged: not
 // granted, or a grant found in place, which newLease claims with WAIT.
-func grantAcked(ctx context.Context, q queuedLock, cfg *config, owner string, call *driver.Call, r attemptResult) (attemptResult, error) {
-	if !r.granted || call.Replicas <= 0 || r.pttl < cfg.initialPX().Truncate(time.Millisecond) {
+func grantAcked(ctx context.Context, q queuedLock, cfg *config, owner string, call *driver.Call, r wait.Result) (wait.Result, error) {
+	if !r.Granted || call.Replicas <= 0 || r.PTTL < cfg.initialPX().Truncate(time.Millisecond) {
 		return r, nil
 	}
 	err := ackErr(call)
@@ -72,7 +73,7 @@ func grantAcked(ctx context.Context, q queuedLock, cfg *config, owner string, ca
 		cfg.logger.Warn("dlock: releasing a grant that too few replicas acknowledged failed; the lock expires by its TTL",
 			slog.String("lock", q.lockName()), slog.Any("error", rerr))
 	}
-	return attemptResult{}, err
+	return wait.Result{}, err
 }
 
 // renewHold re-arms the lease's hold for px (shortening it only when

@@ -60,7 +60,7 @@ func (h *rwHalf) verbs() (try, wait string) {
 func (h *rwHalf) channel() string { return h.rw.keys.holders }
 
 // attempt runs rw_acquire.lua and translates its reply.
-func (h *rwHalf) attempt(ctx context.Context, owner string, queue bool) (attemptResult, error) {
+func (h *rwHalf) attempt(ctx context.Context, owner string, queue bool) (wait.Result, error) {
 	rw := h.rw
 	a := newScriptCall(scripts.RWAcquire, rw.keys.all, h.member(owner))
 	a.setArgs(&a.member, &rw.ms.ttl, boolFlag(queue), &rw.ms.waiterLease,
@@ -70,27 +70,27 @@ func (h *rwHalf) attempt(ctx context.Context, owner string, queue bool) (attempt
 	rw.cfg.askAck(call)
 	a.run(ctx, rw.c.drv)
 	if call.Err != nil {
-		return attemptResult{}, call.Err
+		return wait.Result{}, call.Err
 	}
 	if fence, ok := call.Reply.(int64); ok { // the free lock taken: the fast path's bare fence
 		if fence <= 0 {
-			return attemptResult{}, errs.Unexpected(call.Reply)
+			return wait.Result{}, errs.Unexpected(call.Reply)
 		}
-		return grantAcked(ctx, h, &rw.cfg, owner, call, attemptResult{granted: true, fence: fence, pttl: ms(rw.ms.ttl)})
+		return grantAcked(ctx, h, &rw.cfg, owner, call, wait.Result{Granted: true, Fence: fence, PTTL: ms(rw.ms.ttl)})
 	}
 	v, err := replyInts(call.Reply, 3)
 	if err != nil {
-		return attemptResult{}, err
+		return wait.Result{}, err
 	}
 	if v[0] == 1 {
-		return grantAcked(ctx, h, &rw.cfg, owner, call, attemptResult{granted: true, fence: v[1], pttl: ms(v[2])})
+		return grantAcked(ctx, h, &rw.cfg, owner, call, wait.Result{Granted: true, Fence: v[1], PTTL: ms(v[2])})
 	}
-	r := attemptResult{pttl: ms(v[1]), lastFence: lastFenceAt(call.Reply, 4)}
+	r := wait.Result{PTTL: ms(v[1]), LastFence: lastFenceAt(call.Reply, 4)}
 	if items, _ := call.Reply.([]any); len(items) > 3 {
 		if free, _ := items[3].(int64); free == 1 {
-			r.queuedAhead = "it is free for a writer, but " + errs.OthersFirst
+			r.QueuedAhead = "it is free for a writer, but " + errs.OthersFirst
 			if h.mode == rwRead {
-				r.queuedAhead = "no writer holds it, but a writer waiting for it goes first (writers are preferred, so readers cannot starve them)"
+				r.QueuedAhead = "no writer holds it, but a writer waiting for it goes first (writers are preferred, so readers cannot starve them)"
 			}
 		}
 	}

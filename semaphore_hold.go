@@ -37,7 +37,7 @@ func (a *semAcquisition) place(owner string) wait.Place {
 	return wait.Place{Queue: a.s.keys.queue, Waiters: a.s.keys.waiters, Member: owner}
 }
 
-func (a *semAcquisition) attempt(ctx context.Context, owner string, queue bool) (attemptResult, error) {
+func (a *semAcquisition) attempt(ctx context.Context, owner string, queue bool) (wait.Result, error) {
 	s := a.s
 	c := newScriptCall(scripts.SemAcquire, s.keys.all, owner)
 	c.setArgs(&c.member, a.n, s.permits, &s.ms.limitRetention,
@@ -54,34 +54,34 @@ func (a *semAcquisition) attempt(ctx context.Context, owner string, queue bool) 
 	return grantAcked(ctx, a, &s.cfg, owner, call, r)
 }
 
-// attemptResult reads sem_acquire's reply.
-func (a *semAcquisition) attemptResult(call *driver.Call) (attemptResult, error) {
+// wait.Result reads sem_acquire's reply.
+func (a *semAcquisition) attemptResult(call *driver.Call) (wait.Result, error) {
 	if call.Err != nil {
 		if limit, ok := replyErrorNumber(call.Err, "DLOCK_LIMIT "); ok {
 			var rerr *driver.ReplyError
 			errors.As(call.Err, &rerr)
-			return attemptResult{}, &semLimitError{n: a.n, limit: limit, reply: rerr}
+			return wait.Result{}, &semLimitError{n: a.n, limit: limit, reply: rerr}
 		}
-		return attemptResult{}, call.Err
+		return wait.Result{}, call.Err
 	}
 	if fence, ok := call.Reply.(int64); ok { // the free semaphore: the fast path's bare fence
 		if fence <= 0 {
-			return attemptResult{}, errs.Unexpected(call.Reply)
+			return wait.Result{}, errs.Unexpected(call.Reply)
 		}
-		return attemptResult{granted: true, fence: fence, pttl: ms(a.s.ms.ttl)}, nil
+		return wait.Result{Granted: true, Fence: fence, PTTL: ms(a.s.ms.ttl)}, nil
 	}
 	v, err := replyInts(call.Reply, 3)
 	if err != nil {
-		return attemptResult{}, err
+		return wait.Result{}, err
 	}
 	if v[0] == 1 {
-		return attemptResult{granted: true, fence: v[1], pttl: ms(v[2])}, nil
+		return wait.Result{Granted: true, Fence: v[1], PTTL: ms(v[2])}, nil
 	}
-	r := attemptResult{pttl: ms(v[1]), lastFence: lastFenceAt(call.Reply, 4)}
+	r := wait.Result{PTTL: ms(v[1]), LastFence: lastFenceAt(call.Reply, 4)}
 	if items, _ := call.Reply.([]any); len(items) > 3 {
 		free, _ := items[3].(int64)
 		if free >= int64(a.n) {
-			r.queuedAhead = "enough is free, but " + errs.OthersFirst
+			r.QueuedAhead = "enough is free, but " + errs.OthersFirst
 		}
 	}
 	return r, nil

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/ownerid"
 	"github.com/dlock-go/dlock/internal/wait"
@@ -21,34 +20,13 @@ type queuedLock interface {
 	channel() string
 	// attempt tries to take the lock for owner; with queue it also joins
 	// the lock's queue (or refreshes owner's place in it) when not granted.
-	attempt(ctx context.Context, owner string, queue bool) (attemptResult, error)
+	attempt(ctx context.Context, owner string, queue bool) (wait.Result, error)
 }
 
 // placeHolder is a queued lock whose waiters hold their places in its queue
 // keys; acquireAs groups them by lock.
 type placeHolder interface {
 	place(owner string) wait.Place
-}
-
-// attemptResult is the outcome of one acquire attempt.
-type attemptResult struct {
-	granted bool
-	fence   int64
-	// pttl is the remaining time of owner's key when granted, and of the
-	// holder's key otherwise.
-	pttl time.Duration
-	// grantedAtUs is, for a grant handed over by a release, when it was
-	// made in µs (handoff.atUs; a local hand-off's transfer reply); 0
-	// otherwise.
-	grantedAtUs int64
-	// queuedAhead says, when not granted, why although enough was free:
-	// others waiting first come first (a Semaphore's arrival order, an
-	// RWMutex's waiting writer). "" otherwise.
-	queuedAhead string
-	// lastFence is, when not granted, the last fencing token the lock had
-	// issued when the server ran the attempt: a grant heard afterwards with
-	// a token no higher was made before the attempt (see waitFor).
-	lastFence int64
 }
 
 // lastFenceAt reads the last token issued from item i of a not-granted
@@ -63,47 +41,47 @@ func lastFenceAt(reply any, i int) int64 {
 
 // acquire is TryLock (wait false) and Lock (wait true) for every queued
 // lock, for a fresh owner.
-func (c *Client) acquire(ctx context.Context, q queuedLock, cfg *config, wait bool) (*Lease, error) {
+func (c *Client) acquire(ctx context.Context, q queuedLock, cfg *config, block bool) (*Lease, error) {
 	if cfg.observer != nil {
 		try, waiting := verbsOf(q)
 		op := try
-		if wait {
+		if block {
 			op = waiting
 		}
 		return observeAcquire(ctx, cfg, q.kind(), q.lockName(), op, func(ctx context.Context) (*Lease, error) {
-			return c.acquireFresh(ctx, q, cfg, wait)
+			return c.acquireFresh(ctx, q, cfg, block)
 		})
 	}
-	return c.acquireFresh(ctx, q, cfg, wait)
+	return c.acquireFresh(ctx, q, cfg, block)
 }
 
-func (c *Client) acquireFresh(ctx context.Context, q queuedLock, cfg *config, wait bool) (*Lease, error) {
+func (c *Client) acquireFresh(ctx context.Context, q queuedLock, cfg *config, block bool) (*Lease, error) {
 	owner, err := ownerid.New(cfg.ownerInfo)
 	if err != nil {
 		return nil, err
 	}
-	return c.acquireAs(ctx, q, cfg, wait, owner)
+	return c.acquireAs(ctx, q, cfg, block, owner)
 }
 
 // acquireAs is acquire for a given owner: a multi-lock takes every name for
 // one owner, a reentrant lock for the caller's identity.
-func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait bool, owner string) (*Lease, error) {
+func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, block bool, owner string) (*Lease, error) {
 	name := q.lockName()
 	tryVerb, waitVerb := verbsOf(q)
 	verb := tryVerb
-	if wait {
+	if block {
 		verb = waitVerb
 	}
 	if err := c.checkOpen(verb, name); err != nil {
 		return nil, err
 	}
 	if ctx.Err() != nil {
-		if !wait {
+		if !block {
 			return nil, errs.TryEnded(ctx, verb, name) // as when ctx ends during the attempt
 		}
 		return nil, errs.WaitEnded(ctx, name, time.Now(), 0, nil)
 	}
-	if wait {
+	if block {
 		// The first attempt queues straight away and needs no waiter yet:
 		// most locks are free, and a grant published before the waiter
 		// registers is kept for it by the notifier.
@@ -112,33 +90,33 @@ func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait 
 		start := time.Now()
 		countAttempt(ctx, cfg)
 		r, err := q.attempt(ctx, owner, true)
-		if confirmed && (err != nil || r.granted) {
+		if confirmed && (err != nil || r.Granted) {
 			c.notify.Forget(channel, owner)
 		}
-		if err == nil && r.granted {
+		if err == nil && r.Granted {
 			l, err := c.leaseFor(ctx, q, cfg, owner, r, start)
 			if !errors.Is(err, errGrantExpired) {
 				return l, err
 			}
 		}
-		st := &ownerWait{}
-		spec := waitSpec{
-			name:    name,
-			verb:    waitVerb,
-			channel: channel,
-			owner:   owner,
-			state:   st,
-			attempt: func(ctx context.Context) (attemptResult, error) { return q.attempt(ctx, owner, true) },
-			abandon: func(cause error) { c.abandon(ctx, q, cfg, owner, cause, st) },
+		st := &wait.Owner{}
+		spec := wait.Spec{
+			Name:    name,
+			Verb:    waitVerb,
+			Channel: channel,
+			Owner:   owner,
+			State:   st,
+			Attempt: func(ctx context.Context) (wait.Result, error) { return q.attempt(ctx, owner, true) },
+			Abandon: func(cause error) { c.abandon(ctx, q, cfg, owner, cause, st) },
 		}
-		spec.first = &firstAttempt{result: r, err: err, start: start, confirmed: confirmed}
+		spec.First = &wait.First{Result: r, Err: err, Start: start, Confirmed: confirmed}
 		if p, ok := q.(placeHolder); ok {
 			place := p.place(owner)
-			spec.place = &place
+			spec.Place = &place
 		}
 		for {
-			r, from, err := c.waitFor(ctx, cfg, spec)
-			spec.first = nil
+			r, from, err := c.waits.Wait(ctx, cfg.waitSettings(), spec)
+			spec.First = nil
 			if err != nil {
 				return nil, err
 			}
@@ -147,7 +125,7 @@ func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait 
 				if ctx.Err() != nil {
 					return nil, errs.WaitEnded(ctx, name, start, 0, nil)
 				}
-				st.grantExpired(r.fence) // nor may a copy of it, heard later
+				st.GrantExpired(r.Fence) // nor may a copy of it, heard later
 				continue                 // this process stalled past its claim window: wait again
 			}
 			return l, err
@@ -160,8 +138,8 @@ func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait 
 		c.abandon(ctx, q, cfg, owner, err, nil)
 		return nil, errs.Redis(tryVerb, name, err)
 	}
-	if !r.granted {
-		return nil, &errs.NotObtainedError{Name: name, HolderTTL: r.pttl, QueuedAhead: r.queuedAhead}
+	if !r.Granted {
+		return nil, &errs.NotObtainedError{Name: name, HolderTTL: r.PTTL, QueuedAhead: r.QueuedAhead}
 	}
 	return c.leaseFor(ctx, q, cfg, owner, r, start)
 }
@@ -169,20 +147,20 @@ func (c *Client) acquireAs(ctx context.Context, q queuedLock, cfg *config, wait 
 // leaseMaker is a queuedLock that builds its own leases from grants (the
 // reentrant lock shares one renewal among nested holds).
 type leaseMaker interface {
-	makeLease(ctx context.Context, cfg *config, owner string, r attemptResult, from time.Time) (*Lease, error)
+	makeLease(ctx context.Context, cfg *config, owner string, r wait.Result, from time.Time) (*Lease, error)
 }
 
 // leaseFor turns a grant into a lease.
-func (c *Client) leaseFor(ctx context.Context, q queuedLock, cfg *config, owner string, r attemptResult, from time.Time) (*Lease, error) {
+func (c *Client) leaseFor(ctx context.Context, q queuedLock, cfg *config, owner string, r wait.Result, from time.Time) (*Lease, error) {
 	var l *Lease
 	var err error
 	if m, ok := q.(leaseMaker); ok {
 		l, err = m.makeLease(ctx, cfg, owner, r, from)
 	} else {
-		l, err = newLease(ctx, c.wd, q, cfg, owner, r.fence, from, r.pttl)
+		l, err = newLease(ctx, c.wd, q, cfg, owner, r.Fence, from, r.PTTL)
 	}
-	if err == nil && r.grantedAtUs > 0 {
-		l.handoff = time.Since(time.UnixMicro(r.grantedAtUs))
+	if err == nil && r.GrantedAtUs > 0 {
+		l.handoff = time.Since(time.UnixMicro(r.GrantedAtUs))
 	}
 	return l, err
 }
@@ -223,15 +201,15 @@ func verbsOf(q queuedLock) (try, wait string) {
 // late attempt to take the lock (or a place in its queue) for an owner
 // nobody knows. Close does not wait for that: the clean-up then goes at
 // once.
-func (c *Client) abandon(ctx context.Context, q queuedLock, cfg *config, owner string, cause error, st *ownerWait) {
+func (c *Client) abandon(ctx context.Context, q queuedLock, cfg *config, owner string, cause error, st *wait.Owner) {
 	if cause != nil && (errs.IsConflict(cause) || errors.Is(cause, ErrReplicaAck)) {
 		return
 	}
 	var pending []<-chan struct{}
 	if st != nil {
-		pending = append(pending, st.pending...)
+		pending = append(pending, st.Pending...)
 	}
-	if done := inFlightDone(cause); done != nil {
+	if done := wait.InFlightDone(cause); done != nil {
 		pending = append(pending, done)
 	}
 	c.cleanups.Go(func() {
@@ -250,50 +228,4 @@ func (c *Client) abandon(ctx context.Context, q queuedLock, cfg *config, owner s
 				slog.String("lock", q.lockName()), slog.Any("error", err))
 		}
 	})
-}
-
-// ownerWait is what the waits for one owner value know about it, kept
-// across the waitFor calls made for that owner: a Lock that waits again
-// after a grant it could not claim, a local waiter that takes over its
-// head's place (contend.go). A new waitFor call must not forget it: a grant
-// to the owner heard late, or heard twice (a release delivers it both from
-// its reply and by pub/sub), would pass for new.
-type ownerWait struct {
-	// since is no later than any grant to the owner not yet ruled out: the
-	// start of the last attempt that found the lock taken, or of the wait.
-	since time.Time
-	// lastFence is the highest token that such an attempt saw issued, or
-	// that a grant the owner could not claim carried: a grant with a token
-	// no higher is over (see waitFor).
-	lastFence int64
-	// answered: Redis answered an attempt (errs.ErrNoAnswer otherwise).
-	answered bool
-	// pending are attempts for the owner that were still on their way
-	// when their caller stopped waiting (driver.InFlightError): its
-	// clean-up waits for them (abandon).
-	pending []<-chan struct{}
-}
-
-// grantExpired rules out a grant to the owner that expired before it was
-// claimed, and any copy of it heard later.
-func (o *ownerWait) grantExpired(fence int64) {
-	o.lastFence = max(o.lastFence, fence)
-	o.answered = true
-}
-
-// noteInFlight keeps the Done of an attempt err says is still on its way.
-func (o *ownerWait) noteInFlight(err error) {
-	if done := inFlightDone(err); done != nil {
-		o.pending = append(o.pending, done)
-	}
-}
-
-// inFlightDone returns the Done of the call err says is still on its way
-// (a driver.InFlightError), or nil.
-func inFlightDone(err error) <-chan struct{} {
-	var inFlight *driver.InFlightError
-	if errors.As(err, &inFlight) {
-		return inFlight.Done
-	}
-	return nil
 }

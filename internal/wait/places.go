@@ -82,7 +82,7 @@ type Member struct {
 	// last renewed, by its own attempt or by the leader's keep: the time
 	// the call was sent, on the monotonic clock. The call found the member
 	// still queued, so not yet granted: no grant to it is earlier, and the
-	// validity of a grant heard later may count from keptAt (waitFor).
+	// validity of a grant heard later may count from keptAt (Engine.Wait).
 	keptAt time.Time
 	// keptByLeader counts the leader's renewals of it (for tests).
 	keptByLeader atomic.Int64

@@ -1,4 +1,4 @@
-package dlock
+package wait
 
 import (
 	"context"
@@ -6,50 +6,12 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/notify"
-	"github.com/dlock-go/dlock/internal/wait"
 )
 
-// waitSpec describes one wait for waitFor.
-type waitSpec struct {
-	name    string // for errors and logs
-	verb    string // the operation, for errors: "Lock" when empty
-	channel string // where wake-ups for this wait are published
-	// owner is who grants are addressed to on channel; a wait for a
-	// condition (no grant) still needs a unique one.
-	owner string
-	// state is what earlier waits for owner learnt; nil for a wait of its
-	// own. waitFor keeps it up to date.
-	state *ownerWait
-	// attempt asks the server; granted ends the wait. A queued primitive
-	// also joins or refreshes its place in the queue here.
-	attempt func(ctx context.Context) (attemptResult, error)
-	// abandon cleans up after a wait that ends without success; cause is
-	// the error that ended it, nil for the context or Close. Attempts
-	// still on their way are in state.pending. May be nil.
-	abandon func(cause error)
-	// first, when set, is an attempt already made (not granted) before the
-	// wait: waitFor starts from its outcome instead of attempting again.
-	first *firstAttempt
-	// noteErr, when set, hears each failure waitFor retries, and nil once
-	// an attempt succeeds again (a queue's head tells the waiters behind it).
-	noteErr func(error)
-	// place, when set, is the waiter's place in the lock's queue, which
-	// attempt joins or refreshes: it is kept with the Client's other
-	// waiters on the lock (places.go).
-	place *wait.Place
-}
-
-// firstAttempt is an attempt made before waitFor registered its waiter.
-type firstAttempt struct {
-	result    attemptResult
-	err       error
-	start     time.Time
-	confirmed bool // the channel's subscription was in place before it
-}
-
-// waitFor is the one waiting path of every primitive: attempt, and until an
+// Wait is the one waiting path of every primitive: attempt, and until an
 // attempt succeeds or a grant arrives, wait for a wake-up by pub/sub (or by
 // polling, with SpinWait or when pub/sub is unavailable), polling anyway at
 // a slow pace so a lost message costs latency, never a hang. It returns the
@@ -60,31 +22,31 @@ type firstAttempt struct {
 // overestimates: a grant whose token is no higher than the last one that
 // attempt saw issued came before it, was heard late, and is ignored (the
 // attempt, finding the lock taken, shows that grant was over).
-func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attemptResult, time.Time, error) {
-	w := c.newWaitRun(ctx, cfg, spec)
+func (e *Engine) Wait(ctx context.Context, cfg *Settings, spec Spec) (Result, time.Time, error) {
+	w := e.newRun(ctx, cfg, spec)
 	defer w.close()
 	for {
 		var (
 			start time.Time
-			r     attemptResult
+			r     Result
 			err   error
 		)
-		if f := w.spec.first; f != nil {
-			w.spec.first = nil
-			start, w.confirmedBefore, r, err = f.start, f.confirmed, f.result, f.err
+		if f := w.spec.First; f != nil {
+			w.spec.First = nil
+			start, w.confirmedBefore, r, err = f.Start, f.Confirmed, f.Result, f.Err
 		} else {
 			start = time.Now()
-			w.confirmedBefore = w.subscribed || c.notify.Confirmed(spec.channel)
-			countAttempt(ctx, cfg)
-			r, err = spec.attempt(ctx)
+			w.confirmedBefore = w.subscribed || e.Notify.Confirmed(spec.Channel)
+			cfg.countAttempt(ctx)
+			r, err = spec.Attempt(ctx)
 		}
 		var delay time.Duration
 		switch {
 		case err != nil:
 			if delay, err = w.failed(err); err != nil {
-				return attemptResult{}, time.Time{}, err
+				return Result{}, time.Time{}, err
 			}
-		case r.granted:
+		case r.Granted:
 			return r, start, nil
 		default:
 			delay = w.taken(start, r)
@@ -98,13 +60,13 @@ func (c *Client) waitFor(ctx context.Context, cfg *config, spec waitSpec) (attem
 	}
 }
 
-// waitRun is the state of one waitFor call.
-type waitRun struct {
-	c    *Client
+// run is the state of one Wait call.
+type run struct {
+	c    *Engine
 	ctx  context.Context
-	cfg  *config
-	spec waitSpec
-	st   *ownerWait
+	cfg  *Settings
+	spec Spec
+	st   *Owner
 
 	began  time.Time
 	w      *notify.Waiter // nil when waiting by polling (SpinWait)
@@ -116,118 +78,118 @@ type waitRun struct {
 	// confirmedBefore: it was in place when the last attempt began, so no
 	// wake-up since then went unheard.
 	subscribed, confirmedBefore bool
-	sub                         wait.Subscribing // the subscription being made, if any
-	spin, errDelay              *wait.Spin
+	sub                         Subscribing // the subscription being made, if any
+	spin, errDelay              *Spin
 
 	// member is the waiter's place in its lock's group (places.go), once
 	// its first attempt has queued it; refresh is the pace of its lease's
 	// renewals.
-	member   *wait.Member
+	member   *Member
 	refresh  time.Duration
 	lastKeep time.Time
 	timer    *time.Timer
 }
 
-func (c *Client) newWaitRun(ctx context.Context, cfg *config, spec waitSpec) *waitRun {
-	w := &waitRun{c: c, ctx: ctx, cfg: cfg, spec: spec, st: spec.state, began: time.Now(),
-		spin: cfg.wait.newSpin(), errDelay: wait.ErrorDelay(), refresh: cfg.refresh(), timer: time.NewTimer(time.Hour)}
-	if spec.first != nil {
-		w.began = spec.first.start // the wait, as the caller sees it, began with that attempt
+func (e *Engine) newRun(ctx context.Context, cfg *Settings, spec Spec) *run {
+	w := &run{c: e, ctx: ctx, cfg: cfg, spec: spec, st: spec.State, began: time.Now(),
+		spin: cfg.newSpin(), errDelay: ErrorDelay(), refresh: cfg.Refresh, timer: time.NewTimer(time.Hour)}
+	if spec.First != nil {
+		w.began = spec.First.Start // the wait, as the caller sees it, began with that attempt
 	}
-	w.subscribed = cfg.wait.spin
-	if !cfg.wait.spin {
+	w.subscribed = cfg.Spin
+	if !cfg.Spin {
 		// Register before the first attempt: a grant published between
 		// that attempt's reply and a later registration would be lost.
-		w.w = c.notify.Register(spec.channel, spec.owner)
+		w.w = e.Notify.Register(spec.Channel, spec.Owner)
 		w.signal = w.w.Signal
 	}
 	if w.st == nil {
-		w.st = &ownerWait{}
+		w.st = &Owner{}
 	}
-	if w.st.since.IsZero() {
-		w.st.since = w.began // no grant can predate this
+	if w.st.Since.IsZero() {
+		w.st.Since = w.began // no grant can predate this
 	}
 	return w
 }
 
 // close releases what the wait holds: its subscription in the making, its
 // waiter, its place and its timer.
-func (w *waitRun) close() {
+func (w *run) close() {
 	w.timer.Stop()
 	if w.member != nil {
-		w.c.places.Leave(w.member)
+		w.c.Places.Leave(w.member)
 	}
 	w.sub.Stop()
 	if w.w != nil {
-		w.c.notify.Unregister(w.spec.channel, w.w)
+		w.c.Notify.Unregister(w.spec.Channel, w.w)
 	}
 }
 
 // abandon cleans up after a wait that ends without success.
-func (w *waitRun) abandon(cause error) {
-	if w.spec.abandon != nil {
-		w.spec.abandon(cause)
+func (w *run) abandon(cause error) {
+	if w.spec.Abandon != nil {
+		w.spec.Abandon(cause)
 	}
 }
 
 // ended is the error of a wait that its context (or Close) ended.
-func (w *waitRun) ended() error {
-	return errs.WaitEnded(w.ctx, w.spec.name, w.began, w.holderTTL, w.lastErr)
+func (w *run) ended() error {
+	return errs.WaitEnded(w.ctx, w.spec.Name, w.began, w.holderTTL, w.lastErr)
 }
 
 // failed handles an attempt that failed: the wait ends with an error
 // unless the failure is transient, then it returns the delay before the
 // next attempt.
-func (w *waitRun) failed(err error) (time.Duration, error) {
+func (w *run) failed(err error) (time.Duration, error) {
 	if w.ctx.Err() != nil {
 		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 			w.lastErr = err
-		} else if !w.st.answered && w.lastErr == nil {
+		} else if !w.st.Answered && w.lastErr == nil {
 			w.lastErr = errs.ErrNoAnswer
 		}
-		w.st.noteInFlight(err)
+		w.st.NoteInFlight(err)
 		w.abandon(nil)
 		return 0, w.ended()
 	}
 	if !errs.IsTransient(err) {
 		w.abandon(err)
-		verb := w.spec.verb
+		verb := w.spec.Verb
 		if verb == "" {
 			verb = "Lock"
 		}
-		return 0, errs.Redis(verb, w.spec.name, err)
+		return 0, errs.Redis(verb, w.spec.Name, err)
 	}
 	w.lastErr = err
-	if w.spec.noteErr != nil {
-		w.spec.noteErr(err)
+	if w.spec.NoteErr != nil {
+		w.spec.NoteErr(err)
 	}
-	w.cfg.logger.Debug("dlock: attempt failed; retrying", slog.String("lock", w.spec.name), slog.Any("error", err))
+	w.cfg.Logger.Debug("dlock: attempt failed; retrying", slog.String("lock", w.spec.Name), slog.Any("error", err))
 	return w.errDelay.Next(), nil
 }
 
 // taken handles an attempt that found the lock taken (or the condition
 // unmet): it keeps the waiter's place and subscription, and returns the
 // delay before the next attempt.
-func (w *waitRun) taken(start time.Time, r attemptResult) time.Duration {
+func (w *run) taken(start time.Time, r Result) time.Duration {
 	c, cfg := w.c, w.cfg
-	w.st.answered = true
-	if w.lastErr != nil && w.spec.noteErr != nil {
-		w.spec.noteErr(nil)
+	w.st.Answered = true
+	if w.lastErr != nil && w.spec.NoteErr != nil {
+		w.spec.NoteErr(nil)
 	}
-	w.st.since, w.holderTTL, w.lastErr = start, r.pttl, nil
-	w.st.lastFence = max(w.st.lastFence, r.lastFence)
-	w.errDelay = wait.ErrorDelay()
-	delay := pollDelay(cfg, r.pttl, w.spin)
-	if w.spec.place != nil && w.spin == nil {
+	w.st.Since, w.holderTTL, w.lastErr = start, r.PTTL, nil
+	w.st.LastFence = max(w.st.LastFence, r.LastFence)
+	w.errDelay = ErrorDelay()
+	delay := cfg.pollDelay(r.PTTL, w.spin)
+	if w.spec.Place != nil && w.spin == nil {
 		if w.member == nil {
-			w.member = c.places.Join(*w.spec.place, cfg.waiterLease, w.refresh)
+			w.member = c.Places.Join(*w.spec.Place, cfg.WaiterLease, w.refresh)
 		}
-		c.places.Kept(w.member, start)
-		if !c.places.Leads(w.member) {
-			delay = wait.LookAgainIn(w.refresh/2, 0) // only to check that the leader keeps the place
+		c.Places.Kept(w.member, start)
+		if !c.Places.Leads(w.member) {
+			delay = LookAgainIn(w.refresh/2, 0) // only to check that the leader keeps the place
 		} else if time.Since(w.lastKeep) >= w.refresh-w.refresh/10 {
 			w.lastKeep = time.Now()
-			c.places.Keep(w.ctx, c.drv, cfg.waiterLease, cfg.logger, w.member)
+			c.Places.Keep(w.ctx, c.Driver, cfg.WaiterLease, cfg.Logger, w.member)
 		}
 	}
 	if !w.subscribed && w.sub.Done == nil {
@@ -237,7 +199,7 @@ func (w *waitRun) taken(start time.Time, r attemptResult) time.Duration {
 		// would cost the place). Bounded, so that a confirmation the
 		// network lost (the connection lived on) costs a poll, not the
 		// rest of the wait: the next poll subscribes again.
-		w.sub.Start(w.ctx, max(delay, wait.MinSubscribeWait), c.notify, w.spec.channel)
+		w.sub.Start(w.ctx, max(delay, MinSubscribeWait), c.Notify, w.spec.Channel)
 	}
 	return delay
 }
@@ -245,7 +207,7 @@ func (w *waitRun) taken(start time.Time, r attemptResult) time.Duration {
 // sleep waits up to delay for a wake-up. done reports that the wait is
 // over, with a grant heard by pub/sub or with an error; otherwise the
 // caller attempts again.
-func (w *waitRun) sleep(delay time.Duration) (r attemptResult, from time.Time, err error, done bool) {
+func (w *run) sleep(delay time.Duration) (r Result, from time.Time, err error, done bool) {
 	c := w.c
 	w.timer.Reset(delay)
 	defer func() {
@@ -270,8 +232,8 @@ func (w *waitRun) sleep(delay time.Duration) (r attemptResult, from time.Time, e
 			}
 			return
 		case <-w.timer.C:
-			if w.member != nil && !c.places.Leads(w.member) && !c.places.Stale(w.member, w.refresh) {
-				w.timer.Reset(wait.LookAgainIn(w.refresh/2, 0)) // the leader keeps the place
+			if w.member != nil && !c.Places.Leads(w.member) && !c.Places.Stale(w.member, w.refresh) {
+				w.timer.Reset(LookAgainIn(w.refresh/2, 0)) // the leader keeps the place
 				continue
 			}
 			return
@@ -281,60 +243,60 @@ func (w *waitRun) sleep(delay time.Duration) (r attemptResult, from time.Time, e
 			w.sub.End()
 			again, endErr := w.subscribeEnded(subErr)
 			if endErr != nil {
-				return attemptResult{}, time.Time{}, endErr, true
+				return Result{}, time.Time{}, endErr, true
 			}
 			if again {
 				return
 			}
 		case <-w.ctx.Done():
 			w.abandon(nil)
-			return attemptResult{}, time.Time{}, w.ended(), true
-		case <-c.closed:
+			return Result{}, time.Time{}, w.ended(), true
+		case <-c.Closed:
 			w.abandon(nil)
-			return attemptResult{}, time.Time{}, errors.Join(ErrClosed, w.ended()), true
+			return Result{}, time.Time{}, errors.Join(errs.ErrClosed, w.ended()), true
 		}
 	}
 }
 
 // heard takes a grant heard by pub/sub; ok is false for one that came
 // before the last attempt, which found the lock taken, and is ignored.
-func (w *waitRun) heard(g *notify.Grant) (attemptResult, time.Time, bool) {
-	if g.Fence > w.st.lastFence {
-		from := w.st.since
+func (w *run) heard(g *notify.Grant) (Result, time.Time, bool) {
+	if g.Fence > w.st.LastFence {
+		from := w.st.Since
 		if w.member != nil {
 			// A waiter whose place the leader keeps attempts rarely: the
 			// leader's last keep that found it still queued is later,
 			// and as safe, so the grant's claim window counts from there.
-			from = w.c.places.Since(w.member, from)
+			from = w.c.Places.Since(w.member, from)
 		}
-		return attemptResult{granted: true, fence: g.Fence, pttl: g.PX, grantedAtUs: g.AtUs}, from, true
+		return Result{Granted: true, Fence: g.Fence, PTTL: g.PX, GrantedAtUs: g.AtUs}, from, true
 	}
 	// Made before an attempt that then found the lock taken, and heard
 	// only now (the subscription lagged): the grant was over by that
 	// attempt, or it would have been granted. Taken for new, it would
 	// count its validity from after the attempt, and could overlap the
 	// holder that attempt saw.
-	w.cfg.logger.Debug("dlock: ignoring a grant heard after a later attempt found the lock taken",
-		slog.String("lock", w.spec.name), slog.Int64("token", g.Fence), slog.Int64("last token seen", w.st.lastFence))
-	return attemptResult{}, time.Time{}, false
+	w.cfg.Logger.Debug("dlock: ignoring a grant heard after a later attempt found the lock taken",
+		slog.String("lock", w.spec.Name), slog.Int64("token", g.Fence), slog.Int64("last token seen", w.st.LastFence))
+	return Result{}, time.Time{}, false
 }
 
 // subscribeEnded takes the outcome of the subscription being made: again
 // reports that the waiter must ask the server now (a wake-up may have
 // gone unheard before the subscription was in place); err ends the wait.
-func (w *waitRun) subscribeEnded(err error) (again bool, _ error) {
+func (w *run) subscribeEnded(err error) (again bool, _ error) {
 	switch {
 	case err == nil:
 		w.subscribed = true
 		return !w.confirmedBefore, nil
 	case w.ctx.Err() != nil:
 		// ctx.Done ends the wait.
-	case errors.Is(err, ErrClosed):
+	case errors.Is(err, errs.ErrClosed):
 		w.abandon(nil)
-		return false, errors.Join(ErrClosed, w.ended())
+		return false, errors.Join(errs.ErrClosed, w.ended())
 	default:
 		// No pub/sub (a proxy may refuse it): keep polling.
-		w.cfg.logger.Warn("dlock: cannot subscribe; waiting by polling", slog.String("lock", w.spec.name), slog.Any("error", err))
+		w.cfg.Logger.Warn("dlock: cannot subscribe; waiting by polling", slog.String("lock", w.spec.Name), slog.Any("error", err))
 		w.lastErr = err
 	}
 	return false, nil
@@ -346,15 +308,51 @@ func (w *waitRun) subscribeEnded(err error) (again bool, _ error) {
 // without releasing (nobody would publish then).
 //
 // It is also how stale a waiter's lower bound on a grant's time can get (see
-// waitFor), so it stays within a third of the claim window: a grant heard by
+// Engine.Wait), so it stays within a third of the claim window: a grant heard by
 // pub/sub then leaves about two thirds of the window to claim the lock.
-func pollDelay(cfg *config, holderTTL time.Duration, spin *wait.Spin) time.Duration {
-	refresh := cfg.refresh()
+func (cfg *Settings) pollDelay(holderTTL time.Duration, spin *Spin) time.Duration {
+	refresh := cfg.Refresh
 	if spin != nil {
 		if d := spin.Next(); d < refresh {
 			return d
 		}
 		return refresh
 	}
-	return wait.LookAgainIn(refresh, holderTTL)
+	return LookAgainIn(refresh, holderTTL)
+}
+
+// Engine is a Client's waiting machinery: its pub/sub subscription, its
+// waiters' places, its driver and its end.
+type Engine struct {
+	Notify *notify.Notifier
+	Places *Places
+	Driver driver.Driver
+	Closed <-chan struct{} // closed by Client.Close
+}
+
+// Settings are a wait's options, from its lock's configuration.
+type Settings struct {
+	// Spin: wait by polling, with delays from SpinMin growing to SpinMax,
+	// instead of by pub/sub.
+	Spin             bool
+	SpinMin, SpinMax time.Duration
+	// Refresh is the pace at which a waiter renews its place in the queue;
+	// WaiterLease the lease on that place.
+	Refresh, WaiterLease time.Duration
+	Logger               *slog.Logger
+	// CountAttempt, when set, hears each attempt (an Observer's count).
+	CountAttempt func(ctx context.Context)
+}
+
+func (cfg *Settings) newSpin() *Spin {
+	if !cfg.Spin {
+		return nil
+	}
+	return NewSpin(cfg.SpinMin, cfg.SpinMax)
+}
+
+func (cfg *Settings) countAttempt(ctx context.Context) {
+	if cfg.CountAttempt != nil {
+		cfg.CountAttempt(ctx)
+	}
 }

@@ -5,6 +5,7 @@
 -- A lock N keeps these keys, all under one hash tag:
 --   lock    string   the holder's owner value, always with a PX expiry
 --   fence   string   the last fencing token issued for N, with a long expiry
+--                    (fence_lib.lua, prepended to this file, issues them)
 --   queue   zset     waiting owners, scored by arrival time (server µs)
 --   waiters hash     owner -> "<lease expiry, server ms> <grant px>[ <extra>]"
 -- The optional extra field is the primitive's own (a permit count, a hold
@@ -27,89 +28,6 @@
 local function dlock_now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
--- dlock_now_us_digits returns the server's clock in microseconds as a
--- string, built from TIME's parts (formatting a number costs more).
-local function dlock_now_us_digits()
-  local t = redis.call('TIME')
-  return t[1] .. string.sub('00000' .. t[2], -6)
-end
-
--- dlock_counter reports whether v, a fencing key's value, is a counter
--- INCR counts on from: an integer as Redis writes one ("0", or digits
--- without a leading zero after an optional '-') that leaves room for one
--- more. INCR refuses anything else, including strings Lua's tonumber reads
--- ("007", "1.5", "1e3", 20 digits), so a check before a script's writes
--- must use this, not tonumber, or the INCR after them raises.
-local function dlock_counter(v)
-  if v == '0' then
-    return true
-  end
-  local sign, digits = string.match(v, '^(%-?)([1-9]%d*)$')
-  if not digits or #digits > 19 then
-    return false
-  elseif #digits < 19 then
-    return true
-  elseif sign == '-' then
-    return digits <= '9223372036854775808'
-  end
-  return digits < '9223372036854775807' -- INCR of the largest overflows
-end
-
--- dlock_fence_refused is called when INCR of the fencing key failed. Only a
--- key that holds something other than a counter is a conflict (GET raises
--- WRONGTYPE for a list or a hash). Otherwise the server refused INCR
--- itself: at maxmemory with a policy that evicts nothing, Redis refuses a
--- script's first write that may grow memory (INCR is one), and an ACL may
--- deny it. Sending INCR again with redis.call raises that refusal as the
--- server words it ("OOM ...", "NOPERM ..."), which the caller must see as
--- what it is: reported as a foreign key, it told operators to delete the
--- fencing key. Should the second INCR succeed, its token is returned.
-local function dlock_fence_refused(fence_key)
-  local v = redis.call('GET', fence_key)
-  if v and not dlock_counter(v) then
-    error('DLOCK_CONFLICT the fencing key ' .. fence_key .. ' does not hold a number')
-  end
-  return redis.call('INCR', fence_key)
-end
-
--- dlock_issue_fence returns the next fencing token: one more than the
--- last. A fresh counter (never used, or expired after retention_ms) starts
--- at the server clock in µs instead of 1, so tokens keep increasing across
--- its expiry: a counter created at T0 stood at most at T0 µs plus one per
--- grant since, far below the clock an hour later. Grants made here (hand-
--- offs, and acquires that found waiters) push the expiry back, because a
--- waiter may read this token later (dlock_last_fence); the uncontended
--- acquire in mutex_acquire.lua does not, since it returns its token itself.
--- Call it before any other write of a grant: it raises DLOCK_CONFLICT when
--- the key holds something else, and a script's earlier writes would not be
--- rolled back. (Conflicts are raised as plain strings: Redis and miniredis
--- both keep the text of those.) now_us may be nil.
--- An INCR refused for another reason is no conflict: see dlock_fence_refused.
-local function dlock_issue_fence(fence_key, now_us, retention_ms)
-  local token = redis.pcall('INCR', fence_key)
-  if type(token) ~= 'number' then
-    token = dlock_fence_refused(fence_key)
-  end
-  if token == 1 then
-    local digits
-    if now_us then
-      digits = string.format('%.0f', now_us)
-    else
-      digits = dlock_now_us_digits()
-    end
-    redis.call('SET', fence_key, digits, 'PX', retention_ms)
-    token = tonumber(digits)
-  else
-    redis.call('PEXPIRE', fence_key, retention_ms)
-  end
-  return token
-end
-
--- dlock_last_fence returns the last fencing token issued, or 0.
-local function dlock_last_fence(fence_key)
-  return tonumber(redis.call('GET', fence_key) or '0') or 0
 end
 
 -- dlock_dequeue removes owner from the wait queue, if it is there. It
@@ -178,7 +96,7 @@ end
 -- its writes. Before, such a release handed the lock over and then failed,
 -- and its lease was reported lost.
 local function dlock_grant(lock_key, fence_key, queue_key, waiters_key, owner, px, now_us, retention_ms, publish, channel)
-  local token = dlock_issue_fence(fence_key, now_us, retention_ms)
+  local token = dlock_issue_fence(fence_key, retention_ms)
   redis.call('ZREM', queue_key, owner)
   redis.call('HDEL', waiters_key, owner)
   redis.call('SET', lock_key, owner, 'PX', px)

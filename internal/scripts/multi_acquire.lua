@@ -27,9 +27,9 @@ for i = 0, n - 1 do
   if dlock_live_head(KEYS[k + 3], KEYS[k + 4], now_ms) then
     return {0, i + 1, 0}
   end
-  local fence = redis.call('GET', KEYS[k + 2])
-  if fence and not dlock_counter(fence) then -- INCR, below, would raise
-    return redis.error_reply('DLOCK_CONFLICT the fencing key ' .. KEYS[k + 2] .. ' does not hold a number')
+  local conflict = dlock_fence_conflict(KEYS[k + 2]) -- INCR, below, would raise
+  if conflict then
+    return redis.error_reply(conflict)
   end
 end
 -- Every token before any lock: an INCR that Redis refuses (an ACL, or
@@ -37,7 +37,7 @@ end
 -- are skipped numbers, which fencing allows.
 local reply = {1}
 for i = 0, n - 1 do
-  reply[i + 2] = dlock_issue_fence(KEYS[4 * i + 2], now_us, ARGV[3])
+  reply[i + 2] = dlock_issue_fence(KEYS[4 * i + 2], ARGV[3])
 end
 for i = 0, n - 1 do
   redis.call('SET', KEYS[4 * i + 1], owner, 'PX', ARGV[2])

@@ -39,28 +39,15 @@ local owner = ARGV[1]
 -- newcomer may take it then rather than pay a queue check on every acquire.
 local strict = ARGV[4] == '1p' or ARGV[4] == '1s'
 if (not strict or redis.call('EXISTS', KEYS[3]) == 0) and redis.call('SET', KEYS[1], owner, 'NX', 'PX', ARGV[2]) then
-  local token = redis.pcall('INCR', KEYS[2])
+  --@fence(KEYS[2], string.match(ARGV[5], '(%d+)$'))
   if type(token) ~= 'number' then
     redis.call('DEL', KEYS[1]) -- undo, within this same atomic script
-    -- A counter (or none) there: the server refused INCR itself (an
-    -- ACL), and says so (see dlock_fence_refused in lock_lib.lua).
-    local function fence_counter(v) -- dlock_counter of lock_lib.lua, which this script does not load
-      if v == '0' then return true end
-      local sign, digits = string.match(v, '^(%-?)([1-9]%d*)$')
-      if not digits or #digits ~= 19 then return digits ~= nil and #digits < 19 end
-      return digits < (sign == '-' and '9223372036854775809' or '9223372036854775807')
+    --@fence_lib
+    local conflict = dlock_fence_conflict(KEYS[2])
+    if conflict then
+      return redis.error_reply(conflict)
     end
-    local v = redis.call('GET', KEYS[2])
-    if not v or fence_counter(v) then
-      return token
-    end
-    return redis.error_reply('DLOCK_CONFLICT the fencing key ' .. KEYS[2] .. ' does not hold a number')
-  end
-  if token == 1 then -- a fresh counter starts at the clock (see dlock_issue_fence)
-    local t = redis.call('TIME')
-    local digits = t[1] .. string.sub('00000' .. t[2], -6) -- µs, without formatting a number
-    redis.call('SET', KEYS[2], digits, 'PX', string.match(ARGV[5], '(%d+)$')) -- the retention
-    token = tonumber(digits)
+    return token -- the server refused INCR itself (an ACL), in its own words
   end
   -- A queued waiter whose poll finds the lock free takes it here: its place
   -- must go, or a release would hand the lock to it again, and nobody
@@ -98,7 +85,7 @@ if not cur then
   now_us = dlock_now_us()
   local head, px = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000))
   if not head or head == owner then
-    local token = dlock_issue_fence(KEYS[2], now_us, retention_ms)
+    local token = dlock_issue_fence(KEYS[2], retention_ms)
     if head then
       dlock_dequeue(KEYS[3], KEYS[4], owner)
     end

@@ -19,28 +19,14 @@ if cur ~= ARGV[1] then
   end
   return {0}
 end
-local token = redis.pcall('INCR', KEYS[2])
+--@fence(KEYS[2], ARGV[4])
 if type(token) ~= 'number' then
-  -- A counter (or none) under the fencing key: the server refused INCR
-  -- itself (OOM at maxmemory, an ACL), and its error goes back as it is
-  -- (see dlock_fence_refused in lock_lib.lua). GET raises WRONGTYPE.
-  local function fence_counter(v) -- dlock_counter of lock_lib.lua, which this script does not load
-    if v == '0' then return true end
-    local sign, digits = string.match(v, '^(%-?)([1-9]%d*)$')
-    if not digits or #digits ~= 19 then return digits ~= nil and #digits < 19 end
-    return digits < (sign == '-' and '9223372036854775809' or '9223372036854775807')
+  --@fence_lib
+  local conflict = dlock_fence_conflict(KEYS[2]) -- GET raises WRONGTYPE
+  if conflict then
+    return redis.error_reply(conflict)
   end
-  local v = redis.call('GET', KEYS[2])
-  if not v or fence_counter(v) then
-    return token
-  end
-  return redis.error_reply('DLOCK_CONFLICT the fencing key ' .. KEYS[2] .. ' does not hold a number')
-end
-if token == 1 then -- a fresh counter starts at the clock (see dlock_issue_fence)
-  local t = redis.call('TIME')
-  local digits = t[1] .. string.sub('00000' .. t[2], -6)
-  redis.call('SET', KEYS[2], digits, 'PX', ARGV[4])
-  token = tonumber(digits)
+  return token -- the server refused INCR itself (OOM at maxmemory, an ACL), in its own words
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return {1, token}

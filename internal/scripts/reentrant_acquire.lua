@@ -32,14 +32,8 @@ local hold, owner = string.sub(member, 1, 32), string.sub(member, 33)
 -- and the lock just set is deleted again within this atomic script: the
 -- full path below then reports what it found.
 if redis.call('EXISTS', KEYS[3], KEYS[5]) == 0 and redis.call('SET', KEYS[1], member, 'NX', 'PX', ARGV[2]) then
-  local token = redis.pcall('INCR', KEYS[2])
+  --@fence(KEYS[2], string.match(ARGV[5], '(%d+)$'))
   if type(token) == 'number' then
-    if token == 1 then -- a fresh counter starts at the clock (see dlock_issue_fence)
-      local t = redis.call('TIME')
-      local digits = t[1] .. string.sub('00000' .. t[2], -6)
-      redis.call('SET', KEYS[2], digits, 'PX', string.match(ARGV[5], '(%d+)$')) -- the retention
-      token = tonumber(digits)
-    end
     redis.call('SADD', KEYS[5], hold)
     redis.call('PEXPIRE', KEYS[5], ARGV[2])
     return token
@@ -81,7 +75,7 @@ if not cur then
   local head, px = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000))
   if not head or head == member then
     reentrant_check_holds(KEYS[5])
-    local token = dlock_issue_fence(KEYS[2], now_us, retention_ms)
+    local token = dlock_issue_fence(KEYS[2], retention_ms)
     dlock_dequeue(KEYS[3], KEYS[4], member)
     redis.call('SET', KEYS[1], member, 'PX', ARGV[2])
     redis.call('DEL', KEYS[5])

@@ -17,7 +17,7 @@ end
 -- grant's hold id names the grant (see reentrant_acquire.lua).
 local function reentrant_grant(keys, member, px, now_us, retention_ms, publish, channel)
   reentrant_check_holds(keys[5])
-  local token = dlock_issue_fence(keys[2], now_us, retention_ms)
+  local token = dlock_issue_fence(keys[2], retention_ms)
   dlock_dequeue(keys[3], keys[4], member)
   redis.call('SET', keys[1], member, 'PX', px)
   redis.call('DEL', keys[5])

@@ -28,14 +28,10 @@ local member = ARGV[1]
 -- under pcall writes nothing when it fails (a foreign value, an ACL,
 -- maxmemory): the full path below then reports what it found.
 if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[4], KEYS[5]) == 0 then
-  local token = redis.pcall('INCR', KEYS[2])
+  -- A used counter's expiry stays: this path returns its token itself.
+  --@fence(KEYS[2], ARGV[6])
   if type(token) == 'number' then
     local t = redis.call('TIME')
-    if token == 1 then -- a fresh counter starts at the clock (see dlock_issue_fence)
-      local digits = t[1] .. string.sub('00000' .. t[2], -6)
-      redis.call('SET', KEYS[2], digits, 'PX', ARGV[6])
-      token = tonumber(digits)
-    end -- a used counter's expiry stays: this path returns its token itself (docs/design.md, "Fencing tokens")
     local px = tonumber(ARGV[2])
     local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     redis.call('ZADD', KEYS[1], string.format('%.0f', now_ms + px), member)

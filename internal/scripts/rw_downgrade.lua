@@ -28,7 +28,7 @@ end
 -- member that never exists writes nothing but is the first write, so a
 -- downgrade runs there as a release does (see rw_extend.lua).
 redis.call('ZREM', KEYS[1], '')
-local token = dlock_issue_fence(KEYS[2], now_us, ARGV[4])
+local token = dlock_issue_fence(KEYS[2], ARGV[4])
 rw_drop(KEYS, ARGV[1])
 rw_set_holder(KEYS, ARGV[2], ARGV[3], now_ms, token)
 local reply = {1, token}

@@ -65,7 +65,7 @@ end
 -- token. The token is issued first: its INCR is the write Redis may refuse
 -- (see dlock_issue_fence), and a holder written before it would stay.
 local function rw_hold(keys, member, px, now_us, now_ms, retention_ms)
-  local token = dlock_issue_fence(keys[2], now_us, retention_ms)
+  local token = dlock_issue_fence(keys[2], retention_ms)
   rw_set_holder(keys, member, px, now_ms, token)
   return token
 end
@@ -116,7 +116,7 @@ local function rw_grant_heads(keys, now_us, now_ms, retention_ms, publish, chann
     if not rw_free_for(keys, mode) then
       break
     end
-    local token = dlock_issue_fence(keys[2], now_us, retention_ms) -- first: see rw_hold
+    local token = dlock_issue_fence(keys[2], retention_ms) -- first: see rw_hold
     dlock_dequeue(keys[3], keys[4], head)
     if head == self then
       rw_set_holder(keys, head, self_px, now_ms, token)

@@ -2,19 +2,25 @@
 // each opening with its KEYS, ARGV and Returns contract.
 //
 // Scripts that share helpers get lock_lib.lua prepended at package init, so
-// each remains one self-contained body for EVALSHA/EVAL.
+// each remains one self-contained body for EVALSHA/EVAL. Fencing tokens are
+// issued by fence_lib.lua alone, copied into each script that grants (see
+// expand).
 package scripts
 
 import (
 	_ "embed"
+	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/dlock-go/dlock/driver"
 )
 
 var (
+	//go:embed fence_lib.lua
+	fenceLib string
 	//go:embed lock_lib.lua
-	lockLib string
+	lockLibBody string
 	//go:embed mutex_acquire.lua
 	mutexAcquire string
 	//go:embed mutex_release.lua
@@ -53,7 +59,7 @@ var (
 	MutexRelease = withLib(lockLib, mutexRelease)
 	// MutexTransfer passes a held lock to a new owner of the holder's
 	// process (mutex_transfer.lua).
-	MutexTransfer = driver.NewScript(mutexTransfer)
+	MutexTransfer = driver.NewScript(expand(mutexTransfer))
 	// ReentrantAcquire takes a reentrant lock or a further hold on it
 	// (reentrant_acquire.lua).
 	ReentrantAcquire = withLib(lockLib+"\n"+reentrantLib, reentrantAcquire)
@@ -86,11 +92,126 @@ var (
 // fast path that returns early) runs without paying for defining them,
 // which costs more than a few Redis commands.
 func withLib(lib, body string) *driver.Script {
+	body = expand(body)
 	const marker = "\n--@lib\n"
 	if i := strings.Index(body, marker); i >= 0 {
 		return driver.NewScript(body[:i+1] + lib + "\n" + body[i+len(marker):])
 	}
 	return driver.NewScript(lib + "\n" + body)
+}
+
+// Fencing tokens are issued in one place, fence_lib.lua: its block (between
+// "--@block" and "--@end") is the only Lua that issues a token, and the
+// functions after it go in front of lock_lib.lua. The block is copied as
+// text into every script that grants, at each line "--@fence(key,
+// retention)", rather than called as a function: the acquire scripts' fast
+// paths run before any helper is defined, because defining a Lua function
+// costs the server, on every call, more than a Redis command, and a fast
+// path that called a fence function would pay that on every lock.
+var (
+	fenceBlock, fenceFuncs = splitFenceLib(fenceLib)
+	// lockLib is lock_lib.lua with the fence functions it builds on.
+	lockLib = expand(fenceFuncs) + "\n" + lockLibBody
+)
+
+// splitFenceLib returns fence_lib.lua's issuing block and its functions.
+func splitFenceLib(src string) (block, funcs string) {
+	const begin, end = "\n--@block\n", "\n--@end\n"
+	i, j := strings.Index(src, begin), strings.Index(src, end)
+	if i < 0 || j < i {
+		panic("scripts: fence_lib.lua has no --@block ... --@end")
+	}
+	return src[i+len(begin) : j+1], src[j+len(end):]
+}
+
+// fenceParams are the names fence_lib.lua's block uses for its arguments.
+var fenceParams = regexp.MustCompile(`\b(fence_key|retention_ms)\b`)
+
+// expand replaces, in a script's source, each line "--@fence(key,
+// retention)" with fence_lib.lua's block, its fence_key and retention_ms
+// replaced by the two Lua expressions given, and each line "--@fence_lib"
+// with fence_lib.lua's functions, indented as the line is. A malformed
+// directive panics: the package's tests load every script.
+func expand(src string) string {
+	if !strings.Contains(src, "--@fence") {
+		return src
+	}
+	lines := strings.SplitAfter(src, "\n")
+	var b strings.Builder
+	for _, line := range lines {
+		text := strings.TrimRight(line, "\n")
+		directive := strings.TrimLeft(text, " ")
+		indent := text[:len(text)-len(directive)]
+		switch {
+		case directive == "--@fence_lib":
+			b.WriteString(indented(indent, expand(fenceFuncs)))
+		case strings.HasPrefix(directive, "--@fence("):
+			args := fenceArgs(strings.TrimPrefix(directive, "--@fence"))
+			block := fenceParams.ReplaceAllStringFunc(fenceBlock, func(name string) string {
+				if name == "fence_key" {
+					return args[0]
+				}
+				return args[1]
+			})
+			b.WriteString(indented(indent, block))
+		default:
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}
+
+// fenceArgs parses "(key, retention)", two Lua expressions that may hold
+// calls, indexing and strings, into the two.
+func fenceArgs(s string) [2]string {
+	var args []string
+	depth, start := 0, 1
+	var quote byte
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case quote != 0:
+			if c == '\\' {
+				i++
+			} else if c == quote {
+				quote = 0
+			}
+		case c == '\'' || c == '"':
+			quote = c
+		case c == '(' || c == '[' || c == '{':
+			depth++
+		case c == ')' || c == ']' || c == '}':
+			depth--
+			if depth == 0 && i != len(s)-1 {
+				panic(fmt.Sprintf("scripts: text after --@fence%s", s))
+			}
+		case c == ',' && depth == 1:
+			args = append(args, strings.TrimSpace(s[start:i]))
+			start = i + 1
+		}
+	}
+	if depth != 0 || quote != 0 || !strings.HasSuffix(s, ")") {
+		panic(fmt.Sprintf("scripts: unbalanced --@fence%s", s))
+	}
+	args = append(args, strings.TrimSpace(s[start:len(s)-1]))
+	if len(args) != 2 || args[0] == "" || args[1] == "" {
+		panic(fmt.Sprintf("scripts: --@fence%s: want (key, retention)", s))
+	}
+	return [2]string{args[0], args[1]}
+}
+
+// indented prefixes every non-empty line of text with indent.
+func indented(indent, text string) string {
+	if indent == "" {
+		return text
+	}
+	lines := strings.SplitAfter(text, "\n")
+	for i, l := range lines {
+		if strings.TrimSpace(l) != "" {
+			lines[i] = indent + l
+		}
+	}
+	return strings.Join(lines, "")
 }
 
 // The read-write lock's scripts get lock_lib.lua and then rw_lib.lua.

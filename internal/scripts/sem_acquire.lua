@@ -31,14 +31,10 @@ local owner, n = ARGV[1], tonumber(ARGV[2])
 -- and its INCR under pcall writes nothing when it fails (a foreign value,
 -- an ACL, maxmemory): the full path below then reports what it found.
 if n <= tonumber(ARGV[3]) and redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6]) == 0 then
-  local token = redis.pcall('INCR', KEYS[4])
+  -- A used counter's expiry stays: this path returns its token itself.
+  --@fence(KEYS[4], ARGV[9])
   if type(token) == 'number' then
     local t = redis.call('TIME')
-    if token == 1 then -- a fresh counter starts at the clock (see dlock_issue_fence)
-      local digits = t[1] .. string.sub('00000' .. t[2], -6)
-      redis.call('SET', KEYS[4], digits, 'PX', ARGV[9])
-      token = tonumber(digits)
-    end -- a used counter's expiry stays: this path returns its token itself (docs/design.md, "Fencing tokens")
     local px = tonumber(ARGV[5])
     local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     redis.call('ZADD', KEYS[1], string.format('%.0f', now_ms + px), owner)
@@ -74,7 +70,7 @@ end
 
 -- Nobody queued ahead (every waiter was served) and enough free: take them.
 if redis.call('EXISTS', KEYS[5]) == 0 and used + n <= limit then
-  local token = dlock_issue_fence(KEYS[4], now_us, ARGV[9])
+  local token = dlock_issue_fence(KEYS[4], ARGV[9])
   sem_add_holder(owner, n, token, now_ms, tonumber(ARGV[5]))
   return {1, token, tonumber(ARGV[5])}
 end

@@ -149,7 +149,7 @@ local function sem_grant_queued(now_us, limit, used, fence_retention_ms, publish
     elseif used + n > limit then
       break
     else
-      local token = dlock_issue_fence(KEYS[4], now_us, fence_retention_ms)
+      local token = dlock_issue_fence(KEYS[4], fence_retention_ms)
       dlock_dequeue(KEYS[5], KEYS[6], head)
       if head == self then
         sem_add_holder(head, n, token, now_ms, tonumber(self_px))

@@ -1,0 +1,208 @@
+package scripts
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// all is every script the package exports.
+var all = map[string]*driver.Script{
+	"MutexAcquire": MutexAcquire, "MutexRelease": MutexRelease, "MutexTransfer": MutexTransfer,
+	"ReentrantAcquire": ReentrantAcquire, "ReentrantRelease": ReentrantRelease, "ReentrantHolds": ReentrantHolds,
+	"MultiAcquire": MultiAcquire, "OwnedExtend": OwnedExtend, "OwnedPTTL": OwnedPTTL,
+	"OwnedRelease": OwnedRelease, "OwnedTransfer": OwnedTransfer, "RedlockAcquire": RedlockAcquire,
+	"QueueKeep": QueueKeep, "RWAcquire": RWAcquire, "RWRelease": RWRelease, "RWExtend": RWExtend,
+	"RWPTTL": RWPTTL, "RWDowngrade": RWDowngrade, "SemAcquire": SemAcquire, "SemRelease": SemRelease,
+	"SemSetPermits": SemSetPermits, "SemExtend": SemExtend, "SemPTTL": SemPTTL,
+	"SemAvailable": SemAvailable, "LatchTrySet": LatchTrySet, "LatchCountDown": LatchCountDown,
+	"LatchCount": LatchCount, "Inspect": Inspect,
+}
+
+// TestFenceIssuedInOnePlace: no .lua file but fence_lib.lua runs INCR, the
+// command that issues a fencing token, and every directive was expanded.
+func TestFenceIssuedInOnePlace(t *testing.T) {
+	files, err := filepath.Glob("*.lua")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no .lua files: %v", err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f != "fence_lib.lua" && strings.Contains(strings.ToUpper(string(b)), "'INCR'") {
+			t.Errorf("%s runs INCR: fencing tokens are issued by fence_lib.lua alone", f)
+		}
+	}
+	for name, s := range all {
+		if strings.Contains(s.Source(), "--@") {
+			t.Errorf("%s: a directive was left unexpanded", name)
+		}
+	}
+}
+
+func TestFenceArgs(t *testing.T) {
+	good := map[string][2]string{
+		"(KEYS[2], ARGV[4])":                          {"KEYS[2]", "ARGV[4]"},
+		"(fence_key, retention_ms)":                   {"fence_key", "retention_ms"},
+		"(KEYS[2], string.match(ARGV[5], '(%d+)$'))":  {"KEYS[2]", "string.match(ARGV[5], '(%d+)$')"},
+		`(KEYS[k + 2], f("a,)", 'b\'', {1, 2}))`:      {"KEYS[k + 2]", `f("a,)", 'b\'', {1, 2})`},
+		"( KEYS[4] ,  ARGV[9] )":                      {"KEYS[4]", "ARGV[9]"},
+		"(KEYS[2], string.match(ARGV[5], '(%d+)$')) ": {}, // text after
+		"(KEYS[2])":                                     {},
+		"(KEYS[2], ARGV[4], 1)":                         {},
+		"(KEYS[2], f(ARGV[4])":                          {},
+		"(KEYS[2], ARGV[4]) -- a comment":               {},
+		"(, ARGV[4])":                                   {},
+		"(KEYS[2], 'x)":                                 {},
+		"(KEYS[2], ARGV[4]))":                           {},
+		"(KEYS[2], string.match(ARGV[5], '(%d+)$')":     {},
+		"(KEYS[2], string.match(ARGV[5], '(%d+)$')))))": {},
+	}
+	for in, want := range good {
+		got, panicked := func() (got [2]string, panicked bool) {
+			defer func() { panicked = recover() != nil }()
+			return fenceArgs(in), false
+		}()
+		if want == ([2]string{}) {
+			if !panicked {
+				t.Errorf("fenceArgs(%q) = %q; want a panic", in, got)
+			}
+			continue
+		}
+		if panicked || got != want {
+			t.Errorf("fenceArgs(%q) = %q (panicked %v); want %q", in, got, panicked, want)
+		}
+	}
+}
+
+// TestScriptsLoad: every script, with its copies of fence_lib.lua, compiles
+// on a real server, under the hash the package computed.
+func TestScriptsLoad(t *testing.T) {
+	srv := redistest.Start(t)
+	for name, s := range all {
+		if got := srv.Do(t, "SCRIPT", "LOAD", s.Source()); got != s.Hash() {
+			t.Errorf("%s: SCRIPT LOAD gave %v; want %s", name, got, s.Hash())
+		}
+	}
+}
+
+// TestFenceTokens runs each script that issues tokens through its grant
+// paths: a fresh counter starts at the server clock (µs) and expires after
+// the retention; a used one counts on by one; a grant that returns its
+// token to its caller leaves the counter's expiry as it is, one made
+// through lock_lib pushes it back; a foreign value is a conflict, with
+// nothing taken.
+func TestFenceTokens(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	const retention = 3_600_000
+	ret := strconv.Itoa(retention)
+	timings := "30000 5000 " + ret
+	member := strings.Repeat("ab", 16) + "owner"
+
+	type grant struct {
+		fence string
+		keys  []string // every key the grant writes, deleted between runs
+		run   func(round int) (any, error)
+		keep  bool // pushes the counter's expiry back
+	}
+	token := func(v any) any {
+		if a, ok := v.([]any); ok && len(a) >= 2 {
+			return a[1]
+		}
+		return v
+	}
+	eval := func(s *driver.Script, keys []string, args ...any) *redis.Cmd {
+		return rdb.Eval(ctx, s.Source(), keys, args...)
+	}
+	grants := map[string]grant{
+		"MutexAcquire": {"m:f", []string{"m"}, func(int) (any, error) {
+			return eval(MutexAcquire, []string{"m", "m:f", "m:q", "m:w"}, "o", 10000, "0", "0p", timings).Result()
+		}, false},
+		"FairMutexAcquire": {"fm:f", []string{"fm"}, func(int) (any, error) {
+			return eval(MutexAcquire, []string{"fm", "fm:f", "fm:q", "fm:w"}, "o", 10000, "n", "1p", timings).Result()
+		}, false},
+		"MutexTransfer": {"t:f", []string{"t"}, func(round int) (any, error) {
+			rdb.Set(ctx, "t", "old", 0)
+			return eval(MutexTransfer, []string{"t", "t:f"}, "old", "new"+strconv.Itoa(round), 10000, ret).Result()
+		}, false},
+		"ReentrantAcquire": {"re:f", []string{"re", "re:h"}, func(int) (any, error) {
+			return eval(ReentrantAcquire, []string{"re", "re:f", "re:q", "re:w", "re:h"}, member, 10000, "0", "0p", timings).Result()
+		}, false},
+		"RWAcquire": {"rw:f", []string{"rw", "rw:t"}, func(int) (any, error) {
+			return eval(RWAcquire, []string{"rw", "rw:f", "rw:q", "rw:w", "rw:t"}, "Wo", 10000, "0", 30000, 5000, ret, "PUBLISH", "rw").Result()
+		}, false},
+		"SemAcquire": {"s:f", []string{"s", "s:c"}, func(int) (any, error) {
+			return eval(SemAcquire, []string{"s", "s:c", "s:l", "s:f", "s:q", "s:w"}, "o", 1, 2, 60000, 10000, "0", 30000, 5000, ret, "PUBLISH", "s").Result()
+		}, false},
+		"MultiAcquire": {"ml:f", []string{"ml"}, func(int) (any, error) {
+			return eval(MultiAcquire, []string{"ml", "ml:f", "ml:q", "ml:w"}, "o", 10000, ret).Result()
+		}, true},
+		// A free lock with a waiter whose lease has expired: the full path,
+		// which issues through dlock_issue_fence.
+		"MutexAcquireFullPath": {"mf:f", []string{"mf", "mf:q", "mf:w"}, func(int) (any, error) {
+			rdb.ZAdd(ctx, "mf:q", redis.Z{Score: 1, Member: "gone"})
+			rdb.HSet(ctx, "mf:w", "gone", "1 5000")
+			return eval(MutexAcquire, []string{"mf", "mf:f", "mf:q", "mf:w"}, "o", 10000, "0", "1p", timings).Result()
+		}, true},
+	}
+	serverMicros := func() int64 {
+		tm, err := rdb.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm.UnixMicro()
+	}
+	for name, g := range grants {
+		before := serverMicros()
+		v, err := g.run(1)
+		after := serverMicros()
+		if err != nil {
+			t.Errorf("%s, fresh counter: %v", name, err)
+			continue
+		}
+		first, ok := token(v).(int64)
+		if !ok || first < before || first > after {
+			t.Errorf("%s, fresh counter: token %v; want the server clock in µs, in [%d, %d]", name, token(v), before, after)
+			continue
+		}
+		if pttl := rdb.PTTL(ctx, g.fence).Val().Milliseconds(); pttl <= retention-5000 || pttl > retention {
+			t.Errorf("%s, fresh counter: expires in %d ms; want the retention, %d", name, pttl, retention)
+		}
+
+		rdb.Del(ctx, g.keys...)
+		rdb.PExpire(ctx, g.fence, 100_000*time.Second) // longer than the retention: kept, unless pushed back
+		v, err = g.run(2)
+		if err != nil || token(v) != first+1 {
+			t.Errorf("%s, used counter: %v, %v; want token %d", name, token(v), err, first+1)
+		}
+		pttl := rdb.PTTL(ctx, g.fence).Val().Milliseconds()
+		if pushed := pttl <= retention; pushed != g.keep {
+			t.Errorf("%s, used counter: expires in %d ms; pushed back to the retention: %v, want %v", name, pttl, pushed, g.keep)
+		}
+
+		rdb.Del(ctx, g.keys...)
+		rdb.Set(ctx, g.fence, "007", 0)
+		if v, err := g.run(3); err == nil || !strings.Contains(err.Error(), "DLOCK_CONFLICT") {
+			t.Errorf("%s, foreign fencing key: %v, %v; want DLOCK_CONFLICT", name, v, err)
+		}
+		if n := rdb.Exists(ctx, g.keys[0]).Val(); n != 0 && name != "MutexTransfer" {
+			t.Errorf("%s, foreign fencing key: %s left behind", name, g.keys[0])
+		}
+		if got := rdb.Get(ctx, g.fence).Val(); got != "007" {
+			t.Errorf("%s: the foreign fencing key changed to %q", name, got)
+		}
+	}
+}

@@ -93,8 +93,8 @@ end
 -- wake-up (waiters also poll), and a server that refuses it, as an ACL
 -- without PUBLISH or without the channel does (Redis 7 gives new users no
 -- channels unless acl-pubsub-default says so), must not fail the grant after
--- its writes. Before, such a release handed the lock over and then failed,
--- and its lease was reported lost.
+-- its writes: the release would have handed the lock over and still report
+-- failure, and its lease would be reported lost.
 local function dlock_grant(lock_key, fence_key, queue_key, waiters_key, owner, px, now_us, retention_ms, publish, channel)
   local token = dlock_issue_fence(fence_key, retention_ms)
   redis.call('ZREM', queue_key, owner)

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	_ "embed"
 	"fmt"
 	"math"
 	"os"
@@ -250,18 +249,20 @@ func (v *view) markdown() string {
 	v.watchdog()
 	v.redlock()
 	v.primitives()
-	v.p("%s\n", strings.TrimSpace(levers))
+	v.levers()
 	v.method()
 	v.problems()
 	return v.b.String()
 }
 
-// levers is the hand-written account of what moved which figure
-// (bench/levers.md): the generated report carries it, so make bench never
-// drops it.
-//
-//go:embed levers.md
-var levers string
+// levers points to the hand-written account of what moved which figure
+// (bench/levers.md), which keeps its history there rather than in the
+// report.
+func (v *view) levers() {
+	v.p("## Levers: what moved which figure\n\n")
+	v.p("What each performance change bought, with the runs that measured it, is kept\n")
+	v.p("with its history in [bench/levers.md](../bench/levers.md).\n\n")
+}
 
 func (v *view) machine() {
 	m := v.res.Machine

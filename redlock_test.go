@@ -247,8 +247,8 @@ func TestRedlockMutualExclusion(t *testing.T) {
 }
 
 // TestRedlockTakesAFreeKeyWithANativeSet: an uncontended Lock takes each
-// node's free key with one SET NX PX and runs no script there (a third of
-// a lock+unlock's work per node, bench/levers.md); the Unlock's release
+// node's free key with one SET NX PX and runs no script there (a script's
+// fixed cost is a large share of a lock+unlock's work per node); the Unlock's release
 // script is the only one. A key held by another owner still gets the
 // script, which tells the holder and its remaining time.
 func TestRedlockTakesAFreeKeyWithANativeSet(t *testing.T) {

@@ -21,10 +21,11 @@ import (
 // (they go out in shared pipelines, which serve load better), or
 // on a Cluster (whose failover handling is the script path's).
 //
-// A script costs the server about 13k instructions before it does
-// anything, a native SET about as much as the script's own SET: for
-// Redlock's acquire, which takes a free key in one SET on each node, that
-// is a third of a lock+unlock's cost per node (bench/levers.md).
+// A script has a fixed cost on the server before it does anything, and a
+// native SET costs about what the script's own SET does: for Redlock's
+// acquire, which takes a free key in one SET on each node, that fixed cost
+// is a large share of a lock+unlock's work per node (bench/levers.md has
+// the measurements).
 //
 // Like RunToReply, it waits for the reply in the caller, whatever ctx's
 // deadline: the Redlock fan-out that calls it has a timer of its own.

@@ -145,7 +145,7 @@ func (n *Notifier) WakeMatching(channel string, match func(owner string) bool) {
 	}
 }
 
-// parseGrant reads "<fence> <px> <granted at µs> <owner>".
+// ParseGrant reads "<fence> <px> <granted at µs> <owner>".
 func ParseGrant(payload string) (g Grant, owner string, ok bool) {
 	f, rest, ok1 := strings.Cut(payload, " ")
 	p, rest, ok2 := strings.Cut(rest, " ")

@@ -16,7 +16,7 @@ type Result struct {
 	// holder's key otherwise.
 	PTTL time.Duration
 	// grantedAtUs is, for a grant handed over by a release, when it was
-	// made in µs (handoff.atUs; a local hand-off's transfer reply); 0
+	// made in µs (notify.Grant.AtUs; a local hand-off's transfer reply); 0
 	// otherwise.
 	GrantedAtUs int64
 	// queuedAhead says, when not granted, why although enough was free:

@@ -18,9 +18,9 @@ import (
 // refused (TRYAGAIN from the source, which has the lock's key). Calls must
 // keep trying until their context ends rather than give up after a few
 // seconds: an Unlock (release timeout 10 s) and a Lock that starts during
-// the migration are kept waiting for 6 s, longer than the driver used to
-// retry (16 rounds: 2.5 s of pauses, about 4 s in all), and both succeed
-// once it completes.
+// the migration are kept waiting for 6 s, longer than a fixed number of
+// retries would last (16 rounds: about 4 s in all), and both succeed once
+// it completes.
 func TestClusterMigrationBlocksUntilItEnds(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t, 3, 0)

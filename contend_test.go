@@ -131,8 +131,8 @@ func TestProcessesTakeTurns(t *testing.T) {
 // one of them took without queueing are served in arrival order: the
 // first, which waits in Redis, through the queue (one grant published),
 // and in its turn the others by local hand-offs, without a grant
-// published, each with a fresh fencing token. Before, the holder's Unlock
-// handed the lock locally past the first, which came last.
+// published, each with a fresh fencing token. A local hand-off past the
+// first would serve it last.
 func TestUnlockHandsOverLocally(t *testing.T) {
 	srv := redistest.Shared(t)
 	name := t.Name()
@@ -187,9 +187,9 @@ func TestUnlockHandsOverLocally(t *testing.T) {
 // TestTurnServesItsFirstWaiterLocally: once a Client's head is granted
 // the lock through Redis, the Client's turn serves its other waiters, the
 // first included, by local hand-offs in arrival order, with nobody of it
-// queued in Redis meanwhile. Before, the first of them queued in Redis as
-// the turn began and sat the turn out: it came last (A, C, B), through a
-// second published grant.
+// queued in Redis meanwhile. A first waiter queued in Redis as the turn
+// began would sit the turn out and come last (A, C, B), through a second
+// published grant.
 func TestTurnServesItsFirstWaiterLocally(t *testing.T) {
 	srv := redistest.Shared(t)
 	name := t.Name()

@@ -231,10 +231,9 @@ func TestForeignQueueKeyUnlockFreesLock(t *testing.T) {
 }
 
 // A foreign string under the waiters key: a Lock that has to wait reports
-// the conflict before it writes anything (it used to add itself to the
-// queue, then fail on the waiters key, leaving a queue without an expiry
-// that made every later Unlock of the name fail), and the holder's Unlock
-// then succeeds.
+// the conflict before it writes anything (adding itself to the queue first
+// would leave a queue without an expiry that made every later Unlock of the
+// name fail), and the holder's Unlock then succeeds.
 func TestForeignWaitersKeyLeavesNoQueue(t *testing.T) {
 	srv := redistest.Shared(t)
 	rdb := srv.Client(t)

@@ -74,8 +74,8 @@ func TestDoWithAFailedReleaseIsNotALoss(t *testing.T) {
 
 // The same over Redlock: Unlock returns ErrQuorum when two of three nodes
 // answer later than the node timeout, and their releases land after it.
-// Before, the lease went back to being held, and another Redlock took the
-// lock while it still said so.
+// The lease must not go back to being held: another Redlock may take the
+// lock once the late releases land.
 func TestRedlockFailedUnlockEndsTheLease(t *testing.T) {
 	t.Parallel()
 	servers := redistest.StartNodes(t, 3)

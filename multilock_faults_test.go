@@ -368,10 +368,9 @@ func (h *holdExtends) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // Unlock whose locks' renewal in flight does not return within the release
 // timeout sends no release for them, fails, and ends the lease lost; the
 // locks must then expire within their TTL (or be released by Unlock called
-// again), as the lost lease says. Before, each lock's own lease went back
-// to the watchdog, which renewed it once the renewal returned, for as long
-// as the Client lived: the lease was lost, and nothing would ever free its
-// locks unless Unlock was retried.
+// again), as the lost lease says. A lock's own lease handed back to the
+// watchdog would be renewed once the renewal returned, for as long as the
+// Client lived, and nothing would free its locks unless Unlock was retried.
 func TestMultiLockUnlockBehindAPendingRenewalRenewsNothing(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Shared(t)

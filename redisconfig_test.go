@@ -63,10 +63,10 @@ func isOOM(err error) bool {
 // TestOutOfMemoryIsNotAKeyConflict: at maxmemory with noeviction, Redis
 // refuses a script whose first write may grow memory. Every acquire says
 // so, with the server's OOM reply, at once (a Lock does not wait out its
-// deadline for an operator to free memory). Before, the acquires whose
-// first write is the fencing counter's INCR (Semaphore, ReentrantMutex,
-// MultiLock) read the refusal as a foreign fencing key and returned
-// ErrKeyConflict, telling the caller to delete that key.
+// deadline for an operator to free memory). The acquires whose first write
+// is the fencing counter's INCR (Semaphore, ReentrantMutex, MultiLock) must
+// not read the refusal as a foreign fencing key and return ErrKeyConflict,
+// telling the caller to delete that key.
 func TestOutOfMemoryIsNotAKeyConflict(t *testing.T) {
 	srv := startOutOfMemory(t)
 	c := newClient(t, srv)
@@ -146,8 +146,8 @@ func unlockIf(ctx context.Context, l *dlock.Lease, err error) error {
 // when goroutines of its own Client wait for the lock. The local hand-off's
 // script starts with the fencing counter's INCR, which Redis refuses then;
 // Unlock now releases through the queue in Redis instead, whose first write
-// frees memory. Before, Unlock failed (as a key conflict), a retried Unlock
-// failed the same way, and the lock stayed held for its whole TTL.
+// frees memory, rather than failing (as a key conflict) however often it
+// is retried while the lock stays held for its whole TTL.
 func TestUnlockAtMaxMemoryWithLocalWaiters(t *testing.T) {
 	srv := startOutOfMemory(t)
 	c := newClient(t, srv)
@@ -190,10 +190,10 @@ func TestUnlockAtMaxMemoryWithLocalWaiters(t *testing.T) {
 
 // TestWaiterRefusedAtMaxMemoryLeavesTheQueue: a waiter whose poll Redis
 // refuses for want of memory gives up with that error and takes its place
-// out of the lock's queue. Before, the clean-up skipped every error reply,
-// so the place its earlier polls took stayed there: the holder's release
-// handed the lock to a waiter that had gone, and the lock sat unused for
-// a claim window.
+// out of the lock's queue. A clean-up that skipped error replies would
+// leave the place its earlier polls took: the holder's release would hand
+// the lock to a waiter that had gone, and the lock would sit unused for a
+// claim window.
 func TestWaiterRefusedAtMaxMemoryLeavesTheQueue(t *testing.T) {
 	srv := startOutOfMemory(t)
 	holder := newClient(t, srv)
@@ -350,10 +350,9 @@ func TestReleaseWhenPublishIsDenied(t *testing.T) {
 
 // TestRenewalAtMaxMemory: at maxmemory with noeviction, every kind of lease
 // can still be renewed, downgraded and released, since none of these grows
-// memory. Before, a read-write lock's and a semaphore's renewal began with
-// ZADD, which Redis refuses as a script's first write then: Extend failed,
-// the watchdog's renewals too, and such leases were lost one TTL after
-// memory ran out while Mutexes renewed on.
+// memory. A renewal that began with ZADD, which Redis refuses as a
+// script's first write then, would fail, and such leases would be lost one
+// TTL after memory ran out while Mutexes renewed on.
 func TestRenewalAtMaxMemory(t *testing.T) {
 	srv := startOutOfMemory(t)
 	c := newClient(t, srv)

@@ -190,11 +190,10 @@ func giveUpHook(node int, gaveUp chan<- int) afterCmd {
 
 // A Lock whose own process's Unlock is handing it the lock when its
 // deadline comes returns at the deadline, not when the hand-off ends: the
-// transfer's replies are held for seconds here. Before, it waited for the
-// transfer and then for the release of what it delivered, both while
-// leaving (waiting) and when a wake-up brought it back to the top of its
-// loop (woken), and returned seconds late with an error saying it waited
-// only until its deadline. What the hand-off delivers after the Lock
+// transfer's replies are held for seconds here. It must not wait for the
+// transfer, nor for the release of what it delivered, whether it is leaving
+// (waiting) or a wake-up brought it back to the top of its loop (woken).
+// What the hand-off delivers after the Lock
 // returned is released: no node keeps the key, a Lock waiting behind the
 // one that gave up gets the lock (successor), and so does another Redlock.
 func TestRedlockLockReturnsAtItsDeadlineDuringALocalHandoff(t *testing.T) {

@@ -460,7 +460,7 @@ func TestRunVerboseShowsRetriedFailures(t *testing.T) {
 
 // TestNotObtainedHoldersUnknown asks who holds a lock of a server that does
 // not answer: the answer says it is unknown, and comes within a bound well
-// under the 2 s that used to follow every --wait.
+// under 2 s.
 func TestNotObtainedHoldersUnknown(t *testing.T) {
 	srv := redistest.Start(t)
 	c := inspector(t, srv)

@@ -32,9 +32,9 @@ func keyOn(t *testing.T, cl *redistest.Cluster, m *redistest.Server, prefix stri
 // it again) and whose resending met TRYAGAIN (the slot's migration began
 // meanwhile) is sent again by retryTryAgain once the migration ends, and
 // runs a second time. Its Resent must say so: the root package reads a
-// release sent twice that found the lock gone as a release. (Before, the
-// refused write was discounted and the count of the first sending lost, so
-// Resent was false; found by the review of the Cluster driver.)
+// release sent twice that found the lock gone as a release. Discounting the
+// refused write would lose the count of the first sending, and Resent would
+// be false.
 func TestResentKeptAcrossATryAgainResend(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	tag := "{audit}"

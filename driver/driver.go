@@ -98,15 +98,12 @@ func (e *ReplyError) Error() string { return e.Msg }
 func (e *ReplyError) Unwrap() error { return e.Err }
 
 // InFlightError is a call's Err when Run returned at its context's end while
-// the call was still on its way: written, or about to be, with its reply
-// not yet read. The script may still run on the server after Run returned.
-// A Driver sets it when a command sent afterwards could reach the server
-// first (go-redis takes each command to a pooled connection of its own),
-// so that dlock can hold back the clean-up of an abandoned acquire until
-// the acquire is done with: sent before, the clean-up could find nothing
-// to release, and the late acquire would then take the lock for an owner
-// nobody knows, until its TTL. A Driver whose commands to one server keep
-// their order (one pipelined connection) need not set it.
+// the call was still on its way (written, or about to be, its reply unread),
+// so the script may still run on the server. A Driver sets it when a later
+// command could reach the server first (go-redis uses a pooled connection
+// per command); dlock then holds back the clean-up of an abandoned acquire
+// until the acquire is done with. A Driver whose commands to one server
+// keep their order need not set it.
 type InFlightError struct {
 	// Err is the context's error.
 	Err error

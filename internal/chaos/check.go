@@ -142,8 +142,8 @@ func sweep(h History, slack int64, visit func(lock string, at int64, active map[
 		hold  *holdInfo
 		// instant marks the start of a hold believed only as its
 		// acquisition returned (lost at once, or within the slack): it is
-		// visited, then dropped. (As two edges at one time it sorted end
-		// first, and stayed believed to the end of the history.)
+		// visited, then dropped. Two edges at one time would sort end first
+		// and leave the hold believed to the end of the history.
 		instant bool
 	}
 	byLock := map[string][]edge{}

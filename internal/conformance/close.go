@@ -34,19 +34,12 @@ const releaseTimeout = time.Second
 const dialTimeout = 10 * time.Second
 
 // RunCloseWhileTheServerStops checks, as parallel subtests of t, that a
-// Client whose pub/sub connection is being replaced when the server stops
-// (SIGSTOP) closes at once, its subscription included, without leaving the
-// subscription's goroutine to the release timeout; and that a
-// driver.Subscription closes promptly in the same case. A library may dial,
-// and send its handshake, without a context (rueidis and valkey-go do), and
-// the driver subscribes the new connection with a timeout of its own: Close
-// must wait for neither. The server stops at a known point of the
-// replacement, through the DialFunc that newDriver's client must use: when
-// the new connection is dialed, or when its SUBSCRIBE is written.
-//
-// Goroutines left behind are caught by goleak in redistest.Main, which
-// TestMain must call, once the server resumed and the driver finished with
-// the connection.
+// Client and a driver.Subscription close at once when the server stops
+// (SIGSTOP) while the pub/sub connection is being replaced: at its dial or
+// at its SUBSCRIBE, through the DialFunc that newDriver's client must use.
+// Close waits neither for a dial or handshake without a context (rueidis,
+// valkey-go) nor for the driver's subscribe timeout. TestMain must call
+// redistest.Main, whose goleak check catches goroutines left behind.
 func RunCloseWhileTheServerStops(t *testing.T, newDriver NewDialingDriverFunc) {
 	for _, at := range []string{"dial", "subscribe"} {
 		at := at

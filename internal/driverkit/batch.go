@@ -24,15 +24,13 @@ import (
 // one that finds none queues and waits. A sender that comes back with
 // callers still queued passes its slot to the first of them, which sends
 // the queue in turn. So a batched call costs at most one goroutine wake-up
-// (its result, or its turn to send), where a flusher cost two (waking the
-// flusher, then the caller) and sent one call at a time at 8 goroutines.
+// (its result, or its turn to send); a flusher goroutine would add a second.
 
 const (
 	// senders is how many pipelines may be in flight at once: while some
 	// are on the wire, the next batch gathers. Fewer starve the server at
 	// a handful of callers; more send most calls alone, one write and one
-	// read each. Chosen by interleaved runs of BenchmarkUncontended at 8
-	// and 64 goroutines (bench/levers.md, "Six sending slots").
+	// read each. bench/levers.md ("Six sending slots") has the measurements.
 	senders = 6
 	// maxBatch bounds one pipeline, so one slow batch delays few callers.
 	maxBatch = 256

@@ -171,7 +171,7 @@ func (s *subscription) Unsubscribe(ctx context.Context, channels ...string) erro
 		return nil
 	}
 	if err := s.lockSend(ctx); err != nil {
-		// Left in the set, the channel stayed subscribed on this
+		// Left in the set, the channel would stay subscribed on this
 		// connection and on every one after it.
 		s.mu.Lock()
 		for _, ch := range channels {

@@ -32,9 +32,8 @@ func keyOn(t *testing.T, cl *redistest.Cluster, m *redistest.Server, prefix stri
 // it again) and whose resending met TRYAGAIN (the slot's migration began
 // meanwhile) is sent again by retryTryAgain once the migration ends, and
 // runs a second time. Its Resent must say so: the root package reads a
-// release sent twice that found the lock gone as a release. Discounting the
-// refused write would lose the count of the first sending, and Resent would
-// be false.
+// release sent twice that found the lock gone as a release, so
+// retryTryAgain keeps what the sendings before the TRYAGAIN said.
 func TestResentKeptAcrossATryAgainResend(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	tag := "{audit}"
@@ -152,11 +151,9 @@ func normalizeErr(err error) error { _, e := normalize(nil, err); return e }
 
 // A caller whose context can be cancelled but has no deadline (it need not
 // leave early) sends a shared pipeline itself, on a context of the
-// pipeline's own. After a network error a failover's resend waited for a
-// slot-map reload there, whatever the caller's cancellation: a shared
-// pipeline only has the map reloaded (Lib.Sent's shared). Found by the
-// review of the Cluster driver: 4.2-4.8 s for a call cancelled after
-// 100 ms.
+// pipeline's own. After a network error a shared pipeline only has the
+// slot map reloaded (Lib.Sent's shared) rather than waiting for the
+// reload, so the caller's cancellation ends its wait.
 func TestSharedPipelineDoesNotWaitForAFailoverResend(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	masters := cl.Masters(t)

@@ -33,10 +33,10 @@ const healthInterval = 5 * time.Second
 // failoverHealthInterval is healthInterval for a Sentinel-managed master's
 // client (redis.NewFailoverClient). go-redis moves its command connections
 // to a promoted replica on Sentinel's +switch-master, but not a PubSub's:
-// after a failover away from a master that stopped answering without
-// closing its connections (frozen, or cut off), the subscription stayed
-// there until its health check gave up, about 10 s, while releases were
-// published on the new master and waiters woke only by their polls. A
+// after a failover away from a master that stops answering without
+// closing its connections (frozen, or cut off), the subscription stays
+// there until its health check gives up (two intervals), while releases
+// are published on the new master and waiters wake only by their polls. A
 // second's silence costs one PING.
 const failoverHealthInterval = time.Second
 

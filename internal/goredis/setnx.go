@@ -21,11 +21,8 @@ import (
 // (they go out in shared pipelines, which serve load better), or
 // on a Cluster (whose failover handling is the script path's).
 //
-// A script has a fixed cost on the server before it does anything, and a
-// native SET costs about what the script's own SET does: for Redlock's
-// acquire, which takes a free key in one SET on each node, that fixed cost
-// is a large share of a lock+unlock's work per node (bench/levers.md has
-// the measurements).
+// A native SET spares the server a script's fixed cost, a large share of
+// Redlock's per-node work (bench/levers.md).
 //
 // Like RunToReply, it waits for the reply in the caller, whatever ctx's
 // deadline: the Redlock fan-out that calls it has a timer of its own.

@@ -12,10 +12,10 @@ import (
 )
 
 // An UNSUBSCRIBE whose caller left before it could be sent (another call
-// held the connection's gate) must still reach the server: the channel
-// stayed subscribed for the connection's life, and the server sent its
-// messages to a client that no longer wanted them (a soak test under
-// faults found channels left that way). The subscription's loop sends it.
+// held the connection's gate) must still reach the server; otherwise the
+// channel stays subscribed for the connection's life, and the server sends
+// its messages to a client that no longer wants them. The subscription's
+// loop sends it.
 func TestUnsubscribeNeverSentIsSentByTheLoop(t *testing.T) {
 	srv := redistest.Shared(t)
 	rdb := srv.Client(t)

@@ -25,22 +25,19 @@ type Cluster struct {
 }
 
 // StartCluster starts masters*(1+replicasPerMaster) cluster nodes
-// (--cluster-enabled yes, --cluster-node-timeout 2000, each with its own
-// nodes.conf and bus port) and makes them one cluster, as `redis-cli
+// (--cluster-node-timeout 2000) and makes them one cluster, as `redis-cli
 // --cluster create --cluster-replicas replicasPerMaster` would: Nodes[0] to
 // Nodes[masters-1] become masters with equal slot ranges, and each later
 // node a replica of master i%masters. It returns once every node reports
-// cluster_state:ok with all 16384 slots assigned, all nodes share the same
-// view of who owns what and who replicates whom, and every replica's
+// cluster_state:ok, all nodes agree on slots and roles, and every replica's
 // replication stream flows. Everything is stopped by tb's cleanup. Automatic
 // failover needs a majority of masters alive, so use at least 3 masters for
 // tests that kill one.
 //
 // A fresh cluster takes about 2 s whatever the size: a master does not
 // report cluster_state:ok until 2 s after it started (Redis's
-// CLUSTER_WRITABLE_DELAY). The cluster is built with CLUSTER commands rather
-// than `redis-cli --cluster create`, whose one-second sleeps made that 2 to
-// 6 s here; the commands themselves take about 0.2 s and overlap the delay.
+// CLUSTER_WRITABLE_DELAY). It is built with CLUSTER commands, which overlap
+// that delay, rather than `redis-cli --cluster create`, which sleeps.
 func StartCluster(tb testing.TB, masters, replicasPerMaster int, opts ...Option) *Cluster {
 	tb.Helper()
 	if masters < 1 || replicasPerMaster < 0 {
@@ -96,7 +93,7 @@ func (c *Cluster) create(masters int) error {
 		}
 	}
 	// Every node meets every other: with MEETs from one node only, the others
-	// learn of each other by gossip, which took 1-2 s here.
+	// learn of each other by gossip, which takes seconds.
 	for i, a := range c.Nodes {
 		for _, b := range c.Nodes[i+1:] {
 			if _, err := ctl(a.Addr(), c.password, "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(b.Port()), strconv.Itoa(b.busPort)); err != nil {

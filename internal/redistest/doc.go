@@ -17,10 +17,9 @@
 //   - [Shared]: one server per test binary for tests that inject no faults;
 //     [UniqueName] names their keys apart from other runs' (go test -count).
 //
-// Typical start-up times on a two-core machine: one server 10-30 ms,
-// replicas in sync 30-50 ms, a sentinel group 0.5 s (a failover after
-// killing the master 2-3 s more), a cluster 2 s (Redis keeps a new master
-// out of cluster_state:ok for its first 2 s).
+// A server or a replicated set starts in tens of milliseconds; a sentinel
+// group, a failover and a cluster take seconds (Redis keeps a new cluster
+// master out of cluster_state:ok for its first 2 s).
 //
 // Faults: [Server.Kill], [Server.Pause] and [Server.Resume] (SIGSTOP and
 // SIGCONT), [Server.Restart], [Server.FlushScripts], [Cluster.MigrateSlot]

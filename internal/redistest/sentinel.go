@@ -45,7 +45,6 @@ type SentinelGroup struct {
 // To keep tests fast the sentinels run with shorter internal periods than
 // Redis's defaults (see sentinelTuning), and each is told in its
 // configuration file about the replicas and the sentinels started before it.
-// Readiness takes about 0.5 s; a killed master is replaced in 2-3 s.
 func StartSentinel(tb testing.TB, replicas int, opts ...Option) *SentinelGroup {
 	tb.Helper()
 	cfg := newConfig(opts)
@@ -228,9 +227,8 @@ func (g *SentinelGroup) CurrentMaster(tb testing.TB) *Server {
 
 // WaitForFailover waits until every sentinel that answers (at least a quorum
 // of two) reports a master other than old, and that server calls itself a
-// master; it returns that server. It fails tb after timeout. With
-// down-after-milliseconds 1000, a killed master is usually replaced within
-// 2-4 s.
+// master; it returns that server. It fails tb after timeout, which should
+// allow a few seconds (down-after-milliseconds is 1000).
 func (g *SentinelGroup) WaitForFailover(tb testing.TB, old *Server, timeout time.Duration) *Server {
 	tb.Helper()
 	var promoted *Server

@@ -23,6 +23,7 @@ type pauseTrial struct {
 	successor bool          // the successor wrote before the holder resumed
 	lateNH    bool          // the holder's late Unlock returned ErrNotHeld
 	succOK    bool          // the successor's own Unlock succeeded afterwards
+	succErr   string        // its error otherwise
 }
 
 // runPauseTrial runs one trial: a child process takes lock name and writes
@@ -51,8 +52,11 @@ func runPauseTrial(t *testing.T, srv *redistest.Server, rec *chaos.Recorder, r *
 	succDone := make(chan error, 1)
 	succSeed := r.Int63()
 	go func() {
+		// The successor's TTL is long enough that its own renewals never
+		// lapse on a loaded machine: what the trial checks of it is that
+		// the holder's late Unlock leaves its lock alone.
 		succDone <- runChaosWorker(ctx, chaosSpec{
-			Proc: "successor-" + name, Addrs: []string{srv.Addr()}, Locks: []string{name}, TTL: ttl,
+			Proc: "successor-" + name, Addrs: []string{srv.Addr()}, Locks: []string{name}, TTL: 20 * ttl,
 			Sections: 1, Hold: time.Minute, Beat: 5 * time.Millisecond, Fenced: true, Hooks: true,
 			Seed: succSeed, until: until,
 		}, rec)
@@ -86,7 +90,7 @@ func runPauseTrial(t *testing.T, srv *redistest.Server, rec *chaos.Recorder, r *
 		case e.Proc != holder.spec.Proc && e.Kind == chaos.Write && e.OK && e.T < resume:
 			res.successor = true
 		case e.Proc != holder.spec.Proc && e.Kind == chaos.Release:
-			res.succOK = e.OK
+			res.succOK, res.succErr = e.OK, e.Err
 		}
 	}
 	return res
@@ -155,7 +159,7 @@ func TestChaosPausedHolder(t *testing.T) {
 		if res.succOK {
 			intact++
 		} else {
-			t.Errorf("%s: the successor's Unlock failed after the holder's late Unlock", res.name)
+			t.Errorf("%s: the successor's Unlock failed after the holder's late Unlock: %s", res.name, res.succErr)
 		}
 		if res.successor {
 			withSucc++

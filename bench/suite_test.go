@@ -107,9 +107,20 @@ func TestSuiteSmoke(t *testing.T) {
 	if len(res.Watchdog) != 2 {
 		t.Errorf("watchdog ran %d targets, want dlock and rueidislock", len(res.Watchdog))
 	}
+	peerFailed := false
 	for _, r := range res.Watchdog {
-		if r.Err != "" || r.Errors.Count > 0 || r.Lost > 0 {
+		failed := r.Err != "" || r.Errors.Count > 0 || r.Lost > 0
+		switch {
+		case !failed:
+		case strings.HasPrefix(r.Target, "dlock"):
 			t.Errorf("watchdog %s: err %q, errors %+v, %d lost", r.Target, r.Err, r.Errors, r.Lost)
+		default:
+			// A peer's own timeouts on a loaded machine (rueidislock's
+			// TryLock gives up on its own deadline) are the peer's, not
+			// the harness's: the report lists them, and dlock's runs must
+			// still be clean.
+			t.Logf("watchdog %s: err %q, errors %+v, %d lost", r.Target, r.Err, r.Errors, r.Lost)
+			peerFailed = true
 		}
 	}
 
@@ -125,8 +136,12 @@ func TestSuiteSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## dlock against its targets", "## 1. Uncontended", "## 2. Contended", "## 3. Waiting load",
-		"## 4. Watchdog scale", "## 5. Redlock", "### 3 nodes", "## dlock's other primitives", ChartFile, "None: no run failed"} {
+	wants := []string{"## dlock against its targets", "## 1. Uncontended", "## 2. Contended", "## 3. Waiting load",
+		"## 4. Watchdog scale", "## 5. Redlock", "### 3 nodes", "## dlock's other primitives", ChartFile}
+	if !peerFailed {
+		wants = append(wants, "None: no run failed")
+	}
+	for _, want := range wants {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("benchmarks.md lacks %q", want)
 		}

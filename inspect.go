@@ -56,13 +56,9 @@ type LockInfo struct {
 	// waiter; FairMutex waiters each have their own.
 	Waiters []Waiter
 	// LastToken is the last fencing token issued for this kind under the
-	// name, 0 when it is no longer remembered, and for a Latch. The counter
-	// is kept max(1h, 2×TTL) after the last grant, except for a Mutex,
-	// whose uncontended grants do not push its expiry back (that would cost
-	// them a command): its counter goes that long after it was made or
-	// after the last grant that went through the queue. Tokens keep
-	// increasing all the same: a counter made again starts from the
-	// server's clock.
+	// name; 0 for a Latch, and once the counter has expired, some time after
+	// the last grant (docs/scripts.md, "Fencing tokens"). Tokens keep
+	// increasing all the same.
 	LastToken int64
 	// Permits is, for a Semaphore, the limit stored by SetPermits or
 	// AddPermits; 0 when none is stored and the permits passed by the

@@ -20,10 +20,10 @@ import (
 // Redlock makes locks over N independent Redis masters with the Redlock
 // algorithm: a lock is held while a quorum (N/2+1) of the nodes hold its key,
 // so it survives the loss of up to (N-1)/2 nodes without relying on
-// replication, at the price of fencing tokens (see the package
-// documentation, "Redlock"). It owns one watchdog that renews every lease it
-// granted. Create one per process and set of nodes and share it; it is safe
-// for concurrent use. Close it when done.
+// replication, at the price of fencing tokens (see docs/redlock.md). It
+// owns one watchdog that renews every lease it granted. Create one per
+// process and set of nodes and share it; it is safe for concurrent use.
+// Close it when done.
 type Redlock struct {
 	nodes []redlockNode
 	cfg   config

@@ -9,26 +9,19 @@ import (
 	"github.com/dlock-go/dlock/internal/errs"
 )
 
-// ForceUnlock releases everything held under name, for operators: the
-// holder of its Mutex (FairMutex, MultiLock), ReentrantMutex (every hold),
-// RWMutex (every reader or the writer) and Semaphore (every acquisition).
-// Latches are left alone: they hold nothing. Each release is the
-// primitive's own, run on the holder's behalf, so the lock passes to its
-// first waiters exactly as if the holder had released it; and each compares
-// the owner, so a holder that changed since ForceUnlock read the name is
-// left alone. It returns how many holders it released: 0 when nothing was
-// held.
+// ForceUnlock releases everything held under name, for operators: the holder
+// of its Mutex (FairMutex, MultiLock), ReentrantMutex, RWMutex and Semaphore;
+// Latches hold nothing and are left alone. Each release is the primitive's
+// own, run on the holder's behalf, so the lock passes to its waiters as on a
+// normal release, and a holder that changed since ForceUnlock read the name
+// is left alone. It returns how many holders it released. A former holder
+// learns of it at its next renewal, when its Done closes with ErrLockLost;
+// until then it may keep working unprotected, which fencing tokens guard
+// against.
 //
-// The former holders are not told at once: each learns it at its next
-// renewal (within a third of its TTL), when its Done closes and its Err
-// matches ErrLockLost; its Unlock then returns ErrNotHeld. A holder without
-// auto-renew learns it only when it calls Extend, TTL or Unlock, so it may
-// keep working, unprotected, until then: fencing tokens exist for this.
-//
-// ForceUnlock returns ErrInvalidArgument for an invalid name,
-// ErrKeyConflict, ErrClosed, or the failure to reach Redis (some holders
-// may have been released by then: the count says how many). It is safe for
-// concurrent use. ForceUnlockOwner releases one holder only.
+// It returns ErrInvalidArgument for an invalid name, ErrKeyConflict,
+// ErrClosed, or the failure to reach Redis (with the count of holders released
+// by then). It is safe for concurrent use.
 func (c *Client) ForceUnlock(ctx context.Context, name string) (released int, err error) {
 	st, err := c.inspect(ctx, "ForceUnlock", name)
 	if err != nil {
@@ -37,46 +30,18 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) (released int, er
 	return c.forceRelease(ctx, st)
 }
 
-// ForceUnlockOwner is ForceUnlock restricted to one holder: it releases
-// what owner holds under name and leaves every other holder alone (the
-// other readers of an RWMutex, the other acquisitions of a Semaphore).
-// owner is a Holder.Owner as Inspect reports it, which is also the
-// holder's Lease.Owner or Permits.Owner, or the whole value the lock's key
-// holds, "<Owner>;<Info>" (as redis-cli GET shows it), which must then
-// match both; for a ReentrantMutex owner, every hold is released. As with ForceUnlock, each release is the primitive's
-// own, run on the holder's behalf, so the lock passes to its waiters as on
-// a normal release, and a holder that changed since ForceUnlockOwner read
-// the name is left alone. It returns how many holders it released: 0 when
-// owner holds nothing under name (a waiter holds nothing). The former
-// holder learns it as after ForceUnlock: at its next renewal, its Done
-// closes and its Err matches ErrLockLost.
+// ForceUnlockOwner is ForceUnlock restricted to one holder: it releases what
+// owner holds under name and leaves every other holder alone. owner is a
+// Holder.Owner as Inspect reports it (a Lease's or Permits' Owner), or the
+// whole "<Owner>;<Info>" value of the lock's key, which must then match both;
+// for a ReentrantMutex owner, every hold is released. It returns how many
+// holders it released, 0 when owner holds nothing under name. It also lets
+// one process release a lock another took (docs/guide.md, "Inspecting and
+// force-releasing locks"). Redlock leases cannot be released through a
+// Client.
 //
-// It also lets one process release a lock that another took, such as a job
-// handed from the process that starts it to the one that finishes it.
-// Process A takes the lock and passes the lease's Owner and Name to process
-// B, which calls ForceUnlockOwner when the job is done, through a Client
-// with the same key prefix (for a MultiLock, once for each of its names).
-// A does not call Unlock: before B is done it would release the lock under
-// B, and after, it returns ErrNotHeld. A then either:
-//
-//   - keeps the lease, and its Client open, until B is done. A's watchdog
-//     renews the lock meanwhile, so it stays held as long as A's process
-//     does; if A exits or closes its Client first, the lock expires one TTL
-//     after A's last renewal, whether B is done or not. After B's release,
-//     A's next renewal finds the lock gone or taken: A's lease ends as a
-//     lost one (Done closes, Err matches ErrLockLost, and A's Observer and
-//     logger report a loss); or
-//   - takes the lock with WithAutoRenew(false) and a TTL that covers the
-//     job, and may exit or Close its Client at once (Close releases
-//     nothing). The lock is held until B releases it or the TTL runs out,
-//     whichever comes first. A's lease, while A runs, ends when the TTL
-//     elapses, with an Err matching ErrLockLost; of B's release it learns
-//     only by calling Extend or TTL before then.
-//
-// Redlock leases cannot be released through a Client: their keys live on
-// independent nodes. ForceUnlockOwner returns ErrInvalidArgument for an
-// invalid name or an empty owner, and otherwise the errors of ForceUnlock.
-// It is safe for concurrent use.
+// It returns ErrInvalidArgument for an invalid name or an empty owner, and
+// otherwise the errors of ForceUnlock. It is safe for concurrent use.
 func (c *Client) ForceUnlockOwner(ctx context.Context, name, owner string) (released int, err error) {
 	if owner == "" {
 		return 0, errs.Errorf("dlock: ForceUnlockOwner %q: %w", name, errs.InvalidArgf("empty owner"))

@@ -12,20 +12,17 @@ import (
 )
 
 // List returns the state of every primitive whose name matches pattern, a
-// Redis glob ("*" any characters, "?" one, "[...]" a class, "\" escapes;
-// empty means every name), under the Client's key prefix: one LockInfo per
-// name and kind, as Inspect returns them, sorted by name. Names are found
-// with SCAN (on every master of a Cluster), so List walks the whole
-// keyspace in steps and does not block the server; like SCAN it may miss a
-// name created while it runs. Then each name is read atomically, in
-// pipelined batches.
+// Redis glob (empty means every name), under the Client's key prefix: one
+// LockInfo per name and kind, as Inspect returns them, sorted by name. It
+// finds names with SCAN (on every master of a Cluster), so it does not block
+// the server and, like SCAN, may miss a name created while it runs.
 //
-// A name whose keys hold something dlock did not write is left out; its
+// A name whose keys hold something dlock did not write is left out, and its
 // error, matching ErrKeyConflict, is joined into the returned error, which
-// comes with the LockInfos of every other name. Otherwise List returns
-// ErrClosed, an error matching errors.ErrUnsupported when the Client's
-// driver cannot list keys (it does not implement driver.Scanner), or the
-// failure to reach Redis. It is safe for concurrent use.
+// comes with the other names' LockInfos. Otherwise List returns ErrClosed, an
+// error matching errors.ErrUnsupported when the Client's driver cannot list
+// keys (driver.Scanner), or the failure to reach Redis. It is safe for
+// concurrent use.
 func (c *Client) List(ctx context.Context, pattern string) ([]LockInfo, error) {
 	if err := c.checkOpen("List", pattern); err != nil {
 		return nil, err

@@ -24,15 +24,10 @@ const defaultLatchTTL = 24 * time.Hour
 const maxLatchCount = 1<<53 - 1
 
 // latchCallMemory is how long a latch remembers a TrySetCount or CountDown
-// call that took effect, so that the same call sent again has no second
-// effect: go-redis sends a command again when it lost the reply (a read
-// timeout, a reset connection), and a CountDown counted twice would open
-// the latch early. Each call is bounded by it too, since go-redis starts no
-// new attempt once the call's context has ended. A minute is far more than
-// go-redis's retries take (3 by default, each within its read timeout) and
-// keeps the memory small at the rates latches count at: one entry (about
-// 140 bytes) per call made in the last minute, so a latch counted down
-// 10,000 times a second holds about 80 MB.
+// call that took effect, so that the same call sent again (go-redis resends a
+// command whose reply it lost) has no second effect. Each call is bounded by
+// it too; it is far longer than go-redis's retries take, and the memory holds
+// one small entry per call made within it.
 const latchCallMemory = time.Minute
 
 // minLatchRoundGrace is the least time a latch's round record
@@ -48,22 +43,12 @@ const minLatchRoundGrace = time.Minute
 // Client.Latch; it is an immutable descriptor, safe for concurrent use, and
 // cheap to create per call.
 //
-// The count is one key with an expiry, refreshed by TrySetCount and CountDown
-// (24h unless WithTTL is given to Client.Latch), so an abandoned latch
-// disappears. A TrySetCount or CountDown takes effect at most once, even when
-// the Redis client sends it again after losing its reply (a second key
-// remembers the calls of the last minute), and so does one the caller
-// retries after an error with the same WithIdempotencyKey. An expired latch
-// reads as zero, and ends with ErrLatchExpired the waits that saw it
-// counting, so choose a TTL longer than the longest gap between
-// count-downs. The last CountDown deletes the key, records that the count
-// reached zero, and wakes the waiters through the Client's shared
-// subscription; waiters also check the latch every WithWaiterLease/3 and
-// when the key would expire, so a lost message costs latency, never a hang.
-// A waiter whose count reached zero returns nil even when TrySetCount has
-// set the next count by the time it looks: another key numbers the counts
-// that reached zero, and lives a TTL (at least a minute) longer than the
-// count.
+// The count expires unless TrySetCount or CountDown refresh it within its TTL
+// (24h unless WithTTL is given); an expired latch reads as zero and ends the
+// waits that saw it counting with ErrLatchExpired. A TrySetCount or CountDown
+// takes effect at most once, even when the Redis client sends it again, and so
+// does one retried with the same WithIdempotencyKey. See docs/primitives.md,
+// "Latch".
 type Latch struct {
 	c    *Client
 	name string
@@ -210,20 +195,13 @@ func (l *Latch) Count(ctx context.Context) (int64, error) {
 	return s.n, nil
 }
 
-// Wait returns nil once the count is zero (at once if it already is),
-// waiting as long as ctx allows. Once the count Wait saw reached zero, it
-// returns nil even if a TrySetCount has set a new count since (when an
-// older dlock counted it down, only if this version's TrySetCount set the
-// new one). A latch that Wait saw counting and that then expired, rather
-// than being counted down to zero, ends the wait with ErrLatchExpired, even
-// if a new count was set since: whatever it counted did not all happen. (A
-// latch read for the first time at zero, never set or expired, returns nil:
-// the latch cannot tell those apart.) When ctx ends first, the error matches both
-// ErrNotObtained (what was waited for was not obtained, as for a lock) and
-// ctx's error. Failures to reach Redis are retried while ctx allows (the last
-// one is part of the final error); other errors are returned at once:
-// ErrInvalidArgument, ErrKeyConflict, ErrClosed. Wait leaves nothing behind
-// in Redis.
+// Wait returns nil once the count is zero (at once if it already is), waiting
+// as long as ctx allows; it also returns nil once the count it saw reached
+// zero, even if TrySetCount has set a new one since. A count it saw that
+// expired instead ends the wait with ErrLatchExpired. When ctx ends first, the
+// error matches both ErrNotObtained and ctx's error. Failures to reach Redis
+// are retried while ctx allows; ErrInvalidArgument, ErrKeyConflict and
+// ErrClosed are returned at once. Wait leaves nothing behind in Redis.
 func (l *Latch) Wait(ctx context.Context) error {
 	if err := l.usable(); err != nil {
 		return err

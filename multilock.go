@@ -20,23 +20,13 @@ import (
 // exclude each other. Get one from Client.MultiLock; it is an immutable
 // descriptor, safe for concurrent use.
 //
-// Acquiring first tries to take every lock at once: one script per hash
-// slot (a single script for all names on a standalone server), each all or
-// nothing; slots are taken in a fixed order and released again if a later
-// one fails. When a lock is taken, Lock then waits for the locks one by one
-// in a canonical order (sorted by name), queueing for each like Mutex.Lock
-// and keeping those it has. Since every MultiLock waits in the same order,
-// two of them can never deadlock, whatever order their names were given in.
-// Should a lock it keeps be lost meanwhile (force-released, or past its
-// validity while Redis cannot be reached), Lock stops waiting at once, gives
-// back the locks it holds and starts over from the first, under a fresh
-// owner id, so it never returns a lease any of whose locks is already lost.
-//
-// The one Lease of a MultiLock is lost when any of its locks is lost, and
-// then gives its other locks back by itself (except at Client.Close, which
-// releases nothing); Unlock releases them all, and after a loss returns
-// once the others are given back. Its Token is the highest of its locks'
-// fencing tokens; use TokenOf for the token of each lock.
+// Lock waits for the locks in one canonical order (sorted by name), so two
+// MultiLocks never deadlock, whatever order their names were given in; should
+// a lock it keeps be lost while it waits for the others, it gives them all
+// back and starts over. Its one Lease is lost when any of its locks is lost,
+// and then gives the others back by itself; Unlock releases them all. Its
+// Token is the highest of its locks' fencing tokens; TokenOf gives each.
+// See docs/primitives.md, "MultiLock".
 type MultiLock struct {
 	c     *Client
 	names []string // sorted

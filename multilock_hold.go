@@ -197,7 +197,7 @@ func (h *multiHolder) release(ctx context.Context, _ string) error {
 	h.awaitReleaseRest(ctx)
 	// Locks an earlier Unlock released are done with: a retried Unlock,
 	// after one whose release failed for some locks, releases the others
-	// (before, the released ones answered ErrNotHeld, and so did it).
+	// and does not report the released ones as not held.
 	rest := make([]*Lease, 0, len(h.parts))
 	for _, p := range h.parts {
 		if !p.releasedByUnlock() {

@@ -20,10 +20,10 @@ import (
 // Redlock makes locks over N independent Redis masters with the Redlock
 // algorithm: a lock is held while a quorum (N/2+1) of the nodes hold its key,
 // so it survives the loss of up to (N-1)/2 nodes without relying on
-// replication, at the price of fencing tokens (see the package
-// documentation, "Redlock"). It owns one watchdog that renews every lease it
-// granted. Create one per process and set of nodes and share it; it is safe
-// for concurrent use. Close it when done.
+// replication, at the price of fencing tokens (see docs/redlock.md). It
+// owns one watchdog that renews every lease it granted. Create one per
+// process and set of nodes and share it; it is safe for concurrent use.
+// Close it when done.
 type Redlock struct {
 	nodes []redlockNode
 	cfg   config
@@ -45,31 +45,19 @@ type redlockNode struct {
 	health *nodeHealth      // whether it answers (redlock_silent.go)
 }
 
-// NewRedlock returns a Redlock over nodes, one go-redis client
-// (*redis.Client) per independent Redis master: no replication between them,
-// and no node reachable through two clients. opts set the defaults of every
-// lock made by the Redlock. Besides the common options, WithNodeTimeout,
-// WithDriftFactor and WithRetryDelay apply; WithWaitStrategy and
-// WithWaiterLease, which tune the single-node queue, are rejected.
+// NewRedlock returns a Redlock over nodes, one standalone go-redis client per
+// independent Redis master: no replication between them, and no server
+// reachable through two clients (nodes are told apart by the address in their
+// options, as written). Use an odd number of nodes, usually 3 or 5; an even
+// number is accepted with a warning in the log. opts set the defaults of its
+// locks: besides the common options, WithNodeTimeout, WithDriftFactor and
+// WithRetryDelay apply, and WithWaitStrategy and WithWaiterLease are rejected.
 //
-// It returns ErrInvalidArgument, sending nothing to Redis, for: no nodes; a
-// nil node; a node that is not a standalone client (a Cluster client, a
-// Sentinel failover client, or a type it cannot take an address from); two
-// nodes with the same address; a drift factor outside [0, 1); a node timeout
-// that is not shorter than the TTL minus the drift allowance (so never as
-// long as the TTL); or any other invalid option. Nodes are identified by the
-// address in their options, as written: one server under two names
-// ("localhost:6379" and "127.0.0.1:6379") is not detected and would count
-// twice towards a quorum. Use an odd number of nodes, usually 3 or 5: an
-// even number is accepted, with a warning in the log (WithLogger), since
-// it tolerates no more failed nodes than one node fewer.
-//
-// Create the clients with ContextTimeoutEnabled: true, so that a request to
-// a node that stops answering ends at the node timeout. Without it go-redis
-// ignores context deadlines: Redlock still stops waiting at the node timeout,
-// but the request keeps its connection (and Close waits for it) until the
-// client's ReadTimeout. The Redlock does not own the clients: Close does not
-// close them.
+// It returns ErrInvalidArgument, sending nothing to Redis, for no nodes, a nil
+// node, a node that is not a standalone client, two nodes with one address,
+// or an invalid option. Create the clients with ContextTimeoutEnabled, so that
+// a request to a node that stops answering ends at the node timeout. The
+// Redlock does not own the clients: Close does not close them.
 func NewRedlock(nodes []RedisClient, opts ...Option) (*Redlock, error) {
 	if len(nodes) == 0 {
 		return nil, errs.InvalidArgf("NewRedlock: no nodes")
@@ -200,20 +188,13 @@ func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Conte
 	return do(ctx, r.Mutex(name, opts...), fn)
 }
 
-// Close stops the Redlock's watchdog. Waits in progress end with ErrClosed.
-// Leases still held stop being renewed: their Done channels close with
-// ErrLockLost, and their keys expire one TTL after the last renewal (Close
-// does not release them, because their holders may still be working; Unlock
-// them first, which still works after Close). Close does not close the
-// nodes' clients.
-//
-// Close waits for the node requests still running, but returns within the
-// release timeout. A request still without a reply then is one its node's
-// client gives more time (a ReadTimeout longer than the release timeout, or
-// none) on a node that stopped answering: Close returns an error matching
-// context.DeadlineExceeded, and the request's goroutine ends when the
-// client returns it (closing the client ends it at once). Otherwise Close
-// returns nil. It is idempotent: later calls return nil.
+// Close stops the Redlock's watchdog. Waits in progress end with ErrClosed;
+// leases still held stop being renewed, and their Done closes with
+// ErrLockLost (Close releases nothing: Unlock them first, which still works
+// after Close). Close waits for the node requests still running, up to the
+// release timeout, and returns an error matching context.DeadlineExceeded
+// if some are still running then; otherwise nil. Later calls return nil.
+// Close does not close the nodes' clients.
 func (r *Redlock) Close() error {
 	var err error
 	r.closeOnce.Do(func() {
@@ -245,25 +226,15 @@ func (r *Redlock) checkOpen(op, name string) error {
 }
 
 // RedlockMutex is a mutual-exclusion lock over a Redlock's nodes: a Lease
-// holds it while a quorum of the nodes hold its key, which is the same key
-// as a Mutex's (prefix + "{" + name + "}") on every node. Get one from
-// Redlock.Mutex; it is an immutable descriptor, safe for concurrent use, and
-// cheap to create per call.
+// holds it while a quorum of the nodes hold its key, the same key as a
+// Mutex's on every node. Get one from Redlock.Mutex; it is an immutable
+// descriptor, safe for concurrent use, and cheap to create per call.
 //
-// Unlike Mutex, waiters do not queue on the nodes: a release wakes one
-// waiting Lock per process (the others of that process wait their turn
-// behind it, in arrival order), and those race for the lock, so grants do
-// not follow arrival order across processes. An Unlock hands the lock
-// straight to its own Redlock's first waiter for it, up to 7 times in a
-// row. Its leases carry no fencing token (Lease.Token returns 0). Lease.TTL
-// reports how long a quorum of the nodes still hold the key.
-//
-// Unlock returns once a quorum of the nodes released the key and every node
-// that answers has: it returns nil then, and a node that did not answer
-// its last request (down, frozen, unreachable) is released in the
-// background (Close waits for it; a failure is logged, and the key there
-// expires by its TTL). Only a node that stops answering unnoticed, during
-// the Unlock or just before it, is waited for, up to the node timeout.
+// Waiters do not queue on the nodes, so grants do not follow arrival order
+// across processes. Its leases carry no fencing token (Lease.Token returns
+// 0). Unlock returns once a quorum of the nodes, and every node that answers,
+// released the key; a node that does not answer is released in the
+// background. See docs/redlock.md.
 type RedlockMutex struct {
 	r    *Redlock
 	name string
@@ -280,27 +251,15 @@ func (m *RedlockMutex) Name() string { return m.name }
 
 // TryLock makes one attempt to take the lock: it asks every node at once and
 // returns when a quorum has granted it, or when every node has answered or
-// the node timeout has passed. A node that did not answer its last request
-// (down, frozen, unreachable) is not waited for once the others have
-// answered: it delays only the first call that meets it, by up to the node
-// timeout. When it returns without a Lease, the nodes that granted their
-// share have released it again (the others are sent a release in the
-// background, once their request has returned). It returns:
-//   - an error matching ErrNotObtained when another owner holds the lock on
-//     enough nodes that no quorum is left for us;
-//   - ErrQuorum when fewer than a quorum of the nodes answered (down,
-//     unreachable, slower than the node timeout, or answering with errors;
-//     each is a *NodeError in the error), or when the quorum answered too late
-//     to leave any validity.
-//
-// When both happen, ErrQuorum wins only if the nodes that answered are fewer
-// than a quorum: then even a free lock could not have been taken, and the
-// outage is what needs fixing; otherwise contention decided it, and the
-// error matches ErrNotObtained and carries the *NodeErrors as well. TryLock
-// also returns ErrInvalidArgument for an invalid name or option, ErrClosed
-// after Redlock.Close, and the context's error (wrapped, not matching
-// ErrNotObtained, as Mutex.TryLock) when ctx ends first. The caller must
-// Unlock the returned Lease.
+// the node timeout has passed. What a failed attempt took is released again.
+// It returns an error matching ErrNotObtained when another owner holds the
+// lock on too many nodes to leave a quorum, and ErrQuorum when fewer than a
+// quorum of the nodes answered in time, or the quorum answered too late to
+// leave any validity; each failed node is a *NodeError in the error. When
+// both happen, the error matches ErrNotObtained unless fewer than a quorum
+// answered. It also returns ErrInvalidArgument, ErrClosed, and ctx's error
+// (not matching ErrNotObtained) when ctx ends first. The caller must Unlock
+// the returned Lease.
 func (m *RedlockMutex) TryLock(ctx context.Context) (*Lease, error) {
 	if m.cfg.observer != nil && m.err == nil {
 		return observeAcquire(ctx, &m.cfg, KindMutex, m.name, "TryLock", m.tryLock)
@@ -329,26 +288,17 @@ func (m *RedlockMutex) tryLock(ctx context.Context) (*Lease, error) {
 	return nil, res.err
 }
 
-// Lock takes the lock, attempting as TryLock does and attempting again as
-// long as ctx allows: when the owner that holds it releases it (heard by
-// pub/sub on the nodes) or its keys could have expired, and after a random
-// delay (WithRetryDelay) when no owner holds a quorum (a split vote) or too
-// few nodes answer. Lock calls of one Redlock for one name take turns: the
-// others wait, in arrival order, until the first returns. What a node that
-// does not answer is owed (the release of a failed attempt's share, a
-// subscription) goes on in the background, and its attempts do not wait
-// for it once it is known silent (see TryLock). When ctx ends first, Lock
-// returns then, even with an attempt still waiting for nodes that do not
-// answer, or an Unlock of the same Redlock still handing the lock over to
-// it: what that attempt may have taken, or that hand-off delivers, is
-// released in the background (Close waits for it). The error
-// matches ErrNotObtained and ctx's error and carries the last attempt's
-// failure (which may match ErrQuorum). It returns at once with
-// ErrInvalidArgument, with ErrClosed when the Redlock is closed (a Lock
-// already waiting when Close is called returns an error matching both
-// ErrClosed and ErrNotObtained), and with ErrQuorum when more nodes than a
-// quorum can spare answer with errors that retrying cannot fix, such as
-// ErrKeyConflict. The caller must Unlock the returned Lease.
+// Lock takes the lock, attempting as TryLock does and again, as long as ctx
+// allows, when the holder's release is heard, when its keys could have
+// expired, or after a random delay (WithRetryDelay) when no owner holds a
+// quorum or too few nodes answer. Lock calls of one Redlock for one name take
+// turns, in arrival order. When ctx ends first, the error matches
+// ErrNotObtained and ctx's error and carries the last attempt's failure; what
+// an attempt still in flight takes is released in the background. It returns
+// at once with ErrInvalidArgument, ErrClosed (also matching ErrNotObtained for
+// a Lock already waiting), or ErrQuorum when too many nodes answer with errors
+// retrying cannot fix, such as ErrKeyConflict. The caller must Unlock the
+// returned Lease.
 func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
 	if m.cfg.observer != nil && m.err == nil {
 		return observeAcquire(ctx, &m.cfg, KindMutex, m.name, "Lock", m.lock)

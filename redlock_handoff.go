@@ -9,33 +9,12 @@ import (
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
-// Local hand-off of a Redlock lock.
-//
-// An Unlock whose Redlock has a Lock waiting for the same name (the first
-// in line of redlock_wait.go) may pass the lock straight to it:
-// one fan-out moves every node's key to a fresh owner value
-// (owned_transfer.lua), and the releasing goroutine hands the result over
-// itself. Without it, each grant under contention costs a release fan-out,
-// a message through every node's subscription and an acquire fan-out; with
-// it, one fan-out. The keys are never free in between, so no other process
-// can take the lock midway, and the waiter's lease counts its validity from
-// before the transfer, as an acquisition does. Other processes keep their
-// chance by the Mutex's bound (maxLocalHandoffs): a lease that was the last
-// of that many hand-offs in a row is released on the nodes, with a message,
-// and every process's waiter races for the lock. The count travels with the
-// leases (redlockHold.handoffs), not with the waiters: two goroutines that
-// pass the lock back and forth are bounded as well.
-//
-// A transfer that does not move a quorum within the validity gives back
-// what it moved, and the Unlock releases the rest as usual; the waiter
-// attempts again. The waiter may be in the middle of an attempt of its own:
-// the new owner value is not the one it attempts with, so its attempt finds
-// the moved keys held by another owner and fails rather than counting them
-// as its own (at most one of the two can reach a quorum while the old holder
-// holds one). A waiter that takes the lock by its attempt, or whose context
-// ends, while a transfer to it is in flight returns without waiting for it:
-// it leaves the line, and one of the Redlock's workers waits for the
-// outcome and releases what it got (redlockTurn.leave).
+// Local hand-off of a Redlock lock: an Unlock whose Redlock has a Lock waiting
+// for the same name moves every node's key to a fresh owner value in one
+// fan-out (owned_transfer.lua) and hands the result to the waiter itself. The
+// keys are never free in between. A lease that was the last of
+// maxLocalHandoffs hand-offs in a row is released on the nodes instead, so
+// other processes get their chance. See docs/redlock.md, "Local hand-off".
 
 // redlockHandoff is a hand-off's outcome: the lock, held by owner, or
 // res.hold nil when it failed.

@@ -10,43 +10,12 @@ import (
 	"github.com/dlock-go/dlock/internal/errs"
 )
 
-// Silent nodes.
-//
-// A node that stops answering (frozen, partitioned, or down: go-redis
-// retries a refused dial for about half a second) must cost a Redlock call
-// at most one node timeout, once, and nothing once it is known. So each
-// node remembers whether it answers (nodeHealth): a request that gets no
-// reply within its fan-out's deadline, or fails for want of a connection,
-// marks the node silent, and any reply from it, even an error reply,
-// clears the mark. Then:
-//
-//   - an attempt does not wait for a silent node once every other node has
-//     answered, if those are a quorum (acquireDecided): the live nodes
-//     decide, even where the silent node's grant would have completed a
-//     quorum (it would most likely not come within the node timeout; Lock
-//     tries again). So a waiter spends its time between attempts, where a
-//     release on the live nodes wakes it at once, not in an attempt that
-//     waits for the node. With fewer live nodes than a quorum, the silent
-//     ones are waited for: a client cut off from most nodes, or too loaded
-//     to hear them in time (which marks them all), would otherwise fail
-//     every attempt at once, and a Lock would send the next at once;
-//   - a release (Unlock, or what a failed hand-off did not move) returns
-//     once a quorum released and every node that answers has answered
-//     (releaseDecided);
-//   - Unlock and a hand-off wait for the acquisition's requests still
-//     running only on nodes that answer (redlockHold.split): the release
-//     for a silent node follows its request in the background.
-//
-// What a silent node is owed besides is never waited for: the give-back of
-// a failed attempt's share on a node that did not grant one (giveBack),
-// and a waiter's subscription, once enough nodes are subscribed to hear
-// any holder's release (redlockListener.subscribe). All of it runs on the
-// Redlock's workers, each request bounded by the node timeout, and Close
-// waits for it. A node is never skipped: every fan-out still sends it its
-// request, and its first reply clears the mark. A node that has just gone
-// silent, not yet marked, is waited for like any other, up to the node
-// timeout: nodes that answer are always waited for, so with every node up
-// nothing changes.
+// Silent nodes: a node that stops answering costs a Redlock call at most one
+// node timeout, once. A request that gets no reply within its fan-out's
+// deadline, or fails for want of a connection, marks its node silent, and any
+// reply clears the mark. Attempts and releases do not wait for a silent node
+// once the nodes that answer are a quorum; what it is owed goes on in the
+// background, on the Redlock's workers. See docs/redlock.md, "Silent nodes".
 
 // nodeHealth tells whether a node answers. It is safe for concurrent use.
 type nodeHealth struct {

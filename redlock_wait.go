@@ -11,32 +11,13 @@ import (
 	"github.com/dlock-go/dlock/internal/wait"
 )
 
-// How RedlockMutex.Lock waits.
-//
-// A release on a node publishes on the lock's channel there
-// (owned_release.lua), and a waiting Lock listens on every node through the
-// node's notifier, the same machinery as a Client's waiters: a release wakes
-// it at once, and it asks every node again. Between releases it sends
-// nothing, but for one attempt when a quorum of the holder's keys could have
-// expired (a holder that died publishes nothing), and at least every third
-// of the TTL in case a message was lost.
-//
-// Hearing one node is enough: a holder's release goes to every node, and a
-// holder has a quorum of them, so a waiter subscribed on N−quorum+1 nodes
-// shares at least one of them with any holder. With fewer (nodes down, or no
-// pub/sub behind a proxy) it falls back to retrying after a random delay
-// (WithRetryDelay), as it also does after an attempt in which no owner holds
-// a quorum (a split vote: contenders that all retried at once must spread
-// out, as the Redlock algorithm prescribes, or they split again) and while
-// too few nodes answer.
-//
-// Within one process, Lock calls for the same name take turns (redlockGates):
-// only the first of them attempts and listens, so waiting costs the nodes the
-// same for one goroutine as for a thousand, a release wakes one goroutine per
-// process rather than every goroutine, and the goroutines of a process are
-// served in arrival order. Processes race for the lock when it is released,
-// as Redlock has no queue on the servers to order them; an Unlock may first
-// hand the lock to its own process's waiting turn (redlock_handoff.go).
+// How RedlockMutex.Lock waits: a release on a node publishes on the lock's
+// channel there, and a waiting Lock listens on every node through the node's
+// notifier; hearing one node is enough, since a holder releases on every node
+// of its quorum. Without enough subscriptions, or after a split vote, it
+// retries after a random delay (WithRetryDelay). Within one process, Lock
+// calls for a name take turns (redlockGates): only the first waits on the
+// nodes. See docs/redlock.md, "Waiting".
 
 // redlockGates let one Lock call per lock name at a time wait in Redis; the
 // others queue behind it in arrival order.

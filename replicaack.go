@@ -11,25 +11,13 @@ import (
 	"github.com/dlock-go/dlock/internal/wait"
 )
 
-// Replica acknowledgement (WithReplicaAck).
-//
-// Redis replicates asynchronously: a master can reply to a grant and die
-// before the grant reaches the replica that takes over. With replica
-// acknowledgement on, every call that can grant or re-arm a hold carries
-// WAIT (driver.Call.Replicas), which the driver sends on the script's own
-// connection right after it, and a grant or renewal counts only once WAIT
-// reports enough replicas.
-//
-// WAIT counts the replicas that have the connection's last write, so it
-// vouches only for a grant that the call itself wrote. A grant this owner
-// finds in place was written by the releaser's connection (a hand-off,
-// heard by message or found by a later attempt); such a lease is claimed
-// before it is returned (newLease): the claim re-arms the key, with WAIT, on
-// a connection of ours, and since a master replicates its writes in order,
-// replicas that acknowledged the claim hold the grant too. The two cases
-// are told apart by the grant's PX: a call's own grant reports the full
-// initial PX, while a hand-off's claim window is kept at least a millisecond
-// shorter whenever replica acknowledgement is on (config.claimWindow).
+// Replica acknowledgement (WithReplicaAck): every call that can grant or
+// re-arm a hold carries WAIT (driver.Call.Replicas), and a grant or renewal
+// counts only once WAIT reports enough replicas. WAIT vouches only for this
+// connection's writes, so a grant found in place (a hand-off) is claimed on a
+// connection of ours before its lease is returned (newLease); a call's own
+// grant reports the full initial PX, a hand-off's claim window a shorter one
+// (config.claimWindow). See docs/deployments.md, "Replica acknowledgement".
 
 // askAck asks for WAIT after each of calls when cfg requires replica
 // acknowledgement.

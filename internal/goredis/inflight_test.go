@@ -80,7 +80,5 @@ func TestLeftCallsTellWhenTheyEnd(t *testing.T) {
 			t.Errorf("%s: when Done closed, the script had run %d times (%v); want 1", key, n, err)
 		}
 	}
-	if !d.kit.Idle() {
-		t.Error("the batcher still holds a slot or a queue")
-	}
+	waitIdle(t, d)
 }

@@ -55,7 +55,7 @@ type Client struct {
 	anchors  anchorSet // reentrant owners' shared renewals
 
 	cleanups  *workers.Pool // abandoned acquires being cleaned up; after Close, in the caller
-	local     localQueues   // Mutex waiters sharing one place per name
+	local     mutexLine     // Mutex waiters sharing one place per name
 	places    wait.Places   // other waiters' places, kept together per lock
 	waits     wait.Engine   // the wait for a lock, over notify and places
 	closeOnce sync.Once
@@ -137,7 +137,7 @@ func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		deadline := time.Now().Add(c.cfg.releaseTimeout)
 		close(c.closed)
-		c.local.close()
+		c.local.Close()
 		c.cleanups.Close() // each clean-up ends by the release timeout
 		c.wd.close()
 		// The subscription too: closing it may wait for a server that

@@ -27,7 +27,7 @@ type Retained struct {
 	Channels   int // channels the notifier(s) know, subscribed or lingering
 	Waiters    int // waiters registered on them
 	Expected   int // owners whose first attempt's grant the notifier keeps
-	Queues     int // local queues (Client) or Redlock gates
+	Queues     int // local queues (Client), or a Redlock's and its listeners
 	Anchors    int // reentrant owners' shared renewals
 	Leases     int // leases the watchdog watches
 	LossFuncs  int // loss callbacks on the leases watched
@@ -44,9 +44,7 @@ func (r Retained) Records() int {
 func ClientRetained(c *Client) Retained {
 	var r Retained
 	notifierRetained(c.notify, &r)
-	c.local.mu.Lock()
-	r.Queues = len(c.local.queues)
-	c.local.mu.Unlock()
+	r.Queues, _, _, _ = c.local.Count(func(localQueueKey) bool { return true })
 	c.anchors.mu.Lock()
 	r.Anchors = len(c.anchors.anchors)
 	c.anchors.mu.Unlock()
@@ -60,9 +58,10 @@ func RedlockRetained(rl *Redlock) Retained {
 	for _, n := range rl.nodes {
 		notifierRetained(n.notify, &r)
 	}
-	rl.gates.mu.Lock()
-	r.Queues = len(rl.gates.gates)
-	rl.gates.mu.Unlock()
+	r.Queues, _, _, _ = rl.line.Count(func(string) bool { return true })
+	rl.ears.mu.Lock()
+	r.Queues += len(rl.ears.ears)
+	rl.ears.mu.Unlock()
 	watchdogRetained(rl.wd, &r)
 	return r
 }

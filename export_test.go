@@ -46,40 +46,36 @@ func MutateValidityIgnoringElapsed() (restore func()) {
 }
 
 // RedlockGateState returns how many Lock calls of r are in line for the
-// turn to wait in Redis for the lock called name (redlock_wait.go), and
-// what the first in line does: "waiting" (attempting, or between
-// attempts), "taken" (a hand-off to it is in flight) or "" (nobody in
-// line). Tests line goroutines up with it.
+// lock called name (redlock_wait.go), and what the first in line does:
+// "waiting" (attempting, between attempts, or standing by for a hand-off),
+// "taken" (a hand-off to it is in flight) or "" (nobody in line). Tests
+// line goroutines up with it.
 func RedlockGateState(r *Redlock, name string) (users int, head string) {
-	withRedlockGate(r, name, func(g *redlockGate) {
-		head = "waiting"
-		if g.line[0].taken {
-			head = "taken"
-		}
-		users = len(g.line)
-	})
-	return users, head
+	key := newLockKeys(r.cfg.keyPrefix, name).lock
+	_, users, _, taken := r.line.Count(func(k string) bool { return k == key })
+	switch {
+	case users == 0:
+		return 0, ""
+	case taken:
+		return users, "taken"
+	}
+	return users, "waiting"
 }
 
-// RedlockGateHears reports whether the line for the lock called name has a
-// subscription to its releases confirmed on enough of r's nodes to hear
-// any holder's (redlockListener.hears): until it has, the next in line
+// RedlockGateHears reports whether the Lock calls for the lock called name
+// have a subscription to its releases confirmed on enough of r's nodes to
+// hear any holder's (redlockListener.hears): until they have, the head
 // asks the nodes rather than wait for a release it might miss.
 func RedlockGateHears(r *Redlock, name string) bool {
-	var l *redlockListener
-	withRedlockGate(r, name, func(g *redlockGate) { l = g.l })
-	return l != nil && l.hears() // outside the gates' lock
-}
-
-// withRedlockGate calls fn, under the gates' lock, with r's gate for the
-// lock called name, if there is one.
-func withRedlockGate(r *Redlock, name string, fn func(g *redlockGate)) {
 	key := newLockKeys(r.cfg.keyPrefix, name).lock
-	r.gates.mu.Lock()
-	defer r.gates.mu.Unlock()
-	if g := r.gates.gates[key]; g != nil {
-		fn(g)
+	r.ears.mu.Lock()
+	e := r.ears.ears[key]
+	r.ears.mu.Unlock()
+	if e == nil {
+		return false
 	}
+	l := r.listener(e, false)
+	return l != nil && l.hears()
 }
 
 // RedlockNodeSilent reports whether r counts its node i silent: its last

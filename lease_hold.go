@@ -30,7 +30,7 @@ type holder interface {
 }
 
 // unlocker is a holder whose Unlock differs from its release: a Mutex may
-// hand the lock to a waiter of its own Client (contend.go).
+// hand the lock to a waiter of its own Client (mutex_wait.go).
 type unlocker interface {
 	unlock(ctx context.Context, owner string) error
 }

@@ -151,7 +151,7 @@ func TestFailedLocalHandoffIsGivenBack(t *testing.T) {
 	c, _, proxy := clientBehindProxy(t, srv.Addr(), &redis.Options{},
 		dlock.WithReleaseTimeout(time.Second), dlock.WithTTL(30*time.Second), dlock.WithWaiterLease(30*time.Second))
 	// An Unlock hands over locally only in c's turn, to a goroutine that
-	// stands by for it; one that stood by longer than standbyGrace (10ms,
+	// stands by for it; one that stood by longer than wait.StandbyGrace (10ms,
 	// soon over on a loaded machine) would queue in Redis instead, and the
 	// Unlock release through there.
 	dlock.SetStandbyGrace(c, time.Minute)

@@ -95,7 +95,7 @@ func (m *Mutex) kind() Kind { return KindMutex }
 func (m *Mutex) channel() string { return m.keys.channel() }
 
 // place serves a FairMutex's waiters, and a MultiLock's, each with a place
-// of its own (a Mutex's share one: contend.go).
+// of its own (a Mutex's share one: mutex_wait.go).
 func (m *Mutex) place(owner string) wait.Place {
 	return wait.Place{Queue: m.keys.queue, Waiters: m.keys.waiters, Member: owner}
 }
@@ -204,7 +204,7 @@ func (m *Mutex) acquire(ctx context.Context, owner string, join any) (wait.Resul
 }
 
 // unlock is Unlock's release: straight to a goroutine of this Client
-// that waits for the lock when the local hand-off allows it (contend.go),
+// that waits for the lock when the local hand-off allows it (mutex_wait.go),
 // else through the lock's queue in Redis.
 func (m *Mutex) unlock(ctx context.Context, owner string) error {
 	if m.fair {
@@ -212,23 +212,26 @@ func (m *Mutex) unlock(ctx context.Context, owner string) error {
 	}
 	key := m.localKey()
 	// A transfer has no WAIT of its own: with replica acks, through Redis.
-	w := m.c.local.takeSuccessor(key, m.cfg.replicaAck == 0)
+	ok := handsOver
+	if m.cfg.replicaAck > 0 {
+		ok = refusesHandoff
+	}
+	w, _ := m.c.local.Successor(key, 0, ok)
 	if w == nil {
 		return m.release(ctx, owner)
 	}
-	// A hand-off that fails ends this Client's turn (contend.go): the
-	// waiter starts over, behind the first local waiter, which queues in
-	// Redis again.
+	// A hand-off that fails ends this Client's turn: the waiter starts
+	// over, behind the first local waiter, which queues in Redis again.
 	restart := func() {
-		m.c.local.endTurn(key, nil)
-		w.wake <- localTurn{restart: true}
+		m.c.local.EndTurn(key, nil)
+		w.Give(mutexTurn{Restart: true})
 	}
-	next, err := ownerid.New(w.m.cfg.ownerInfo)
+	next, err := ownerid.New(w.D.cfg.ownerInfo)
 	if err != nil {
 		restart()
 		return m.release(ctx, owner)
 	}
-	g := &localGrant{px: w.m.cfg.initialPX(), from: time.Now()}
+	g := &localGrant{px: w.D.cfg.initialPX(), from: time.Now()}
 	var resent bool
 	g.fence, resent, err = m.transfer(ctx, owner, next, g.px)
 	if err != nil && errs.IsReply(err) && !resent {
@@ -258,9 +261,15 @@ func (m *Mutex) unlock(ctx context.Context, owner string) error {
 		return err
 	}
 	g.at = time.Now()
-	w.wake <- localTurn{owner: next, grant: g}
+	w.Give(mutexTurn{Owner: next, Grant: g})
 	return nil
 }
+
+// handsOver reports whether a local hand-off may serve m's waiter: not
+// with replica acks, since a transfer has no WAIT of its own.
+func handsOver(m *Mutex) bool { return m.cfg.replicaAck == 0 }
+
+func refusesHandoff(*Mutex) bool { return false }
 
 // transfer moves the lock from owner to next for px, and returns next's
 // fencing token (mutex_transfer.lua), and whether the Redis client sent

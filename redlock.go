@@ -35,7 +35,8 @@ type Redlock struct {
 	// workers send the node requests of fan-outs (internal/workers); Close
 	// waits for those still running.
 	workers *workers.Pool
-	gates   redlockGates // one waiting Lock per name in Redis (redlock_wait.go)
+	line    redlockLine // Lock calls waiting, one line per name (redlock_wait.go)
+	ears    redlockEars // their listeners, one per name
 }
 
 type redlockNode struct {
@@ -98,6 +99,7 @@ func NewRedlock(nodes []RedisClient, opts ...Option) (*Redlock, error) {
 			slog.Int("nodes", n), slog.Int("quorum", quorum(n)), slog.Int("failures_tolerated", n-quorum(n)))
 	}
 	r.wd = newWatchdog(nil)
+	r.line.HandToHead = true // no queue on the nodes orders the waiters
 	for i := range r.nodes {
 		r.nodes[i].notify = notify.New(r.nodes[i].drv, cfg.logger)
 	}
@@ -200,6 +202,7 @@ func (r *Redlock) Close() error {
 	r.closeOnce.Do(func() {
 		deadline := time.Now().Add(r.cfg.releaseTimeout)
 		close(r.closed)
+		r.line.Close()
 		r.wd.close()
 		err = closeWithin(deadline, "Redlock.Close", func() {
 			for _, n := range r.nodes {

@@ -13,45 +13,13 @@ import (
 // for the same name moves every node's key to a fresh owner value in one
 // fan-out (owned_transfer.lua) and hands the result to the waiter itself. The
 // keys are never free in between. A lease that was the last of
-// maxLocalHandoffs hand-offs in a row is released on the nodes instead, so
+// wait.MaxLocalHandoffs hand-offs in a row is released on the nodes instead, so
 // other processes get their chance. See docs/redlock.md, "Local hand-off".
 
-// redlockHandoff is a hand-off's outcome: the lock, held by owner, or
-// res.hold nil when it failed.
-type redlockHandoff struct {
-	res   acquireResult
-	owner string
-}
-
-// takeHeir returns the turn an Unlock of the lock keyed name may hand the
-// lock to, the first in line, marked taken. It returns nil when the Unlock
-// must release on the nodes: nobody of this Redlock waits for the lock, the
-// lease to unlock was itself the last of maxLocalHandoffs hand-offs in a
-// row, or the Redlock is closed.
-func (g *redlockGates) takeHeir(name string, handoffs int, closed <-chan struct{}) *redlockTurn {
-	if handoffs >= maxLocalHandoffs {
-		return nil
-	}
-	select {
-	case <-closed:
-		return nil
-	default:
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	gt := g.gates[name]
-	if gt == nil || gt.line[0].taken {
-		return nil
-	}
-	t := gt.line[0]
-	t.taken = true
-	return t
-}
-
 // unlock is Unlock: hand the lock to this Redlock's waiting Lock for it, if
-// any (see above), or release it on every node.
+// the local line has one (see above), or release it on every node.
 func (h *redlockHold) unlock(ctx context.Context, owner string) error {
-	heir := h.m.r.gates.takeHeir(h.m.key, h.handoffs, h.m.r.closed)
+	heir, streak := h.m.r.line.Successor(h.m.key, h.handoffs, anyRedlockHeir)
 	if heir == nil {
 		return h.release(ctx, owner)
 	}
@@ -67,11 +35,18 @@ func (h *redlockHold) unlock(ctx context.Context, owner string) error {
 	now, later := h.split(ctx, nil, true)
 	// A fresh owner value: the heir's attempts, which may be in flight, use
 	// another and cannot count the moved keys as theirs.
-	next, err := ownerid.New(heir.m.cfg.ownerInfo)
+	next, err := ownerid.New(heir.D.cfg.ownerInfo)
 	if err == nil {
-		res, moved, mayHold = heir.m.transfer(ctx, owner, next, h.handoffs+1, now)
+		res, moved, mayHold = heir.D.transfer(ctx, owner, next, streak, now)
 	}
-	heir.handoff <- redlockHandoff{res: res, owner: next}
+	if res.hold != nil {
+		heir.Give(redlockTurn{Owner: next, Grant: &res})
+	} else {
+		// The heir starts over (a head asks the nodes again) and this
+		// process's turn ends.
+		h.m.r.line.EndTurn(h.m.key, nil)
+		heir.Give(redlockTurn{Restart: true})
+	}
 	h.releaseLater(ctx, owner, later, res.hold == nil)
 	if res.hold != nil {
 		return nil
@@ -140,3 +115,6 @@ func (m *RedlockMutex) transfer(ctx context.Context, from, to string, handoffs i
 	hold.giveBack(ctx, to, mayHold, moved)
 	return acquireResult{start: start}, moved, mayHold
 }
+
+// anyRedlockHeir: every waiting Lock of a Redlock may be handed the lock.
+func anyRedlockHeir(*RedlockMutex) bool { return true }

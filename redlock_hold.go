@@ -21,7 +21,7 @@ type redlockHold struct {
 	replies  []nodeReply
 	tail     fanoutTail
 	deadline time.Time
-	handoffs int // local hand-offs in a row that led to it (redlock_handoff.go)
+	handoffs int // local hand-offs in a row that led to it (wait.Line.Successor)
 }
 
 var (

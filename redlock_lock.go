@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/errs"
@@ -10,7 +11,7 @@ import (
 	"github.com/dlock-go/dlock/internal/wait"
 )
 
-func (m *RedlockMutex) lock(ctx context.Context) (lease *Lease, err error) {
+func (m *RedlockMutex) lock(ctx context.Context) (*Lease, error) {
 	if err := m.usable(); err != nil {
 		return nil, err
 	}
@@ -18,186 +19,128 @@ func (m *RedlockMutex) lock(ctx context.Context) (lease *Lease, err error) {
 	if ctx.Err() != nil {
 		return nil, errs.WaitEnded(ctx, m.name, began, 0, nil)
 	}
+	ear := m.r.hear(m)
+	defer m.r.unhear(ear)
+	return m.queue(ctx, ear, began)
+}
+
+// queue waits in the Redlock's local line: as its head, or behind it.
+func (m *RedlockMutex) queue(ctx context.Context, ear *redlockEar, began time.Time) (*Lease, error) {
+	if q, w := m.r.line.Join(m.key, m); q != nil {
+		return m.await(ctx, q, w, ear, began)
+	}
+	q, w, joined, closed := m.r.line.Start(m.key, m)
+	switch {
+	case closed:
+		return nil, errors.Join(ErrClosed, errs.WaitEnded(ctx, m.name, began, 0, nil))
+	case joined:
+		return m.await(ctx, q, w, ear, began)
+	}
+	return m.contend(ctx, q, w, ear, began)
+}
+
+// await waits behind the head. A waiter standing by in this process's turn
+// becomes the head when a release is heard, or after a third of the TTL:
+// its own process holds the lock, and its Unlock hands it over or ends
+// the turn.
+func (m *RedlockMutex) await(ctx context.Context, q *redlockQueue, w *redlockWaiter, ear *redlockEar, began time.Time) (*Lease, error) {
+	standby := wait.LookAgainIn(redlockPX(&m.cfg)/3, 0)
+	t, how, last := m.r.line.Await(ctx, q, w, standby, m.r.closed, m.r.heard(ear))
+	switch how {
+	case wait.Woken:
+		switch {
+		case t.Err != nil:
+			return nil, t.Err
+		case t.Restart:
+			return m.queue(ctx, ear, began) // the hand-off failed: start over
+		case t.Grant != nil:
+			l, err := m.lease(ctx, t.Owner, *t.Grant)
+			if err != nil {
+				m.r.line.EndTurn(q.Key(), q) // nobody of this Redlock holds the lock now
+			}
+			return l, err
+		}
+		return m.contend(ctx, q, w, ear, began)
+	case wait.Head:
+		return m.contend(ctx, q, w, ear, began)
+	case wait.PassOn:
+		m.r.line.Leave(q, w, "", nil)
+	case wait.Outcome:
+		m.r.workers.Go(func() { m.releaseHandoff(ctx, w) })
+	}
+	return nil, errs.WaitEnded(ctx, m.name, began, 0, last)
+}
+
+// contend is the head's wait: it asks the nodes, waits for a release, and
+// takes a hand-off from an Unlock of this Redlock, until it holds the lock
+// or ctx ends. The next waiter then goes on (depart).
+func (m *RedlockMutex) contend(ctx context.Context, q *redlockQueue, w *redlockWaiter, ear *redlockEar, began time.Time) (lease *Lease, err error) {
+	defer func() { m.depart(ctx, q, w, lease != nil) }()
 	owner, err := ownerid.New(m.cfg.ownerInfo)
 	if err != nil {
 		return nil, err
 	}
-	turn, err := m.r.gates.enter(ctx, m.r.closed, m)
-	switch {
-	case errors.Is(err, ErrClosed):
-		return nil, errors.Join(ErrClosed, errs.WaitEnded(ctx, m.name, began, 0, nil))
-	case err != nil:
-		return nil, errs.WaitEnded(ctx, m.name, began, 0, nil)
-	}
-	defer func() { turn.leave(ctx, lease != nil) }()
-	// wait.l is nil until the turn must wait (see redlockGates.enter).
-	w := &redlockRun{m: m, ctx: ctx, turn: turn, began: began, owner: owner,
-		wait: redlockWait{m: m, l: turn.gt.l, spin: wait.NewSpin(m.cfg.retryMin, m.cfg.retryMax)}}
-	defer w.stop()
-	for first := true; ; first = false {
-		if turn.handingOver() {
-			if l, done, err := w.awaitHandoff(); done {
+	// wait.l is nil until the head must wait (see Redlock.hear).
+	run := &redlockRun{m: m, ctx: ctx, w: w, ear: ear, began: began, owner: owner,
+		wait: redlockWait{m: m, l: m.r.listener(ear, false), spin: wait.NewSpin(m.cfg.retryMin, m.cfg.retryMax)}}
+	defer run.stop()
+	for {
+		if m.r.line.Taken(w) {
+			if l, done, err := run.awaitHandoff(); done {
 				return l, err
 			}
 			continue
 		}
-		st := w.step(first)
+		select {
+		case <-m.r.closed:
+			return nil, run.ended(true)
+		default:
+		}
+		st := run.step()
 		switch {
 		case st.done:
 			return st.lease, st.err
 		case st.again && ctx.Err() == nil:
 			continue
 		}
-		if l, done, err := w.sleep(st.delay, st.wake); done {
+		if l, done, err := run.sleep(st.delay, st.wake); done {
 			return l, err
 		}
 	}
 }
 
-// redlockRun is the state of one RedlockMutex.Lock in its turn.
-type redlockRun struct {
-	m     *RedlockMutex
-	ctx   context.Context
-	turn  *redlockTurn
-	began time.Time
-	owner string
-	wait  redlockWait
-
-	holderTTL time.Duration
-	last      error
-	timer     *time.Timer // made when the Lock first waits
-}
-
-func (w *redlockRun) stop() {
-	if w.timer != nil {
-		w.timer.Stop()
-	}
-}
-
-// ended is the error of a Lock that its context ended; closed adds
-// ErrClosed for a Redlock closed meanwhile.
-func (w *redlockRun) ended(closed bool) error {
-	err := errs.WaitEnded(w.ctx, w.m.name, w.began, w.holderTTL, w.last)
-	if closed {
-		return errors.Join(ErrClosed, err)
-	}
-	return err
-}
-
-// awaitHandoff waits while an Unlock of this Redlock hands the lock over:
-// its outcome comes within a node timeout (after the old lease's
-// stragglers). A ctx that ends first ends the Lock: leave releases the
-// outcome in the background. done is false when the hand-off failed.
-func (w *redlockRun) awaitHandoff() (*Lease, bool, error) {
-	select {
-	case h := <-w.turn.handoff:
-		return w.m.takeHandoff(w.ctx, w.turn, h)
-	case <-w.ctx.Done():
-		return nil, true, w.ended(false)
-	case <-w.m.r.closed:
-		return nil, true, w.ended(true)
-	}
-}
-
-// redlockStep is what one step of a Lock decided: how long to wait before
-// asking again (again: ask at once), whether a release may wake the wait
-// sooner, or the end of the Lock (done, with its lease or error).
-type redlockStep struct {
-	delay       time.Duration
-	wake, again bool
-	done        bool
-	lease       *Lease
-	err         error
-}
-
-// step asks the nodes, unless this process holds the lock and will hand
-// it over.
-func (w *redlockRun) step(first bool) redlockStep {
-	m, wait := w.m, &w.wait
-	heard := wait.l != nil && wait.l.hears()
-	if first && w.turn.inherited && heard {
-		// This process holds the lock: its Unlock hands it over or
-		// publishes the release. Asking the nodes now would only find it
-		// held.
-		return redlockStep{delay: wait.idle(0), wake: true}
-	}
-	if wait.l != nil {
-		wait.l.drain()
-	}
-	res := m.attempt(w.ctx, "Lock", w.owner)
-	switch {
-	case res.hold != nil:
-		l, err := m.lease(w.ctx, w.owner, res)
-		return redlockStep{done: true, lease: l, err: err}
-	case res.err == nil: // ctx ended
-		return redlockStep{done: true, err: w.ended(false)}
-	case res.permanent:
-		return redlockStep{done: true, err: res.err}
-	}
-	if res.spent {
-		// A give-back of that attempt may still be on its way to a node:
-		// as the same owner, the next attempt's share there could be
-		// deleted after its grant (see attempt).
-		owner, err := ownerid.New(m.cfg.ownerInfo)
-		if err != nil {
-			return redlockStep{done: true, err: err}
-		}
-		w.owner = owner
-	}
-	w.holderTTL, w.last = res.holderTTL, res.err
-	var nerr *errs.NotObtainedError
-	if errors.As(res.err, &nerr) {
-		w.last = nerr.Last // contention is what the wait is about: keep only node failures
-	}
-	if wait.l == nil {
-		// No subscription could have heard a release during the attempt,
-		// so heard is false and the wait subscribes now and asks again.
-		wait.l = w.turn.listener()
-	}
-	delay, wake := wait.next(w.ctx, res, heard)
-	return redlockStep{delay: delay, wake: wake, again: delay == 0}
-}
-
-// sleep waits up to delay for a release (when wake) or a hand-off; done
-// ends the Lock.
-func (w *redlockRun) sleep(delay time.Duration, wake bool) (*Lease, bool, error) {
-	var signal <-chan struct{}
-	if wake {
-		signal = w.wait.l.signal
-	}
-	if w.timer == nil {
-		w.timer = time.NewTimer(delay)
+// depart ends the head's wait, holding the lock or not: the next waiter
+// stands by for a hand-off, or contends. A hand-off still on its way (its
+// Unlock is bounded by the old lease's stragglers and the node timeout) is
+// released again by one of the Redlock's workers (Close waits for it), so
+// that a Lock that gave up, or took the lock by an attempt of its own,
+// leaves nothing behind and returns without waiting for it.
+func (m *RedlockMutex) depart(ctx context.Context, q *redlockQueue, w *redlockWaiter, holding bool) {
+	var taken bool
+	if holding {
+		taken = m.r.line.Promote(q, w, true)
 	} else {
-		w.timer.Reset(delay)
+		_, taken = m.r.line.Leave(q, w, "", nil)
 	}
-	defer func() {
-		if !w.timer.Stop() {
-			select {
-			case <-w.timer.C:
-			default:
-			}
-		}
-	}()
-	select {
-	case <-signal:
-	case h := <-w.turn.handoff:
-		return w.m.takeHandoff(w.ctx, w.turn, h)
-	case <-w.timer.C:
-	case <-w.ctx.Done():
-		return nil, true, w.ended(false)
-	case <-w.m.r.closed:
-		return nil, true, w.ended(true)
+	if taken {
+		m.r.workers.Go(func() { m.releaseHandoff(ctx, w) })
 	}
-	return nil, false, nil
 }
 
-// takeHandoff takes the outcome of a hand-off to turn: the lease (ok) or,
-// when it failed, nothing: the Lock attempts again.
-func (m *RedlockMutex) takeHandoff(ctx context.Context, turn *redlockTurn, h redlockHandoff) (*Lease, bool, error) {
-	turn.received()
-	if h.res.hold == nil {
-		return nil, false, nil
+// releaseHandoff waits for the outcome of a hand-off to w, which has left,
+// and unlocks what it got: the next waiter of this process may be handed
+// it, or the turn ends. Its wait ignores ctx: the Unlock that took w
+// always sends an outcome. The owner value is fresh, and only this uses it.
+func (m *RedlockMutex) releaseHandoff(ctx context.Context, w *redlockWaiter) {
+	t := <-w.Outcome()
+	m.r.line.Received(w)
+	if t.Grant == nil {
+		return
 	}
-	lease, err := m.lease(ctx, h.owner, h.res)
-	return lease, true, err
+	rctx, cancel := detach(ctx, m.cfg.releaseTimeout)
+	defer cancel()
+	if err := t.Grant.hold.unlock(rctx, t.Owner); err != nil {
+		m.cfg.logger.Warn("dlock: could not release a Redlock lock handed over to a Lock that gave up; the lock's key expires by its TTL",
+			slog.String("lock", m.name), slog.Any("error", err))
+	}
 }

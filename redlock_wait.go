@@ -16,167 +16,90 @@ import (
 // notifier; hearing one node is enough, since a holder releases on every node
 // of its quorum. Without enough subscriptions, or after a split vote, it
 // retries after a random delay (WithRetryDelay). Within one process, Lock
-// calls for a name take turns (redlockGates): only the first waits on the
-// nodes. See docs/redlock.md, "Waiting".
+// calls for a name wait in the Redlock's local line (wait.Line): only its
+// head asks the nodes, and an Unlock hands the lock to the head or to the
+// first waiter of this process's turn. See docs/redlock.md, "Waiting".
 
-// redlockGates let one Lock call per lock name at a time wait in Redis; the
-// others queue behind it in arrival order.
-type redlockGates struct {
-	mu    sync.Mutex
-	gates map[string]*redlockGate
+type (
+	redlockLine   = wait.Line[string, *RedlockMutex, acquireResult]
+	redlockQueue  = wait.Queue[string, *RedlockMutex, acquireResult]
+	redlockWaiter = wait.Waiter[*RedlockMutex, acquireResult]
+	redlockTurn   = wait.Turn[acquireResult]
+)
+
+// redlockEars keep one listener per lock name for as long as Lock calls of
+// the Redlock wait for it: a release heard between two heads' turns is not
+// lost.
+type redlockEars struct {
+	mu   sync.Mutex
+	ears map[string]*redlockEar
 }
 
-// redlockGate is one name's line: line[0] holds the turn. The gate goes when
-// the line is empty.
-type redlockGate struct {
-	name string // the lock's key, its key in redlockGates
-	line []*redlockTurn
-	// l listens for the lock's releases on behalf of whoever is first in
-	// line, from the first attempt that may need to hear one (see enter)
-	// for as long as the line exists: a release heard between two turns is
-	// not lost. Set (under redlockGates.mu) and read by the first in line
-	// only, and by leave as the line ends.
+// redlockEar is one name's listener and the Lock calls that share it.
+type redlockEar struct {
+	key   string
+	users int
+	// l is made by the first attempt that may need to hear a release (see
+	// hear); read and set under redlockEars.mu.
 	l *redlockListener
 }
 
-// redlockTurn is one Lock call's place at its gate. The first in line
-// attempts on the nodes and waits for releases, and an Unlock of the same
-// Redlock may hand it the lock directly (redlock_handoff.go).
-type redlockTurn struct {
-	g    *redlockGates
-	gt   *redlockGate  // its line, which lasts while the turn is in it
-	m    *RedlockMutex // the Lock's descriptor: a hand-off uses its options
-	wake chan struct{} // capacity 1: first in line now
-	// inherited is set (before wake) when the turn came from a Lock that
-	// took the lock: this process holds it, and its Unlock hands it over or
-	// publishes its release, so the turn need not ask the nodes first.
-	inherited bool
-	// handoff brings the outcome of a hand-off to this turn (capacity 1):
-	// exactly one after taken was set (under g.mu) by the Unlock handing
-	// the lock over.
-	handoff chan redlockHandoff
-	taken   bool
-}
-
-// enter lines up for the turn of m's lock and waits until it is first in
-// line. It returns ctx's error or ErrClosed when those come first. The
-// caller must leave the turn.
-func (g *redlockGates) enter(ctx context.Context, closed <-chan struct{}, m *RedlockMutex) (*redlockTurn, error) {
-	g.mu.Lock()
-	gt := g.gates[m.key]
-	if gt == nil {
-		if g.gates == nil {
-			g.gates = make(map[string]*redlockGate)
+// hear returns the ear of m's lock for one more Lock call, which must give
+// it back with unhear.
+func (r *Redlock) hear(m *RedlockMutex) *redlockEar {
+	r.ears.mu.Lock()
+	defer r.ears.mu.Unlock()
+	e := r.ears.ears[m.key]
+	if e == nil {
+		if r.ears.ears == nil {
+			r.ears.ears = make(map[string]*redlockEar)
 		}
-		gt = &redlockGate{name: m.key}
-		if m.r.hears(m.key) {
+		e = &redlockEar{key: m.key}
+		if r.hears(m.key) {
 			// A release could be heard now: listen before the first
 			// attempt, so that one published right after it is not lost.
 			// Otherwise nothing could hear it anyway, and the listener
-			// comes when the first attempt fails (turn.listener): a free
-			// lock costs no waiter on the nodes' notifiers.
-			gt.l = m.r.listen(m.key)
+			// comes when the first attempt fails (listener): a free lock
+			// costs no waiter on the nodes' notifiers.
+			e.l = r.listen(m.key)
 		}
-		g.gates[m.key] = gt
+		r.ears.ears[m.key] = e
 	}
-	t := &redlockTurn{g: g, gt: gt, m: m, wake: make(chan struct{}, 1), handoff: make(chan redlockHandoff, 1)}
-	gt.line = append(gt.line, t)
-	first := len(gt.line) == 1
-	g.mu.Unlock()
-	if first {
-		return t, nil
-	}
-	var err error
-	select {
-	case <-t.wake:
-		return t, nil
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-closed:
-		err = ErrClosed
-	}
-	g.mu.Lock()
-	if gt.line[0] == t {
-		// First in line as ctx ended: pass the turn on.
-		g.mu.Unlock()
-		t.leave(ctx, false)
-		return nil, err
-	}
-	gt.remove(t)
-	g.mu.Unlock()
-	return nil, err
+	e.users++
+	return e
 }
 
-// handingOver reports whether an Unlock is handing the lock to the turn:
-// then the turn takes that outcome rather than attempt.
-func (t *redlockTurn) handingOver() bool {
-	t.g.mu.Lock()
-	defer t.g.mu.Unlock()
-	return t.taken
-}
-
-// received notes that the turn took a hand-off's outcome.
-func (t *redlockTurn) received() {
-	t.g.mu.Lock()
-	t.taken = false
-	t.g.mu.Unlock()
-}
-
-// leave ends the first in line's turn, holding the lock or not: the next in
-// line gets it at once. A hand-off still on its way is awaited (its Unlock
-// is bounded by the old lease's stragglers and the node timeout) and
-// released again, so that a Lock that gave up, or took the lock by an
-// attempt of its own meanwhile, leaves nothing behind; that is done by one
-// of the Redlock's workers (Close waits for it), so that the Lock returns
-// when its ctx ends rather than when the hand-off does. The hand-off's
-// owner value is fresh and only that worker uses it. The next in line does
-// not count on the hand-off: it asks the nodes, and hears the worker's
-// release like any other.
-func (t *redlockTurn) leave(ctx context.Context, holding bool) {
-	t.g.mu.Lock()
-	gt := t.gt
-	gt.remove(t)
-	if len(gt.line) == 0 {
-		delete(t.g.gates, gt.name)
-		if gt.l != nil {
-			gt.l.stop()
-		}
-	} else {
-		gt.line[0].inherited = holding
-		gt.line[0].wake <- struct{}{}
-	}
-	taken := t.taken
-	t.g.mu.Unlock()
-	if taken {
-		t.m.r.workers.Go(func() { t.releaseHandoff(ctx) })
-	}
-}
-
-// releaseHandoff waits for the outcome of a hand-off to a turn that has
-// left, and releases what it got. Its wait ignores ctx: the Unlock that
-// marked the turn taken always sends an outcome.
-func (t *redlockTurn) releaseHandoff(ctx context.Context) {
-	h := <-t.handoff
-	t.received()
-	if h.res.hold == nil {
+// unhear gives e back; its listener stops with its last user.
+func (r *Redlock) unhear(e *redlockEar) {
+	r.ears.mu.Lock()
+	defer r.ears.mu.Unlock()
+	if e.users--; e.users > 0 {
 		return
 	}
-	rctx, cancel := detach(ctx, t.m.cfg.releaseTimeout)
-	defer cancel()
-	if err := h.res.hold.release(rctx, h.owner); err != nil {
-		t.m.cfg.logger.Warn("dlock: could not release a Redlock lock handed over to a Lock that gave up; the lock's key expires by its TTL",
-			slog.String("lock", t.m.name), slog.Any("error", err))
+	delete(r.ears.ears, e.key)
+	if e.l != nil {
+		e.l.stop()
 	}
 }
 
-// remove takes t out of the line, if there.
-func (gt *redlockGate) remove(t *redlockTurn) {
-	for i, x := range gt.line {
-		if x == t {
-			gt.line = append(gt.line[:i], gt.line[i+1:]...)
-			return
-		}
+// listener returns e's listener; with make, one is made now if it has
+// none, else it may be nil.
+func (r *Redlock) listener(e *redlockEar, make bool) *redlockListener {
+	r.ears.mu.Lock()
+	defer r.ears.mu.Unlock()
+	if e.l == nil && make {
+		e.l = r.listen(e.key)
 	}
+	return e.l
+}
+
+// heard returns the channel on which e's listener signals a release, nil
+// while it has none.
+func (r *Redlock) heard(e *redlockEar) <-chan struct{} {
+	if l := r.listener(e, false); l != nil {
+		return l.signal
+	}
+	return nil
 }
 
 // redlockListener is a line's ear on every node: a waiter in each node's
@@ -221,16 +144,6 @@ func (r *Redlock) hears(channel string) bool {
 		}
 	}
 	return confirmed >= n-quorum(n)+1
-}
-
-// listener returns the line's listener, made now if the line has none.
-func (t *redlockTurn) listener() *redlockListener {
-	t.g.mu.Lock()
-	defer t.g.mu.Unlock()
-	if t.gt.l == nil {
-		t.gt.l = t.m.r.listen(t.gt.name)
-	}
-	return t.gt.l
 }
 
 // subscribe subscribes the channel on every node at once, each bounded by

@@ -443,7 +443,7 @@ func TestSoakClientsCreatedAndClosed(t *testing.T) {
 
 // TestSoakRedlockDistinctNames is TestSoakDistinctNames for a Redlock over
 // three nodes behind proxies that reset their connections now and then:
-// its gates and its nodes' notifiers must empty once the linger passed.
+// its local line, listeners and nodes' notifiers must empty once the linger passed.
 func TestSoakRedlockDistinctNames(t *testing.T) {
 	cycles := soakCycles(t, 1500) / 2
 	nodes := redistest.StartNodes(t, 3)

@@ -24,7 +24,7 @@ import (
 // Semaphore, RWMutex, ReentrantMutex or FairMutex would so keep Redis
 // answering a thousand polls a second while nothing changes. (The Mutex
 // avoids this differently: its goroutines of one Client share one place,
-// contend.go. These cannot: each keeps a place of its own, for a
+// in a Line. These cannot: each keeps a place of its own, for a
 // semaphore's concurrency, a read lock's sharing, a reentrant owner's own
 // hold, a FairMutex's strict order.)
 //

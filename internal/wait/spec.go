@@ -32,7 +32,7 @@ type Result struct {
 // Owner is what the waits for one owner value know about it, kept
 // across the Wait calls made for that owner: a Lock that waits again
 // after a grant it could not claim, a local waiter that takes over its
-// head's place (the root's contend.go). A new Wait call must not forget it: a grant
+// head's place in a Line. A new Wait call must not forget it: a grant
 // to the owner heard late, or heard twice (a release delivers it both from
 // its reply and by pub/sub), would pass for new.
 type Owner struct {

@@ -1,29 +1,26 @@
 package dlock
 
-import "time"
+import (
+	"time"
+
+	"github.com/dlock-go/dlock/internal/wait"
+)
 
 // LocalWaiters returns how many goroutines of c wait in its local queue(s)
 // for the Mutex called name (under the default key prefix), so tests can
 // wait for them to line up.
 func LocalWaiters(c *Client, name string) int {
-	c.local.mu.Lock()
-	defer c.local.mu.Unlock()
-	n := 0
-	for k, q := range c.local.queues {
-		if k.lock == "dlock:{"+name+"}" {
-			n += len(q.waiters)
-		}
-	}
+	_, n, _, _ := c.local.Count(func(k localQueueKey) bool { return k.lock == "dlock:{"+name+"}" })
 	return n
 }
 
 // MaxLocalHandoffs is how many local hand-offs an Unlock makes in a row.
-const MaxLocalHandoffs = maxLocalHandoffs
+const MaxLocalHandoffs = wait.MaxLocalHandoffs
 
 // SetStandbyGrace sets how long the first local waiter of c's turn on a
 // lock waits for a local hand-off before it queues in Redis itself; call it
 // before c's first Lock.
-func SetStandbyGrace(c *Client, d time.Duration) { c.local.grace = d }
+func SetStandbyGrace(c *Client, d time.Duration) { c.local.SetGrace(d) }
 
 // GrantWaiters returns how many waits of c are registered for grants on
 // channel (a lock's key, for a Mutex), so tests can tell that a wait is

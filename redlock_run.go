@@ -7,6 +7,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/ownerid"
+	"github.com/dlock-go/dlock/internal/wait"
 )
 
 // redlockRun is the state of one RedlockMutex.Lock as the head of its line.
@@ -119,14 +120,7 @@ func (w *redlockRun) sleep(delay time.Duration, wake bool) (*Lease, bool, error)
 	} else {
 		w.timer.Reset(delay)
 	}
-	defer func() {
-		if !w.timer.Stop() {
-			select {
-			case <-w.timer.C:
-			default:
-			}
-		}
-	}()
+	defer wait.StopTimer(w.timer)
 	select {
 	case <-signal:
 	case t := <-w.w.Outcome():

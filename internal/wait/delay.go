@@ -40,3 +40,14 @@ func (s *Spin) Next() time.Duration {
 	}
 	return d
 }
+
+// StopTimer stops t and drains a tick it already sent, so that a Reset
+// starts clean.
+func StopTimer(t *time.Timer) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+}

@@ -210,14 +210,7 @@ func (w *run) taken(start time.Time, r Result) time.Duration {
 func (w *run) sleep(delay time.Duration) (r Result, from time.Time, err error, done bool) {
 	c := w.c
 	w.timer.Reset(delay)
-	defer func() {
-		if !w.timer.Stop() {
-			select {
-			case <-w.timer.C:
-			default:
-			}
-		}
-	}()
+	defer StopTimer(w.timer)
 	var gone <-chan struct{}
 	if w.member != nil {
 		gone = w.member.Gone

@@ -36,7 +36,7 @@ func (m *RedlockMutex) queue(ctx context.Context, ear *redlockEar, began time.Ti
 	case joined:
 		return m.await(ctx, q, w, ear, began)
 	}
-	return m.contend(ctx, q, w, ear, began)
+	return m.contend(ctx, q, w, ear, began, false)
 }
 
 // await waits behind the head. A waiter standing by in this process's turn
@@ -60,9 +60,9 @@ func (m *RedlockMutex) await(ctx context.Context, q *redlockQueue, w *redlockWai
 			}
 			return l, err
 		}
-		return m.contend(ctx, q, w, ear, began)
+		return m.contend(ctx, q, w, ear, began, t.Held)
 	case wait.Head:
-		return m.contend(ctx, q, w, ear, began)
+		return m.contend(ctx, q, w, ear, began, false)
 	case wait.PassOn:
 		m.r.line.Leave(q, w, "", nil)
 	case wait.Outcome:
@@ -73,9 +73,11 @@ func (m *RedlockMutex) await(ctx context.Context, q *redlockQueue, w *redlockWai
 
 // contend is the head's wait: it asks the nodes, waits for a release, and
 // takes a hand-off from an Unlock of this Redlock, until it holds the lock
-// or ctx ends. The next waiter then goes on (depart).
-func (m *RedlockMutex) contend(ctx context.Context, q *redlockQueue, w *redlockWaiter, ear *redlockEar, began time.Time) (lease *Lease, err error) {
-	defer func() { m.depart(ctx, q, w, lease != nil) }()
+// or ctx ends. The next waiter then goes on (depart). held: an Unlock of
+// this process is releasing the lock, so the first attempt waits for the
+// release when it can hear it (the nodes would only say "held").
+func (m *RedlockMutex) contend(ctx context.Context, q *redlockQueue, w *redlockWaiter, ear *redlockEar, began time.Time, held bool) (lease *Lease, err error) {
+	defer func() { m.depart(ctx, q, w, ear, lease != nil) }()
 	owner, err := ownerid.New(m.cfg.ownerInfo)
 	if err != nil {
 		return nil, err
@@ -84,7 +86,7 @@ func (m *RedlockMutex) contend(ctx context.Context, q *redlockQueue, w *redlockW
 	run := &redlockRun{m: m, ctx: ctx, w: w, ear: ear, began: began, owner: owner,
 		wait: redlockWait{m: m, l: m.r.listener(ear, false), spin: wait.NewSpin(m.cfg.retryMin, m.cfg.retryMax)}}
 	defer run.stop()
-	for {
+	for first := true; ; first = false {
 		if m.r.line.Taken(w) {
 			if l, done, err := run.awaitHandoff(); done {
 				return l, err
@@ -96,7 +98,7 @@ func (m *RedlockMutex) contend(ctx context.Context, q *redlockQueue, w *redlockW
 			return nil, run.ended(true)
 		default:
 		}
-		st := run.step()
+		st := run.step(first && held)
 		switch {
 		case st.done:
 			return st.lease, st.err
@@ -115,9 +117,15 @@ func (m *RedlockMutex) contend(ctx context.Context, q *redlockQueue, w *redlockW
 // released again by one of the Redlock's workers (Close waits for it), so
 // that a Lock that gave up, or took the lock by an attempt of its own,
 // leaves nothing behind and returns without waiting for it.
-func (m *RedlockMutex) depart(ctx context.Context, q *redlockQueue, w *redlockWaiter, holding bool) {
+func (m *RedlockMutex) depart(ctx context.Context, q *redlockQueue, w *redlockWaiter, ear *redlockEar, holding bool) {
 	var taken bool
 	if holding {
+		// A release heard before the grant is stale: it must not wake the
+		// next waiter, standing by, to ask the nodes for a lock its own
+		// process holds.
+		if l := m.r.listener(ear, false); l != nil {
+			l.drain()
+		}
 		taken = m.r.line.Promote(q, w, true)
 	} else {
 		_, taken = m.r.line.Leave(q, w, "", nil)

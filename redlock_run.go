@@ -67,10 +67,14 @@ type redlockStep struct {
 	err         error
 }
 
-// step asks the nodes.
-func (w *redlockRun) step() redlockStep {
+// step asks the nodes, unless an Unlock of this process is releasing
+// the lock (releasing) and the release can be heard.
+func (w *redlockRun) step(releasing bool) redlockStep {
 	m, wait := w.m, &w.wait
 	heard := wait.l != nil && wait.l.hears()
+	if releasing && heard {
+		return redlockStep{delay: wait.idle(0), wake: true}
+	}
 	if wait.l != nil {
 		wait.l.drain()
 	}

@@ -63,14 +63,14 @@ type Waiter[D, G any] struct {
 
 // Turn is what a waiter is told: its turn to contend (with the place
 // Owner holds and what its waits learnt, State, or a fresh one when Owner
-// is empty); the lock itself (Grant, held by Owner, Streak hand-offs in a
-// row); to start its acquire over (Restart); or an error that ends every
-// wait (Err).
+// is empty; Held when its process still holds the lock and an Unlock is
+// releasing it); the lock itself (Grant, held by Owner); to start its
+// acquire over (Restart); or an error that ends every wait (Err).
 type Turn[G any] struct {
 	Owner   string
 	State   *Owner
 	Grant   *G
-	Streak  int
+	Held    bool
 	Restart bool
 	Err     error
 }

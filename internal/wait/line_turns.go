@@ -26,7 +26,7 @@ func (ln *Line[K, D, G]) Successor(key K, handoffs int, ok func(D) bool) (*Waite
 	}
 	if refuse {
 		q.streak = 0 // this Unlock goes through Redis
-		ln.endTurnLocked(q)
+		ln.endTurnLocked(q, true)
 		return nil, 0
 	}
 	q.streak = streak + 1
@@ -62,21 +62,21 @@ func (ln *Line[K, D, G]) EndTurn(key K, q *Queue[K, D, G]) {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	if cur := ln.queues[key]; cur != nil && (q == nil || cur == q) {
-		ln.endTurnLocked(cur)
+		ln.endTurnLocked(cur, false)
 	}
 }
 
 // endTurnLocked makes the first waiter the head again, to contend in
-// Redis before the lock is released there; with no waiter left, the
-// queue goes.
-func (ln *Line[K, D, G]) endTurnLocked(q *Queue[K, D, G]) {
+// Redis before the lock is released there (held: the release is on its
+// way); with no waiter left, the queue goes.
+func (ln *Line[K, D, G]) endTurnLocked(q *Queue[K, D, G], held bool) {
 	switch {
 	case q.contending:
 	case len(q.waiters) == 0:
 		ln.deleteLocked(q)
 	default:
 		q.contending = true
-		q.waiters[0].wake <- Turn[G]{} // it stood by: nothing else in its channel
+		q.waiters[0].wake <- Turn[G]{Held: held} // it stood by: nothing else in its channel
 	}
 }
 

@@ -123,6 +123,14 @@ run also passes its command's status on (see dlock run --help).`,
 	// error whether or not a server answers.
 	root.PersistentPreRunE = func(*cobra.Command, []string) error { return checkKeyPrefix(a.keyPrefix) }
 	root.SetHelpCommand(helpCmd(root))
+	showVersion := root.Flags().Bool("version", false, "print dlock's version, its library's, and the VCS revision it was built from (as dlock version)")
+	root.RunE = func(cmd *cobra.Command, _ []string) error {
+		if *showVersion {
+			printVersion(a.stdout)
+			return nil
+		}
+		return cmd.Help()
+	}
 
 	root.AddCommand(
 		a.runCmd(),
@@ -131,6 +139,7 @@ run also passes its command's status on (see dlock run --help).`,
 		a.unlockCmd(),
 		a.benchCmd(),
 		a.demoCmd(),
+		a.versionCmd(),
 	)
 	markFailures(root)
 	return root

@@ -53,6 +53,7 @@ type runOptions struct {
 	lostCode     int
 	foreground   bool
 	ownerInfo    string // "": host, pid and command
+	quiet        bool
 	verbose      bool
 }
 
@@ -69,7 +70,8 @@ cron job on several hosts that must run on one of them at a time:
   dlock run nightly-report --no-wait -- /usr/local/bin/report.sh
 
 Waiting: run waits for the lock as long as it takes, in arrival order;
---wait DURATION gives up after DURATION, --no-wait (or --wait 0) at once.
+--wait DURATION gives up after DURATION (or a number of seconds, as with
+flock -w), --no-wait (or --wait 0) at once; --quiet says nothing then.
 With --permits N, up to N runs hold the name at once (a semaphore; each run
 takes one permit). The name with --permits is a different lock from the same
 name without it: use one or the other for a job, and the same N in every
@@ -142,7 +144,7 @@ Exit status:
 		},
 	}
 	f := cmd.Flags()
-	f.DurationVarP(&o.wait, "wait", "w", 0, "give up waiting for the lock after this `duration` (0: at once; default: wait as long as it takes)")
+	f.VarP(waitFlag{&o.wait}, "wait", "w", "give up waiting for the lock after this `duration`, or this many seconds (0: at once; default: wait as long as it takes)")
 	f.BoolVarP(&o.noWait, "no-wait", "n", false, "fail at once if the lock is held (like --wait 0)")
 	f.DurationVar(&o.ttl, "ttl", 0,
 		fmt.Sprintf("lock TTL, between %v and %d days: how long a crashed dlock keeps others out; renewed every TTL/3 (0: the library's default, 30s)",
@@ -154,6 +156,7 @@ Exit status:
 	f.IntVar(&o.lostCode, "lost-exit-code", o.lostCode, "exit `code` when the lock is lost while the command runs")
 	f.BoolVar(&o.foreground, "foreground", false, "run the command in dlock's process group, for commands that use the terminal")
 	f.StringVar(&o.ownerInfo, "owner-info", "", "what \"dlock status\" shows about this holder (default \"host=<hostname> pid=<pid> cmd=<command>\")")
+	f.BoolVarP(&o.quiet, "quiet", "q", false, "say nothing when the lock is held elsewhere and not obtained (for cron, which mails every line); the exit code still says so")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "report on stderr when the lock is obtained and released, and what the library logs (such as failures a wait retries)")
 	return cmd
 }
@@ -179,6 +182,8 @@ func (o *runOptions) validate() error {
 	switch {
 	case o.noWait && o.waitSet:
 		return usageErrorf("--no-wait and --wait exclude each other")
+	case o.quiet && o.verbose:
+		return usageErrorf("--quiet and --verbose exclude each other")
 	case o.wait < 0:
 		return usageErrorf("--wait must not be negative, got %v", o.wait)
 	case o.ttl != 0 && (o.ttl < dlock.MinTTL || o.ttl > dlock.MaxTTL):
@@ -269,6 +274,8 @@ func (a *app) run(ctx context.Context, o *runOptions, name string, argv []string
 		// ran out.
 		return &exitStatus{code: exitFailure, err: fmt.Errorf("gave up on %q after --wait %v: Redis failed or did not answer while waiting (%s); "+
 			"check that the server runs and that the URL is right, then try again", name, o.wait, message(err))}
+	case errors.Is(err, dlock.ErrNotObtained) && ctx.Err() == nil && o.quiet:
+		return &exitStatus{code: o.conflictCode}
 	case errors.Is(err, dlock.ErrNotObtained) && ctx.Err() == nil:
 		return &exitStatus{code: o.conflictCode, err: a.notObtained(s.c, o, name)}
 	case err != nil:

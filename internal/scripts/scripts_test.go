@@ -26,6 +26,7 @@ var all = map[string]*driver.Script{
 	"SemSetPermits": SemSetPermits, "SemExtend": SemExtend, "SemPTTL": SemPTTL,
 	"SemAvailable": SemAvailable, "LatchTrySet": LatchTrySet, "LatchCountDown": LatchCountDown,
 	"LatchCount": LatchCount, "Inspect": Inspect,
+	"ElectionProclaim": ElectionProclaim, "ElectionLeader": ElectionLeader, "ElectionResign": ElectionResign,
 }
 
 // TestFenceIssuedInOnePlace: no .lua file but fence_lib.lua runs INCR, the

@@ -24,8 +24,7 @@ const MaxLeaderValueLen = 64 << 10
 // and publishes the leader's value to anyone who asks or observes. It is a
 // FairMutex with a record beside it: campaigners are served in arrival
 // order, the leader's lease is renewed and its loss signalled as any
-// lease's, and Term is the grant's fencing token. An Election's name is a
-// lock name: do not use it for another lock. See docs/primitives.md,
+// lease's, and Term is the grant's fencing token. See docs/primitives.md,
 // "Election".
 type Election struct {
 	m      *Mutex
@@ -48,7 +47,10 @@ type LeaderInfo struct {
 func (c *Client) Election(name string, opts ...Option) *Election {
 	m := c.newMutex("Election", name, opts)
 	m.fair = true
-	return &Election{m: m, record: m.keys.lock + ":leader", err: m.err}
+	// Keys of their own beside the name's other kinds, in its hash slot.
+	base := m.cfg.keyPrefix + "{" + name + "}:election"
+	m.keys = newLockKeysAt(base)
+	return &Election{m: m, record: base + ":leader", err: m.err}
 }
 
 // Name returns the election's name.

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -67,9 +68,9 @@ func TestElectionServesCampaignersInArrivalOrder(t *testing.T) {
 
 	// b then c queue, each from a Client of its own (a process of its own).
 	b := campaign(ctx, newClient(t, srv).Election(name), "b")
-	waitQueued(t, srv, name, 1)
+	waitCampaigners(t, srv, name, 1)
 	c := campaign(ctx, newClient(t, srv).Election(name), "c")
-	waitQueued(t, srv, name, 2)
+	waitCampaigners(t, srv, name, 2)
 
 	terms := []int64{a.Term()}
 	prev := a
@@ -115,9 +116,7 @@ func TestElectionProclaimOnlyWhileLeading(t *testing.T) {
 	if ld.Value() != "v2" {
 		t.Errorf("Value after Proclaim: %q", ld.Value())
 	}
-	if _, err := c.ForceUnlock(ctx, t.Name()); err != nil {
-		t.Fatal(err)
-	}
+	srv.Do(t, "DEL", lockKey(t.Name())+":election") // the lock taken away
 	if err := ld.Proclaim(ctx, "v3"); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("Proclaim after the lock was taken away: %v; want ErrNotHeld", err)
 	}
@@ -194,7 +193,7 @@ func TestElectionLeaderLostHandsOverWithinTheTTL(t *testing.T) {
 	dying := newClient(t, srv, dlock.WithTTL(ttl))
 	a := leads(t, campaign(ctx, dying.Election(name), "a"), 10*time.Second)
 	next := campaign(ctx, newClient(t, srv, dlock.WithTTL(ttl)).Election(name), "b")
-	waitQueued(t, srv, name, 1)
+	waitCampaigners(t, srv, name, 1)
 	// The leader's process dies: its Client stops renewing, nothing is
 	// released.
 	began := time.Now()
@@ -234,9 +233,7 @@ func TestElectionRunCampaignsAgainAfterALoss(t *testing.T) {
 		})
 	}()
 	first := <-terms
-	if _, err := c.ForceUnlock(ctx, t.Name()); err != nil {
-		t.Fatal(err)
-	}
+	srv.Do(t, "DEL", lockKey(t.Name())+":election") // the lock taken away
 	select {
 	case cause := <-causes:
 		if !errors.Is(cause, dlock.ErrLockLost) {
@@ -260,4 +257,13 @@ func TestElectionRunCampaignsAgainAfterALoss(t *testing.T) {
 	if _, err := e.Leader(ctx); !errors.Is(err, dlock.ErrNoLeader) {
 		t.Errorf("Leader after Run ended: %v; want ErrNoLeader (Run resigns)", err)
 	}
+}
+
+// waitCampaigners waits until n campaigners are queued in election name.
+func waitCampaigners(t testing.TB, srv *redistest.Server, name string, n int64) {
+	t.Helper()
+	rdb := srv.Client(t)
+	waitFor(t, 10*time.Second, func() bool {
+		return rdb.ZCard(context.Background(), lockKey(name)+":election:q").Val() == n
+	}, fmt.Sprintf("%d campaigners queued in %q", n, name))
 }

@@ -1,31 +1,13 @@
 package dlock
 
 import (
-	"strings"
 	"time"
 
-	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
-// What the Redlock, MultiLock, Latch, Election and inspection still build
-// and read themselves.
-
-// Pre-boxed publish commands: boxing the string PublishCommand returns
-// allocates.
-var (
-	publishPlain   any = "PUBLISH"
-	publishSharded any = "SPUBLISH"
-)
-
-// publishArg is drv's publish command as a script argument.
-func publishArg(drv driver.Driver) any {
-	if strings.EqualFold(drv.PublishCommand(), "SPUBLISH") {
-		return publishSharded
-	}
-	return publishPlain
-}
+// What the Redlock, MultiLock, Latch and inspection still read themselves.
 
 // extendArgs returns the arguments of an extend script: args, followed by
 // the flag that lets it shorten a hold when shorten is set.

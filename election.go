@@ -6,10 +6,9 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/ownerid"
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // ErrNoLeader is returned by Election.Leader when nobody leads the
@@ -92,23 +91,15 @@ func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
 	if err := e.check("Leader", ""); err != nil {
 		return LeaderInfo{}, err
 	}
-	call := &driver.Call{Script: scripts.ElectionLeader, Keys: []string{e.m.keys.lock, e.record}}
-	e.m.c.drv.Run(ctx, call)
-	if call.Err != nil {
-		return LeaderInfo{}, errs.Redis("Leader", e.m.name, call.Err)
-	}
-	if n, ok := call.Reply.(int64); ok && n == 0 {
+	l, ok, err := protocol.ElectionLeader(ctx, e.m.c.drv, e.m.keys.lock, e.record)
+	switch {
+	case err != nil:
+		return LeaderInfo{}, errs.Redis("Leader", e.m.name, err)
+	case !ok:
 		return LeaderInfo{}, fmt.Errorf("dlock: Election %q: %w", e.m.name, ErrNoLeader)
 	}
-	items, ok := call.Reply.([]any)
-	if !ok || len(items) < 3 {
-		return LeaderInfo{}, errs.Redis("Leader", e.m.name, errs.Unexpected(call.Reply))
-	}
-	owner, _ := items[0].(string)
-	term, _ := items[1].(int64)
-	value, _ := items[2].(string)
-	id, _ := ownerid.Split(owner)
-	return LeaderInfo{Value: value, Term: term, Owner: id}, nil
+	id, _ := ownerid.Split(l.Owner)
+	return LeaderInfo{Value: l.Value, Term: l.Term, Owner: id}, nil
 }
 
 // Leadership is a won campaign: it lasts until Resign, or until its lease
@@ -150,16 +141,12 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 	if err := ld.lease.Err(); err != nil {
 		return fmt.Errorf("dlock: Election %q: Proclaim: %w", e.m.name, err)
 	}
-	call := &driver.Call{Script: scripts.ElectionProclaim, Keys: []string{e.m.keys.lock, e.record},
-		Args: []any{ld.lease.owner, value, ld.lease.Token(), publishArg(e.m.c.drv)}}
-	e.m.c.drv.Run(ctx, call)
-	switch n, _ := call.Reply.(int64); {
-	case call.Err != nil:
-		return errs.Redis("Proclaim", e.m.name, call.Err)
-	case n == 0:
+	err := protocol.ElectionProclaim(ctx, e.m.c.drv, e.m.keys.lock, e.record, ld.lease.owner, value, ld.lease.Token())
+	switch {
+	case err == errs.ErrNotHeld:
 		return fmt.Errorf("dlock: Election %q: Proclaim: %w: the election's lock is no longer this leader's", e.m.name, ErrNotHeld)
-	case n != 1:
-		return errs.Redis("Proclaim", e.m.name, errs.Unexpected(call.Reply))
+	case err != nil:
+		return errs.Redis("Proclaim", e.m.name, err)
 	}
 	ld.mu.Lock()
 	ld.value = value
@@ -172,15 +159,13 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 // leadership had already ended.
 func (ld *Leadership) Resign(ctx context.Context) error {
 	e := ld.e
-	call := &driver.Call{Script: scripts.ElectionResign, Keys: []string{e.m.keys.lock, e.record},
-		Args: []any{ld.lease.owner, publishArg(e.m.c.drv)}}
-	e.m.c.drv.Run(ctx, call)
+	failed := protocol.ElectionResign(ctx, e.m.c.drv, e.m.keys.lock, e.record, ld.lease.owner)
 	// The lease is released whatever the withdrawal did: a record left
 	// behind names an owner that no longer holds the lock, which Leader
 	// never reports.
 	err := ld.lease.Unlock(ctx)
-	if err == nil && call.Err != nil {
-		err = errs.Redis("Resign", e.m.name, call.Err)
+	if err == nil && failed != nil {
+		err = errs.Redis("Resign", e.m.name, failed)
 	}
 	return err
 }

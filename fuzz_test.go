@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/chaos"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // Fuzz tests of what reaches the library from outside: arguments (options,
@@ -182,10 +183,10 @@ func FuzzRedlockReply(f *testing.F) {
 		// A malformed reply may yield any holder TTL (it only shapes an
 		// error message and a retry delay); it must not panic, and a grant
 		// carries none.
-		if ok, ttl, _, err := parseAcquire(reply); err == nil && ok && ttl != 0 {
-			t.Fatalf("parseAcquire(%#v): granted with a holder TTL %v", reply, ttl)
+		if ok, ttl, _, err := protocol.RedlockAcquireReply(reply); err == nil && ok && ttl != 0 {
+			t.Fatalf("RedlockAcquireReply(%#v): granted with a holder TTL %v", reply, ttl)
 		}
-		_, _ = replyInts(reply, 3)
+		_, _ = protocol.Ints(reply, 3)
 	})
 }
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errs"
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // Kind is a kind of primitive, as Inspect reports it. Each kind keeps its
@@ -162,5 +162,5 @@ func (c *Client) inspectKeys(name string) []string {
 }
 
 func (c *Client) inspectCall(name string) *driver.Call {
-	return &driver.Call{Script: scripts.Inspect, Keys: c.inspectKeys(name)}
+	return protocol.Inspect(c.inspectKeys(name))
 }

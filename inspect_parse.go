@@ -6,6 +6,7 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/ownerid"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // inspectKinds are the kinds in the order of inspect.lua's reply.
@@ -65,7 +66,7 @@ func (st *nameState) parseKind(kind Kind, part []any) bool {
 	}
 	holders, ok1 := part[1].([]any)
 	waiters, ok2 := part[2].([]any)
-	nums, err := replyInts([]any{part[0], part[3], part[4], part[5]}, 4)
+	nums, err := protocol.Ints([]any{part[0], part[3], part[4], part[5]}, 4)
 	if !ok1 || !ok2 || err != nil {
 		return false
 	}
@@ -74,7 +75,7 @@ func (st *nameState) parseKind(kind Kind, part []any) bool {
 	case KindSemaphore:
 		info.Permits = int(nums[1])
 	case KindLatch:
-		info.Count, info.TTL = nums[2], ms(nums[3])
+		info.Count, info.TTL = nums[2], protocol.Millis(nums[3])
 	}
 	for _, h := range holders {
 		holder, hb, ok := parseHolder(kind, h)
@@ -107,7 +108,7 @@ func parseHolder(kind Kind, h any) (Holder, heldBy, bool) {
 	}
 	member, ok1 := f[0].(string)
 	ids, ok2 := f[4].([]any)
-	v, err := replyInts(f[1:4], 3)
+	v, err := protocol.Ints(f[1:4], 3)
 	if !ok1 || !ok2 || err != nil {
 		return Holder{}, heldBy{}, false
 	}
@@ -129,7 +130,7 @@ func parseHolder(kind Kind, h any) (Holder, heldBy, bool) {
 		}
 		hb.holdIDs = append(hb.holdIDs, s)
 	}
-	holder := Holder{Mode: mode, Permits: int(v[1]), Token: v[2], TTL: ms(v[0])}
+	holder := Holder{Mode: mode, Permits: int(v[1]), Token: v[2], TTL: protocol.Millis(v[0])}
 	holder.Owner, holder.Info = ownerid.Split(owner)
 	hb.owner, hb.info = holder.Owner, holder.Info
 	if kind == KindReentrant {
@@ -146,7 +147,7 @@ func parseWaiter(kind Kind, w any) (Waiter, bool) {
 		return Waiter{}, false
 	}
 	member, ok1 := f[0].(string)
-	v, err := replyInts(f[1:], 2)
+	v, err := protocol.Ints(f[1:], 2)
 	if !ok1 || err != nil {
 		return Waiter{}, false
 	}
@@ -154,7 +155,7 @@ func parseWaiter(kind Kind, w any) (Waiter, bool) {
 	if !ok {
 		return Waiter{}, false
 	}
-	waiter := Waiter{Mode: mode, Permits: int(v[1]), LeaseLeft: ms(v[0])}
+	waiter := Waiter{Mode: mode, Permits: int(v[1]), LeaseLeft: protocol.Millis(v[0])}
 	waiter.Owner, waiter.Info = ownerid.Split(owner)
 	return waiter, true
 }

@@ -5,10 +5,9 @@ import (
 	"errors"
 	"time"
 
-	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/ownerid"
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/wait"
 )
 
@@ -111,20 +110,13 @@ func (l *Latch) TrySetCount(ctx context.Context, n int64) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	call := &driver.Call{
-		Script: scripts.LatchTrySet,
-		Keys:   []string{l.key, l.callsKey(), l.zeroKey(), l.roundKey()},
-		Args:   []any{n, l.ttl.Milliseconds(), id, latchCallMemory.Milliseconds(), l.roundKeep().Milliseconds()},
+	ctx, cancel := context.WithTimeout(ctx, latchCallMemory) // within latchCallMemory: see change
+	defer cancel()
+	set, err := protocol.LatchTrySet(ctx, l.c.drv, l.scriptKeys(), n, l.change(id))
+	if err != nil {
+		return false, errs.Redis("TrySetCount", l.name, err)
 	}
-	l.runOnce(ctx, call)
-	if call.Err != nil {
-		return false, errs.Redis("TrySetCount", l.name, call.Err)
-	}
-	set, ok := call.Reply.(int64)
-	if !ok {
-		return false, errs.Redis("TrySetCount", l.name, errs.Unexpected(call.Reply))
-	}
-	return set == 1, nil
+	return set, nil
 }
 
 // CountDown decrements the count and renews the latch's TTL. When the count
@@ -142,18 +134,10 @@ func (l *Latch) CountDown(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	call := &driver.Call{
-		Script: scripts.LatchCountDown,
-		Keys:   []string{l.key, l.callsKey(), l.zeroKey(), l.roundKey()},
-		Args: []any{l.ttl.Milliseconds(), l.c.drv.PublishCommand(), l.key, id, latchCallMemory.Milliseconds(),
-			l.roundKeep().Milliseconds()},
-	}
-	l.runOnce(ctx, call)
-	if call.Err != nil {
-		return errs.Redis("CountDown", l.name, call.Err)
-	}
-	if _, ok := call.Reply.(int64); !ok {
-		return errs.Redis("CountDown", l.name, errs.Unexpected(call.Reply))
+	ctx, cancel := context.WithTimeout(ctx, latchCallMemory) // within latchCallMemory: see change
+	defer cancel()
+	if err := protocol.LatchCountDown(ctx, l.c.drv, l.scriptKeys(), l.change(id)); err != nil {
+		return errs.Redis("CountDown", l.name, err)
 	}
 	return nil
 }
@@ -172,13 +156,16 @@ func (l *Latch) roundKey() string { return l.key + ":round" }
 // TTL plus that TTL again or minLatchRoundGrace, whichever is longer.
 func (l *Latch) roundKeep() time.Duration { return l.ttl + max(l.ttl, minLatchRoundGrace) }
 
-// runOnce runs a call that changes the latch, within latchCallMemory, so
-// that no copy of it the Redis client sends again can arrive after the
-// latch forgot it.
-func (l *Latch) runOnce(ctx context.Context, call *driver.Call) {
-	ctx, cancel := context.WithTimeout(ctx, latchCallMemory)
-	defer cancel()
-	l.c.drv.Run(ctx, call)
+// scriptKeys are the latch's keys as its scripts take them.
+func (l *Latch) scriptKeys() protocol.LatchKeys {
+	return protocol.LatchKeys{Count: l.key, Calls: l.callsKey(), Zero: l.zeroKey(), Round: l.roundKey()}
+}
+
+// change is a change of the latch by the call id. Such a call runs within
+// latchCallMemory, so that no copy of it the Redis client
+// sends again can arrive after the latch forgot it.
+func (l *Latch) change(id string) protocol.LatchChange {
+	return protocol.LatchChange{ID: id, TTL: l.ttl, Memory: latchCallMemory, RoundTTL: l.roundKeep()}
 }
 
 // Count returns the current count: zero once counted down, and for a latch
@@ -323,17 +310,12 @@ func (r latchRound) end(now latchRound) roundEnd {
 // read runs latch_count: the count, the key's remaining time, at zero
 // whether a CountDown took it there, and the round record.
 func (l *Latch) read(ctx context.Context) (latchState, error) {
-	call := &driver.Call{Script: scripts.LatchCount, Keys: []string{l.key, l.zeroKey(), l.roundKey()}}
-	l.c.drv.Run(ctx, call)
-	if call.Err != nil {
-		return latchState{}, call.Err
-	}
-	v, err := replyInts(call.Reply, 7)
+	v, err := protocol.LatchCount(ctx, l.c.drv, l.scriptKeys())
 	if err != nil {
 		return latchState{}, err
 	}
 	return latchState{
-		n: v[0], pttl: ms(v[1]), zeroed: v[2] == 1,
-		round: latchRound{epoch: v[3], zeros: v[4], prevEpoch: v[5], prevZeros: v[6]},
+		n: v.N, pttl: v.PTTL, zeroed: v.Zeroed,
+		round: latchRound{epoch: v.Epoch, zeros: v.Zeros, prevEpoch: v.PrevEpoch, prevZeros: v.PrevZeros},
 	}, nil
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/keyslot"
 	"github.com/dlock-go/dlock/internal/ownerid"
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // MultiLock holds several mutexes as one: all of them or none. Its names are
@@ -239,35 +239,40 @@ func (m *MultiLock) waitEach(ctx context.Context, owner string) ([]*Lease, error
 func (m *MultiLock) takeAtOnce(ctx context.Context, owner string) (parts []*Lease, unreachable bool, err error) {
 	for _, group := range m.slotGroups() {
 		start := time.Now()
-		call := &driver.Call{
-			Script: scripts.MultiAcquire,
-			Args:   []any{owner, m.cfg.initialPX().Milliseconds(), fenceRetention(m.cfg.ttl).Milliseconds()},
-		}
+		var keys []string
 		for _, mu := range group {
-			call.Keys = append(call.Keys, mu.keys.list()...)
+			keys = append(keys, mu.keys.list()...)
 		}
-		m.cfg.askAck(call)
 		countAttempt(ctx, &m.cfg)
-		m.c.drv.Run(ctx, call)
-		var fences []int64
-		fences, err = m.parseTake(call, group)
-		if err == nil {
-			if err = ackErr(call); err != nil {
+		t, err := protocol.MultiAcquire(ctx, m.c.drv, keys, len(group), owner,
+			m.cfg.initialPX(), fenceRetention(m.cfg.ttl), m.cfg.ack())
+		switch {
+		case t.Failed != nil:
+			err = errs.Redis("MultiLock", m.label, err)
+		case err == nil && t.Busy > 0:
+			e := &errs.NotObtainedError{Name: group[t.Busy-1].name, HolderTTL: t.HolderTTL}
+			if t.HolderTTL == 0 {
+				e.QueuedAhead = "it is free, but " + errs.OthersFirst
+			}
+			err = e
+		case err == nil:
+			if err = m.cfg.tooFewAcked(t.Acked); err != nil {
 				// Taken, but too few replicas have it: give it back.
 				m.releaseGroup(ctx, group, owner)
 				err = errs.Redis("MultiLock", m.label, err)
 			}
 		}
 		if err != nil {
-			if call.Err != nil {
+			if t.Failed != nil {
 				// The script may have run: release its locks too.
 				for _, mu := range group {
-					m.c.abandon(ctx, mu, &m.cfg, owner, call.Err, nil)
+					m.c.abandon(ctx, mu, &m.cfg, owner, t.Failed, nil)
 				}
 			}
 			m.releaseAll(ctx, parts)
-			return nil, call.Err != nil && errs.IsTransient(call.Err), err
+			return nil, t.Failed != nil && errs.IsTransient(t.Failed), err
 		}
+		fences := t.Fences
 		for i, mu := range group {
 			l, err := newLease(ctx, m.c.wd, mu, &mu.cfg, owner, fences[i], start, m.cfg.initialPX())
 			if err != nil {
@@ -278,34 +283,6 @@ func (m *MultiLock) takeAtOnce(ctx context.Context, owner string) (parts []*Leas
 		}
 	}
 	return parts, false, nil
-}
-
-// parseTake reads multi_acquire's reply: the fencing tokens, or which lock
-// was taken.
-func (m *MultiLock) parseTake(call *driver.Call, group []*Mutex) ([]int64, error) {
-	if call.Err != nil {
-		return nil, errs.Redis("MultiLock", m.label, call.Err)
-	}
-	items, ok := call.Reply.([]any)
-	if !ok || len(items) == 0 {
-		return nil, errs.Unexpected(call.Reply)
-	}
-	if code, _ := items[0].(int64); code == 0 {
-		v, err := replyInts(items, 3)
-		if err != nil || v[1] < 1 || int(v[1]) > len(group) {
-			return nil, errs.Unexpected(call.Reply)
-		}
-		e := &errs.NotObtainedError{Name: group[v[1]-1].name, HolderTTL: ms(v[2])}
-		if v[2] == 0 {
-			e.QueuedAhead = "it is free, but " + errs.OthersFirst
-		}
-		return nil, e
-	}
-	v, err := replyInts(items, len(group)+1)
-	if err != nil {
-		return nil, err
-	}
-	return v[1:], nil
 }
 
 // slotGroups splits the locks by Cluster hash slot, keeping canonical order

@@ -3,13 +3,12 @@ package dlock
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/ownerid"
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/wait"
 )
 
@@ -100,107 +99,25 @@ func (m *Mutex) place(owner string) wait.Place {
 	return wait.Place{Queue: m.keys.queue, Waiters: m.keys.waiters, Member: owner}
 }
 
-// mutexCall is one script call of a Mutex with its arguments, in a single
-// allocation: the values live in the struct and go into Args as pointers,
-// which need no boxing (driver.Call). A ReentrantMutex's calls use it too,
-// with the descriptor's key slice instead of keys.
-type mutexCall struct {
-	oneCall
-	args  [5]any
-	keys  [4]string
-	owner string
-}
-
-// acquire sends an acquire script of the Mutex family (mutex_acquire.lua,
-// reentrant_acquire.lua) for a.owner. fence > 0 when the script's fast path
-// took the free lock and replied with the bare token; otherwise the reply,
-// in a.call, is the script's full one.
-func (a *mutexCall) acquire(ctx context.Context, drv driver.Driver, cfg *config, script *driver.Script, keys []string, join, mode any) (fence int64, err error) {
-	a.args = [5]any{&a.owner, &cfg.pxMillis, join, mode, &cfg.timings}
-	a.call = driver.Call{Script: script, Keys: keys, Args: a.args[:]}
-	cfg.askAck(&a.call)
-	a.run(ctx, drv)
-	if a.call.Err != nil {
-		return 0, a.call.Err
-	}
-	if fence, ok := a.call.Reply.(int64); ok {
-		if fence <= 0 {
-			return 0, errs.Unexpected(a.call.Reply)
-		}
-		return fence, nil
-	}
-	return 0, nil
-}
-
-// Pre-boxed flags: boxing a string returned by a function allocates.
-var (
-	flagOne  any = "1"
-	flagZero any = "0"
-	// flagNewOwner is mutex_acquire.lua's "join the queue" for an owner
-	// value never queued before: a granted call skips removing its entry.
-	flagNewOwner any = "n"
-)
-
-// Pre-boxed modes (mutex_acquire.lua's ARGV[4]): strict arrival order or
-// not, then grants announced with PUBLISH or SPUBLISH.
-var (
-	modeFree        any = "0p"
-	modeFreeSharded any = "0s"
-	modeFair        any = "1p"
-	modeFairSharded any = "1s"
-)
+// flagNewOwner is Mutex.acquire's join for an owner value never queued
+// before (protocol.JoinNew).
+var flagNewOwner = protocol.JoinNew
 
 // mode is the Mutex scripts' mode argument for this lock and driver.
-func (m *Mutex) mode() any { return lockMode(m.c.drv, m.fair) }
-
-// lockMode is the mode argument of the Mutex's and the ReentrantMutex's
-// scripts: strict arrival order or not, and grants announced with
-// SPUBLISH or PUBLISH, as drv does.
-func lockMode(drv driver.Driver, fair bool) any {
-	sharded := strings.EqualFold(drv.PublishCommand(), "SPUBLISH")
-	switch {
-	case fair && sharded:
-		return modeFairSharded
-	case fair:
-		return modeFair
-	case sharded:
-		return modeFreeSharded
-	}
-	return modeFree
-}
-
-func boolFlag(b bool) any {
-	if b {
-		return flagOne
-	}
-	return flagZero
-}
+func (m *Mutex) mode() any { return protocol.LockMode(m.c.drv, m.fair) }
 
 func (m *Mutex) attempt(ctx context.Context, owner string, queue bool) (wait.Result, error) {
-	return m.acquire(ctx, owner, boolFlag(queue))
+	return m.acquire(ctx, owner, protocol.Join(queue))
 }
 
-// acquire runs mutex_acquire.lua; join is its ARGV[3]: flagZero, flagOne
-// or flagNewOwner.
+// acquire runs mutex_acquire.lua; join is its ARGV[3]: protocol.Join's or
+// flagNewOwner.
 func (m *Mutex) acquire(ctx context.Context, owner string, join any) (wait.Result, error) {
-	a := &mutexCall{owner: owner}
-	a.keys = m.keys.array()
-	fence, err := a.acquire(ctx, m.c.drv, &m.cfg, scripts.MutexAcquire, a.keys[:], join, m.mode())
-	call := &a.call
-	switch {
-	case err != nil:
-		return wait.Result{}, err
-	case fence > 0:
-		return grantAcked(ctx, m, &m.cfg, owner, call, wait.Result{Granted: true, Fence: fence, PTTL: ms(m.cfg.pxMillis)})
-	}
-	code, x, y, err := reply3(call.Reply)
+	a, err := protocol.MutexAcquire(ctx, m.c.drv, m.keys.array(), owner, &m.cfg.pxMillis, join, m.mode(), &m.cfg.timings, m.cfg.ack())
 	if err != nil {
 		return wait.Result{}, err
 	}
-	if code == 1 {
-		return grantAcked(ctx, m, &m.cfg, owner, call, wait.Result{Granted: true, Fence: x, PTTL: ms(y)})
-	}
-	return wait.Result{PTTL: ms(x), LastFence: lastFenceAt(call.Reply, 3)}, nil
+	return grantAcked(ctx, m, &m.cfg, owner, a)
 }
 
 // unlock is Unlock's release: straight to a goroutine of this Client
@@ -275,82 +192,31 @@ func refusesHandoff(*Mutex) bool { return false }
 // fencing token (mutex_transfer.lua), and whether the Redis client sent
 // the script more than once (driver.Call.Resent).
 func (m *Mutex) transfer(ctx context.Context, owner, next string, px time.Duration) (fence int64, resent bool, err error) {
-	call := &driver.Call{
-		Script: scripts.MutexTransfer,
-		Keys:   []string{m.keys.lock, m.keys.fence},
-		Args:   []any{owner, next, px.Milliseconds(), fenceRetention(m.cfg.ttl).Milliseconds()},
-	}
-	m.c.drv.Run(ctx, call)
-	if call.Err != nil {
-		return 0, call.Resent, call.Err
-	}
-	items, ok := call.Reply.([]any)
-	if !ok || len(items) == 0 {
-		return 0, call.Resent, errs.Unexpected(call.Reply)
-	}
-	switch code, _ := items[0].(int64); {
-	case code == 0:
-		return 0, call.Resent, ErrNotHeld
-	case code == 1 && len(items) >= 2:
-		if fence, ok := items[1].(int64); ok {
-			return fence, call.Resent, nil
-		}
-	}
-	return 0, call.Resent, errs.Unexpected(call.Reply)
+	fence, r, err := protocol.MutexTransfer(ctx, m.c.drv, m.keys.lock, m.keys.fence, owner, next, px, fenceRetention(m.cfg.ttl))
+	return fence, r.Resent, err
 }
 
 // release is Unlock's script, and how an abandoned waiter leaves the queue.
 // When the lock passes to a waiter of this same Client, the waiter is told
 // directly, ahead of the pub/sub message.
 func (m *Mutex) release(ctx context.Context, owner string) error {
-	a := &mutexCall{owner: owner}
-	a.args[0], a.args[1], a.args[2] = &a.owner, m.mode(), &m.cfg.timings
-	a.keys = m.keys.array()
-	a.call = driver.Call{Script: scripts.MutexRelease, Keys: a.keys[:], Args: a.args[:3]}
-	call := &a.call
-	a.run(ctx, m.c.drv)
-	if call.Err != nil {
-		return call.Err
-	}
-	if code, ok := call.Reply.(int64); ok {
-		switch code {
-		case 0:
-			return notHeld(call)
-		case 1:
-			return nil
-		}
-		return errs.Unexpected(call.Reply)
-	}
-	items, ok := call.Reply.([]any)
-	if !ok || len(items) == 0 {
-		return errs.Unexpected(call.Reply)
-	}
-	switch code, _ := items[0].(int64); code {
-	case 2:
-		if len(items) < 4 { // a malformed reply must not panic (FuzzScriptReplies)
-			return errs.Unexpected(call.Reply)
-		}
-		v, err := replyInts(items[:3], 3)
-		next, ok := items[3].(string)
-		if err != nil || !ok {
-			return errs.Unexpected(call.Reply)
-		}
-		m.c.notify.Deliver(m.keys.channel(), next, v[1], ms(v[2]))
-		return nil
-	}
-	return errs.Unexpected(call.Reply)
+	r, err := protocol.MutexRelease(ctx, m.c.drv, m.keys.array(), owner, m.mode(), &m.cfg.timings,
+		func(next string, fence int64, px time.Duration) {
+			m.c.notify.Deliver(m.keys.channel(), next, fence, px)
+		})
+	return releaseErr(r, err)
 }
 
 func (m *Mutex) renewCalls(owner string, px time.Duration, shorten bool) []*driver.Call {
-	return []*driver.Call{ownedExtendCall(m.keys.lock, owner, px, shorten)}
+	return protocol.OwnedExtend(m.keys.lock, "", owner, px, shorten).Batch()
 }
 
-func (m *Mutex) renewResult(calls []*driver.Call) error { return ownedExtendResult(calls) }
+func (m *Mutex) renewResult(calls []*driver.Call) error { return protocol.ExtendResult(calls) }
 
 func (m *Mutex) renew(ctx context.Context, owner string, px time.Duration, shorten bool) error {
 	return renewVia(ctx, m.c.drv, m, owner, px, shorten)
 }
 
 func (m *Mutex) remaining(ctx context.Context, owner string) (time.Duration, error) {
-	return ownedRemaining(ctx, m.c.drv, m.keys.lock, owner)
+	return protocol.OwnedPTTL(ctx, m.c.drv, m.keys.lock, owner)
 }

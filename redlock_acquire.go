@@ -8,7 +8,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errs"
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // acquireResult is the outcome of one acquisition attempt on every node.
@@ -92,7 +92,7 @@ func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireRes
 	start := time.Now()
 	wait := min(redlockNodeTimeout(&m.cfg), valid)
 	deadline := start.Add(wait)
-	calls := m.nodeCalls(nil, scripts.RedlockAcquire, owner, px.Milliseconds())
+	calls := m.nodeCalls(nil, protocol.RedlockAcquire(m.key, owner, px))
 	// A free key is taken with a native SET NX PX, the script only when
 	// the key exists (goredis.Driver.SetNX): a third less work per node.
 	// Not while this process listens for the lock's releases on the node
@@ -243,7 +243,7 @@ func (m *RedlockMutex) explainFailure(res *acquireResult, op string, verdict acq
 }
 
 // readAcquire reads one node's reply to an attempt: rep.err, or what
-// parseAcquire makes of a reply; nothing for a node that did not answer.
+// protocol.RedlockAcquireReply makes of a reply; nothing for a node that did not answer.
 func readAcquire(rep nodeReply) (granted bool, holderTTL time.Duration, holder string, err error) {
 	if !rep.done {
 		return false, 0, "", nil
@@ -251,30 +251,7 @@ func readAcquire(rep nodeReply) (granted bool, holderTTL time.Duration, holder s
 	if rep.err != nil {
 		return false, 0, "", rep.err
 	}
-	return parseAcquire(rep.reply)
-}
-
-// parseAcquire reads redlock_acquire's reply: granted, or the other owner's
-// remaining time and value (empty from an older dlock's script, which did
-// not send it).
-func parseAcquire(reply any) (granted bool, holderTTL time.Duration, holder string, err error) {
-	if reply == int64(1) {
-		return true, 0, "", nil
-	}
-	items, ok := reply.([]any)
-	if !ok || len(items) == 0 {
-		return false, 0, "", errs.Unexpected(reply)
-	}
-	switch code, _ := items[0].(int64); code {
-	case 0:
-		if v, err := replyInts(reply, 2); err == nil {
-			if len(items) > 2 {
-				holder, _ = items[2].(string)
-			}
-			return false, ms(v[1]), holder, nil
-		}
-	}
-	return false, 0, "", errs.Unexpected(reply)
+	return protocol.RedlockAcquireReply(rep.reply)
 }
 
 // quorum is how many of n nodes must agree.

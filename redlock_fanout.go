@@ -11,19 +11,20 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
-// nodeCalls makes a call of script for each node, or for the nodes set in
-// which when it is not nil (nil elsewhere: fanout skips those). The calls
-// share one key slice and one argument slice, which drivers only read, and
-// one backing array: a fan-out costs a few allocations, not a few per node.
-func (m *RedlockMutex) nodeCalls(which []bool, script *driver.Script, args ...any) []*driver.Call {
+// nodeCalls makes a copy of c for each node, or for the nodes set in which
+// when it is not nil (nil elsewhere: fanout skips those). The calls share
+// one key slice and c's arguments, which drivers only read, and one
+// backing array: a fan-out costs a few allocations, not a few per node.
+func (m *RedlockMutex) nodeCalls(which []bool, c *protocol.Call) []*driver.Call {
 	n := len(m.r.nodes)
 	backing := make([]driver.Call, n)
 	calls := make([]*driver.Call, n)
 	for i := range calls {
 		if which == nil || which[i] {
-			backing[i] = driver.Call{Script: script, Keys: m.keys, Args: args}
+			backing[i] = driver.Call{Script: c.Script, Keys: m.keys, Args: c.Args}
 			calls[i] = &backing[i]
 		}
 	}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/ownerid"
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // Local hand-off of a Redlock lock: an Unlock whose Redlock has a Lock waiting
@@ -83,7 +83,7 @@ func (m *RedlockMutex) transfer(ctx context.Context, from, to string, handoffs i
 	valid := px - m.drift(px)
 	start := time.Now()
 	deadline := start.Add(min(redlockNodeTimeout(&m.cfg), valid))
-	calls := m.nodeCalls(which, scripts.OwnedTransfer, from, to, px.Milliseconds())
+	calls := m.nodeCalls(which, protocol.OwnedTransfer(m.key, from, to, px))
 	isMoved := func(rep nodeReply) bool { return rep.done && rep.err == nil && rep.reply == int64(1) }
 	replies, tail := m.r.fanout(context.WithoutCancel(ctx), deadline, calls, func(replies []nodeReply) bool {
 		count := 0

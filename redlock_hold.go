@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/errs"
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // redlockHold is the holder of one Redlock lease: its renewals, release and
@@ -49,7 +49,7 @@ func (h *redlockHold) renew(ctx context.Context, owner string, px time.Duration,
 	if valid > 0 && valid < wait {
 		wait = valid
 	}
-	calls := m.nodeCalls(nil, scripts.OwnedExtend, extendArgs(shorten, owner, px.Milliseconds())...)
+	calls := m.nodeCalls(nil, protocol.OwnedExtend(m.key, "", owner, px, shorten))
 	count := func(replies []nodeReply) (renewed, gone int) {
 		for _, rep := range replies {
 			if rep.done && rep.err == nil {
@@ -97,7 +97,7 @@ func (h *redlockHold) renew(ctx context.Context, owner string, px time.Duration,
 func (h *redlockHold) remaining(ctx context.Context, owner string) (time.Duration, error) {
 	m := h.m
 	n, q := len(m.r.nodes), quorum(len(m.r.nodes))
-	calls := m.nodeCalls(nil, scripts.OwnedPTTL, owner)
+	calls := m.nodeCalls(nil, protocol.OwnedPTTLCall(m.key, owner))
 	wait := redlockNodeTimeout(&m.cfg)
 	replies, _ := m.r.fanout(ctx, time.Now().Add(wait), calls, nil)
 	var (
@@ -108,19 +108,16 @@ func (h *redlockHold) remaining(ctx context.Context, owner string) (time.Duratio
 	for i, rep := range replies {
 		err := rep.err
 		if rep.done && err == nil {
-			v, ok := rep.reply.(int64)
+			d, perr := protocol.OwnedPTTLReply(rep.reply)
 			switch {
-			case !ok:
-				err = errs.Unexpected(rep.reply)
-			case v == -3:
+			case perr == nil:
+				ours = append(ours, d)
+				continue
+			case perr == errs.ErrNotHeld:
 				gone++
 				continue
-			case v < 0:
-				err = fmt.Errorf("%w: the key has no expiry", ErrKeyConflict)
-			default:
-				ours = append(ours, ms(v))
-				continue
 			}
+			err = perr
 		}
 		failed = append(failed, m.r.nodeError(ctx, i, rep.done, err, wait))
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errs"
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // release deletes our key on every node (Unlock). It counts as released
@@ -231,11 +231,7 @@ func countTrue(mask []bool) int {
 // fail. unsure (if not nil) marks the nodes where a command of ours whose
 // outcome is unknown may have removed our key already.
 func (m *RedlockMutex) releaseOn(ctx context.Context, owner string, which []bool, tell bool, enough func([]nodeReply) bool, unsure []bool) (t releaseTally) {
-	publish := "0"
-	if tell {
-		publish = "1"
-	}
-	calls := m.nodeCalls(which, scripts.OwnedRelease, owner, publish)
+	calls := m.nodeCalls(which, protocol.OwnedRelease(m.key, owner, tell))
 	wait := redlockNodeTimeout(&m.cfg)
 	replies, tail := m.r.fanoutDetached(ctx, time.Now().Add(wait), calls, enough)
 	left := false

@@ -8,10 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/ownerid"
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/wait"
 )
 
@@ -113,14 +112,9 @@ func (m *ReentrantMutex) HoldCount(ctx context.Context) (int, error) {
 	if err := m.c.checkOpen("HoldCount", m.name); err != nil {
 		return 0, err
 	}
-	call := &driver.Call{Script: scripts.ReentrantHolds, Keys: []string{m.keys.lock, m.holds}, Args: []any{owner}}
-	m.c.drv.Run(ctx, call)
-	if call.Err != nil {
-		return 0, errs.Redis("HoldCount", m.name, call.Err)
-	}
-	n, ok := call.Reply.(int64)
-	if !ok {
-		return 0, errs.Unexpected(call.Reply)
+	n, err := protocol.ReentrantHolds(ctx, m.c.drv, m.keys.lock, m.holds, owner)
+	if err != nil {
+		return 0, errs.Redis("HoldCount", m.name, err)
 	}
 	return int(n), nil
 }
@@ -211,34 +205,15 @@ func (h *reentrantHold) place(member string) wait.Place {
 func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) (wait.Result, error) {
 	m := h.m
 	h.grant = ""
-	a := &mutexCall{owner: member}
-	fence, err := a.acquire(ctx, m.c.drv, &m.cfg, scripts.ReentrantAcquire, m.all, boolFlag(queue), lockMode(m.c.drv, false))
-	call := &a.call
-	switch {
-	case err != nil:
-		return wait.Result{}, err
-	case fence > 0:
-		return grantAcked(ctx, h, &m.cfg, member, call, wait.Result{Granted: true, Fence: fence, PTTL: ms(m.cfg.pxMillis)})
-	}
-	v, err := replyInts(call.Reply, 3)
+	a, err := protocol.ReentrantAcquire(ctx, m.c.drv, m.all, member, &m.cfg.pxMillis,
+		protocol.Join(queue), protocol.LockMode(m.c.drv, false), &m.cfg.timings, m.cfg.ack())
 	if err != nil {
 		return wait.Result{}, err
 	}
-	if v[0] == 1 {
-		items := call.Reply.([]any) // replyInts checked it
-		grant, ok := "", len(items) >= 5
-		if ok {
-			grant, ok = items[4].(string)
-		}
-		if !ok || len(grant) != ownerid.IDLen {
-			return wait.Result{}, errs.Unexpected(call.Reply)
-		}
-		if grant != h.hold {
-			h.grant = grant
-		}
-		return grantAcked(ctx, h, &m.cfg, member, call, wait.Result{Granted: true, Fence: v[1], PTTL: ms(v[2])})
+	if a.Grant != "" && a.Grant != h.hold {
+		h.grant = a.Grant
 	}
-	return wait.Result{PTTL: ms(v[1]), LastFence: lastFenceAt(call.Reply, 3)}, nil
+	return grantAcked(ctx, h, &m.cfg, member, a)
 }
 
 // release gives up this hold (or its place in the queue). When it was the
@@ -279,44 +254,11 @@ func (h *reentrantHold) release(ctx context.Context, member string) error {
 // (released, handed on, or no longer there).
 func (h *reentrantHold) sendRelease(ctx context.Context, member string) (ended bool, err error) {
 	m := h.m
-	a := &mutexCall{owner: member}
-	a.args[0], a.args[1], a.args[2] = &a.owner, lockMode(m.c.drv, false), &m.cfg.timings
-	a.call = driver.Call{Script: scripts.ReentrantRelease, Keys: m.all, Args: a.args[:3]}
-	call := &a.call
-	a.run(ctx, m.c.drv)
-	if call.Err != nil {
-		// A release that freed the lock despite a foreign key ended the hold.
-		return errs.ReleasedDespiteConflict(call.Err), call.Err
-	}
-	if code, ok := call.Reply.(int64); ok { // the fast path: the last hold released
-		if code != 1 {
-			return false, errs.Unexpected(call.Reply)
-		}
-		return true, nil
-	}
-	items, ok := call.Reply.([]any)
-	if !ok || len(items) == 0 {
-		return false, errs.Unexpected(call.Reply)
-	}
-	code, _ := items[0].(int64)
-	switch code {
-	case 0, 4:
-		return true, notHeld(call)
-	case 1, 3:
-		return true, nil
-	case 2:
-		if len(items) < 4 { // a malformed reply must not panic (FuzzScriptReplies)
-			return true, errs.Unexpected(call.Reply)
-		}
-		v, err := replyInts(items[:3], 3)
-		next, ok := items[3].(string)
-		if err != nil || !ok {
-			return true, errs.Unexpected(call.Reply)
-		}
-		m.c.notify.Deliver(m.keys.channel(), next, v[1], ms(v[2]))
-		return true, nil
-	}
-	return false, errs.Unexpected(call.Reply)
+	r, err := protocol.ReentrantRelease(ctx, m.c.drv, m.all, member, protocol.LockMode(m.c.drv, false), &m.cfg.timings,
+		func(next string, fence int64, px time.Duration) {
+			m.c.notify.Deliver(m.keys.channel(), next, fence, px)
+		})
+	return r.Ended, releaseErr(r, err)
 }
 
 // renew, remaining: a hold's lease delegates Extend and TTL to its anchor
@@ -327,7 +269,7 @@ func (h *reentrantHold) renew(ctx context.Context, _ string, px time.Duration, s
 }
 
 func (h *reentrantHold) remaining(ctx context.Context, _ string) (time.Duration, error) {
-	return ownedRemaining(ctx, h.m.c.drv, h.m.keys.lock, h.grantValue())
+	return protocol.OwnedPTTL(ctx, h.m.c.drv, h.m.keys.lock, h.grantValue())
 }
 
 // grantValue is what the lock's key holds while the grant this hold joined

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // reentrantOwner is the anchor's holder: the lock as held by one owner,
@@ -21,19 +22,17 @@ func (o *reentrantOwner) kind() Kind { return KindReentrant }
 
 func (o *reentrantOwner) renewCalls(owner string, px time.Duration, shorten bool) []*driver.Call {
 	// The holds set lives and dies with the lock.
-	c := ownedExtendCall(o.keys.lock, owner, px, shorten)
-	c.Keys = append(c.Keys, o.holds)
-	return []*driver.Call{c}
+	return protocol.OwnedExtend(o.keys.lock, o.holds, owner, px, shorten).Batch()
 }
 
-func (o *reentrantOwner) renewResult(calls []*driver.Call) error { return ownedExtendResult(calls) }
+func (o *reentrantOwner) renewResult(calls []*driver.Call) error { return protocol.ExtendResult(calls) }
 
 func (o *reentrantOwner) renew(ctx context.Context, owner string, px time.Duration, shorten bool) error {
 	return renewVia(ctx, o.c.drv, o, owner, px, shorten)
 }
 
 func (o *reentrantOwner) remaining(ctx context.Context, owner string) (time.Duration, error) {
-	return ownedRemaining(ctx, o.c.drv, o.keys.lock, owner)
+	return protocol.OwnedPTTL(ctx, o.c.drv, o.keys.lock, owner)
 }
 
 // release is never used: holds are released one by one through their own

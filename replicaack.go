@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/wait"
 )
 
@@ -35,23 +36,48 @@ func (c *config) askAck(calls ...*driver.Call) {
 func ackErr(calls ...*driver.Call) error {
 	for _, call := range calls {
 		if call.Replicas > 0 && call.Err == nil && call.Acked < call.Replicas {
-			return fmt.Errorf("%w: %d of %d replicas acknowledged it within %v",
-				ErrReplicaAck, call.Acked, call.Replicas, call.ReplicaTimeout)
+			return tooFewAcks(call.Acked, call.Replicas, call.ReplicaTimeout)
 		}
 	}
 	return nil
 }
 
-// grantAcked checks an acquire attempt's replica acknowledgement. A grant
-// that call wrote itself (full initial PX) must have been acknowledged: if
-// it was not, the lock is released again (handed to the next waiter)
-// before grantAcked returns the error. Other outcomes pass unchanged: not
-// granted, or a grant found in place, which newLease claims with WAIT.
-func grantAcked(ctx context.Context, q queuedLock, cfg *config, owner string, call *driver.Call, r wait.Result) (wait.Result, error) {
-	if !r.Granted || call.Replicas <= 0 || r.PTTL < cfg.initialPX().Truncate(time.Millisecond) {
+// tooFewAcks is the error of a write that acked of replicas acknowledged
+// within timeout.
+func tooFewAcks(acked, replicas int, timeout time.Duration) error {
+	return fmt.Errorf("%w: %d of %d replicas acknowledged it within %v",
+		ErrReplicaAck, acked, replicas, timeout)
+}
+
+// tooFewAcked reports a write that acked replicas acknowledged as too
+// few for cfg: nil when cfg asks for none or enough did.
+func (c *config) tooFewAcked(acked int) error {
+	if c.replicaAck <= 0 || acked >= c.replicaAck {
+		return nil
+	}
+	return tooFewAcks(acked, c.replicaAck, c.replicaAckTimeout)
+}
+
+// ack is the replica acknowledgement cfg asks of calls that grant.
+func (c *config) ack() protocol.Ack {
+	if c.replicaAck <= 0 {
+		return protocol.Ack{}
+	}
+	return protocol.Ack{Replicas: c.replicaAck, Timeout: c.replicaAckTimeout}
+}
+
+// grantAcked turns an acquire attempt into the wait engine's result,
+// checking its replica acknowledgement. A grant that the attempt wrote
+// itself (full initial PX) must have been acknowledged: if it was not, the
+// lock is released again (handed to the next waiter) before grantAcked
+// returns the error. Other outcomes pass unchanged: not granted, or a
+// grant found in place, which newLease claims with WAIT.
+func grantAcked(ctx context.Context, q queuedLock, cfg *config, owner string, a protocol.Attempt) (wait.Result, error) {
+	r := wait.Result{Granted: a.Granted, Fence: a.Fence, PTTL: a.PTTL, LastFence: a.LastFence}
+	if !r.Granted || cfg.replicaAck <= 0 || r.PTTL < cfg.initialPX().Truncate(time.Millisecond) {
 		return r, nil
 	}
-	err := ackErr(call)
+	err := cfg.tooFewAcked(a.Acked)
 	if err == nil {
 		return r, nil
 	}

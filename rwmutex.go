@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // RWMutex is a distributed read-write lock: at any moment either any number
@@ -26,17 +27,10 @@ type RWMutex struct {
 	name   string
 	cfg    config
 	keys   rwKeys
-	ms     rwMillis
-	err    error  // invalid name or option, reported by every call that reaches Redis
-	writer rwHalf // in the descriptor: one allocation fewer each
+	ms     protocol.Timings // computed with the descriptor: calls point at them
+	err    error            // invalid name or option, reported by every call that reaches Redis
+	writer rwHalf           // in the descriptor: one allocation fewer each
 	reader rwHalf
-}
-
-// rwMillis are an RWMutex's timings in the milliseconds its scripts take,
-// computed with the descriptor: its script calls pass them by pointer,
-// which boxes nothing (an int64 in an interface is an allocation).
-type rwMillis struct {
-	ttl, waiterLease, claimWindow, fenceRetention int64
 }
 
 // Lock modes: the first byte of every holder and queue member.
@@ -82,12 +76,7 @@ func newRWKeys(prefix, name string) rwKeys {
 // concurrent use; any number of them may name the same lock.
 func (c *Client) RWMutex(name string, opts ...Option) *RWMutex {
 	cfg, cfgErr := c.applyOptions("RWMutex", name, opts)
-	rw := &RWMutex{c: c, name: name, cfg: cfg, keys: newRWKeys(cfg.keyPrefix, name), ms: rwMillis{
-		ttl:            cfg.initialPX().Milliseconds(),
-		waiterLease:    cfg.waiterLease.Milliseconds(),
-		claimWindow:    cfg.claimWindow().Milliseconds(),
-		fenceRetention: fenceRetention(cfg.ttl).Milliseconds(),
-	}}
+	rw := &RWMutex{c: c, name: name, cfg: cfg, keys: newRWKeys(cfg.keyPrefix, name), ms: queueTimings(&cfg)}
 	if err := checkName(name); err != nil {
 		rw.err = errs.Errorf("dlock: RWMutex: %w", err)
 	} else if cfgErr != nil {

@@ -7,10 +7,9 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/ownerid"
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // errDowngraded is the Err of a write lease that Downgrade ended.
@@ -129,29 +128,11 @@ func (rw *RWMutex) readConfig(start, holdUntil time.Time) (*config, time.Duratio
 // replicas acknowledged it. Waiters of this Client that it granted are told
 // directly.
 func (rw *RWMutex) downgrade(ctx context.Context, writeOwner, readOwner string, px time.Duration) (int64, error) {
-	call := &driver.Call{
-		Script: scripts.RWDowngrade,
-		Keys:   rw.keys.all,
-		Args: []any{
-			string(rwWrite) + writeOwner, string(rwRead) + readOwner, px.Milliseconds(),
-			&rw.ms.fenceRetention, rw.c.drv.PublishCommand(), rw.keys.holders,
-		},
+	fence, acked, err := protocol.RWDowngrade(ctx, rw.c.drv, rw.keys.all,
+		string(rwWrite)+writeOwner, string(rwRead)+readOwner, px,
+		&rw.ms, rw.keys.holders, rw.cfg.ack(), rw.deliver)
+	if err != nil {
+		return 0, err
 	}
-	rw.cfg.askAck(call)
-	rw.c.drv.Run(ctx, call)
-	if call.Err != nil {
-		return 0, call.Err
-	}
-	items, ok := call.Reply.([]any)
-	if !ok || len(items) == 0 {
-		return 0, errs.Unexpected(call.Reply)
-	}
-	if code, _ := items[0].(int64); code == 0 && len(items) == 1 {
-		return 0, ErrNotHeld
-	}
-	v, err := replyInts(items, 2)
-	if err != nil || v[0] != 1 || !rw.deliver(items[2:]) {
-		return 0, errs.Unexpected(call.Reply)
-	}
-	return v[1], ackErr(call)
+	return fence, rw.cfg.tooFewAcked(acked)
 }

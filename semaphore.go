@@ -3,13 +3,10 @@ package dlock
 import (
 	"context"
 	"errors"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errs"
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // MaxPermits is the largest number of permits a semaphore may have, and so
@@ -33,25 +30,20 @@ type Semaphore struct {
 	name    string
 	permits int
 	cfg     config
-	ms      semMillis
+	ms      protocol.Timings // computed with the descriptor: calls point at them
 	keys    semKeys
 	err     error // invalid name, permits or option, reported on first use
 }
 
-// semMillis are a Semaphore's timings in the milliseconds its scripts take,
-// computed with the descriptor: its script calls pass them by pointer,
-// which boxes nothing (an int64 in an interface is an allocation).
-type semMillis struct {
-	limitRetention, ttl, waiterLease, claimWindow, fenceRetention int64
-}
-
-func newSemMillis(cfg *config) semMillis {
-	return semMillis{
-		limitRetention: semLimitRetention(cfg.ttl).Milliseconds(),
-		ttl:            cfg.initialPX().Milliseconds(),
-		waiterLease:    cfg.waiterLease.Milliseconds(),
-		claimWindow:    cfg.claimWindow().Milliseconds(),
-		fenceRetention: fenceRetention(cfg.ttl).Milliseconds(),
+// queueTimings are a queued lock's timings for cfg as its scripts take
+// them: the RWMutex's, and the Semaphore's with its limit's retention.
+func queueTimings(cfg *config) protocol.Timings {
+	return protocol.Timings{
+		TTL:            cfg.initialPX().Milliseconds(),
+		WaiterLease:    cfg.waiterLease.Milliseconds(),
+		ClaimWindow:    cfg.claimWindow().Milliseconds(),
+		FenceRetention: fenceRetention(cfg.ttl).Milliseconds(),
+		LimitRetention: semLimitRetention(cfg.ttl).Milliseconds(),
 	}
 }
 
@@ -100,7 +92,7 @@ func (c *Client) Semaphore(name string, permits int, opts ...Option) *Semaphore 
 	if err == nil && (permits < 1 || permits > MaxPermits) {
 		err = errs.Errorf("dlock: Semaphore(%q): %w", name, errs.InvalidArgf("%d permits: want between 1 and %d", permits, MaxPermits))
 	}
-	return &Semaphore{c: c, name: name, permits: permits, cfg: cfg, ms: newSemMillis(&cfg), keys: newSemKeys(cfg.keyPrefix, name), err: err}
+	return &Semaphore{c: c, name: name, permits: permits, cfg: cfg, ms: queueTimings(&cfg), keys: newSemKeys(cfg.keyPrefix, name), err: err}
 }
 
 // Name returns the semaphore's name.
@@ -222,59 +214,22 @@ func (s *Semaphore) changeLimit(ctx context.Context, op string, v int, id string
 	if err := s.c.checkOpen(op, s.name); err != nil {
 		return 0, err
 	}
-	call := &driver.Call{
-		Script: scripts.SemSetPermits,
-		Keys:   s.keys.all,
-		Args: []any{
-			v, &s.ms.limitRetention, &s.ms.fenceRetention,
-			s.c.drv.PublishCommand(), s.keys.channel(),
-		},
-	}
+	ch := protocol.SemLimitChange{V: v, ID: id, Calls: s.keys.calls, Memory: semCallMemory, Permits: s.permits, Max: MaxPermits}
 	if id != "" {
-		call.Keys = append(s.keys.all[:len(s.keys.all):len(s.keys.all)], s.keys.calls)
-		call.Args = append(call.Args, s.permits, MaxPermits, id, semCallMemory.Milliseconds())
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, semCallMemory)
 		defer cancel()
 	}
-	s.c.drv.Run(ctx, call)
-	return s.setPermitsResult(op, v, call)
-}
-
-// setPermitsResult reads sem_set_permits's reply to op, which added v to
-// the limit or set it to v: the new limit, after telling this Client's
-// waiters of their grants.
-func (s *Semaphore) setPermitsResult(op string, v int, call *driver.Call) (int, error) {
-	if limit, ok := replyErrorNumber(call.Err, "DLOCK_RANGE "); ok {
+	limit, err := protocol.SemSetPermits(ctx, s.c.drv, s.keys.all, s.keys.channel(), &s.ms, ch, s.deliver)
+	var lerr *protocol.LimitError
+	if errors.As(err, &lerr) {
 		return 0, errs.Errorf("dlock: %s %q: %w", op, s.name,
-			errs.InvalidArgf("the limit is %d, and adding %d would make it %d: want between 1 and %d", limit, v, limit+int64(v), MaxPermits))
+			errs.InvalidArgf("the limit is %d, and adding %d would make it %d: want between 1 and %d", lerr.Limit, v, lerr.Limit+int64(v), MaxPermits))
 	}
-	limit, err := s.grantsResult(call)
 	if err != nil {
 		return 0, errs.Redis(op, s.name, err)
 	}
 	return int(limit), nil
-}
-
-// replyErrorNumber reads the number after marker in a script's error reply
-// (DLOCK_LIMIT, DLOCK_RANGE): ok when err is such a reply; the number is -1
-// when it is missing.
-func replyErrorNumber(err error, marker string) (n int64, ok bool) {
-	var rerr *driver.ReplyError
-	if !errors.As(err, &rerr) {
-		return 0, false
-	}
-	i := strings.Index(rerr.Msg, marker)
-	if i < 0 {
-		return 0, false
-	}
-	n = -1
-	if f := strings.Fields(rerr.Msg[i+len(marker):]); len(f) > 0 {
-		if v, err := strconv.ParseInt(f[0], 10, 64); err == nil {
-			n = v
-		}
-	}
-	return n, true
 }
 
 // Available returns how many permits are free now: the limit in force minus
@@ -289,16 +244,11 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 	if err := s.c.checkOpen("Available", s.name); err != nil {
 		return 0, err
 	}
-	call := &driver.Call{Script: scripts.SemAvailable, Keys: s.keys.all[:3], Args: []any{s.permits}}
-	s.c.drv.Run(ctx, call)
-	if call.Err != nil {
-		return 0, errs.Redis("Available", s.name, call.Err)
-	}
-	v, err := replyInts(call.Reply, 2)
+	limit, used, err := protocol.SemAvailable(ctx, s.c.drv, s.keys.all[:3], s.permits)
 	if err != nil {
 		return 0, errs.Redis("Available", s.name, err)
 	}
-	if free := v[0] - v[1]; free > 0 {
+	if free := limit - used; free > 0 {
 		return int(free), nil
 	}
 	return 0, nil
@@ -316,29 +266,8 @@ func semLimitRetention(ttl time.Duration) time.Duration {
 	return 7 * 24 * time.Hour
 }
 
-// grantsResult reads a reply of the form {head, fence, px, owner, ...} (the
-// release and SetPermits scripts): it tells each waiter of this Client that
-// was granted permits directly, ahead of the pub/sub message, and returns
-// head.
-func (s *Semaphore) grantsResult(call *driver.Call) (int64, error) {
-	if call.Err != nil {
-		return 0, call.Err
-	}
-	items, ok := call.Reply.([]any)
-	if !ok || len(items) == 0 || (len(items)-1)%3 != 0 {
-		return 0, errs.Unexpected(call.Reply)
-	}
-	head, ok := items[0].(int64)
-	if !ok {
-		return 0, errs.Unexpected(call.Reply)
-	}
-	for i := 1; i < len(items); i += 3 {
-		v, err := replyInts(items[i:i+2], 2)
-		owner, ok := items[i+2].(string)
-		if err != nil || !ok {
-			return 0, errs.Unexpected(call.Reply)
-		}
-		s.c.notify.Deliver(s.keys.channel(), owner, v[0], ms(v[1]))
-	}
-	return head, nil
+// deliver tells this Client's waiter owner of its grant, ahead of the
+// pub/sub message.
+func (s *Semaphore) deliver(owner string, fence int64, px time.Duration) {
+	s.c.notify.Deliver(s.keys.channel(), owner, fence, px)
 }

@@ -29,16 +29,6 @@ type placeHolder interface {
 	place(owner string) wait.Place
 }
 
-// lastFenceAt reads the last token issued from item i of a not-granted
-// reply; 0 (every grant is newer) when the reply has none.
-func lastFenceAt(reply any, i int) int64 {
-	if items, _ := reply.([]any); len(items) > i {
-		fence, _ := items[i].(int64)
-		return fence
-	}
-	return 0
-}
-
 // acquire is TryLock (wait false) and Lock (wait true) for every queued
 // lock, for a fresh owner.
 func (c *Client) acquire(ctx context.Context, q queuedLock, cfg *config, block bool) (*Lease, error) {

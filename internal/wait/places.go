@@ -12,8 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/errs"
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // Places: waiters' places kept together.
@@ -153,7 +152,6 @@ func (p *Places) Keep(ctx context.Context, drv driver.Driver, lease time.Duratio
 	if len(members) == 0 {
 		return
 	}
-	leaseMs := lease.Milliseconds()
 	var (
 		chunks [][]*Member // the members of each call
 		calls  []*driver.Call
@@ -161,28 +159,20 @@ func (p *Places) Keep(ctx context.Context, drv driver.Driver, lease time.Duratio
 	for start := 0; start < len(members); start += maxKeptPerCall {
 		chunk := members[start:min(start+maxKeptPerCall, len(members))]
 		chunks = append(chunks, chunk)
-		args := make([]any, 1, len(chunk)+1)
-		args[0] = leaseMs
-		for _, m := range chunk {
-			args = append(args, m.member)
-		}
-		calls = append(calls, &driver.Call{Script: scripts.QueueKeep, Keys: []string{leader.g.key.queue, leader.g.waiters}, Args: args})
+		calls = append(calls, protocol.QueueKeep(leader.g.key.queue, leader.g.waiters, lease, len(chunk),
+			func(i int) string { return chunk[i].member }))
 	}
 	sent := time.Now()
 	drv.Run(ctx, calls...)
 	for i, call := range calls {
 		chunk := chunks[i]
-		kept, ok := call.Reply.([]any)
-		if call.Err != nil || !ok || len(kept) != len(chunk) {
-			err := call.Err
-			if err == nil {
-				err = errs.Unexpected(call.Reply)
-			}
+		kept, err := protocol.QueueKeepReply(call, len(chunk))
+		if err != nil {
 			logger.Debug("dlock: renewing waiters' places failed; each asks for itself", slog.String("queue", leader.g.key.queue), slog.Any("error", err))
 			continue
 		}
 		for j, m := range chunk {
-			if v, _ := kept[j].(int64); v == 1 {
+			if kept.Has(j) {
 				p.Kept(m, sent)
 				m.keptByLeader.Add(1)
 				continue

@@ -1,0 +1,132 @@
+package protocol
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errs"
+)
+
+// replyDriver answers every call with reply, or with err.
+type replyDriver struct {
+	reply any
+	err   error
+	calls []*driver.Call
+}
+
+func (d *replyDriver) Run(_ context.Context, calls ...*driver.Call) {
+	for _, c := range calls {
+		c.Reply, c.Err = d.reply, d.err
+		d.calls = append(d.calls, c)
+	}
+}
+
+func (d *replyDriver) PublishCommand() string                       { return "PUBLISH" }
+func (d *replyDriver) Subscribe(driver.Handler) driver.Subscription { return nil }
+
+func TestAttempt(t *testing.T) {
+	const px = 30000
+	tests := []struct {
+		name     string
+		reply    any
+		withFree bool
+		want     Attempt
+		bad      bool
+	}{
+		{"fast path", int64(7), false, Attempt{Granted: true, Fence: 7, PTTL: px * time.Millisecond}, false},
+		{"bare zero", int64(0), false, Attempt{}, true},
+		{"granted", []any{int64(1), int64(8), int64(500)}, false, Attempt{Granted: true, Fence: 8, PTTL: 500 * time.Millisecond}, false},
+		{"held", []any{int64(0), int64(200), int64(0), int64(6)}, false, Attempt{PTTL: 200 * time.Millisecond, LastFence: 6}, false},
+		{"held, no fence", []any{int64(0), int64(200), int64(0)}, false, Attempt{PTTL: 200 * time.Millisecond}, false},
+		{"held, free", []any{int64(0), int64(200), int64(0), int64(3), int64(9)}, true, Attempt{PTTL: 200 * time.Millisecond, Free: 3, LastFence: 9}, false},
+		{"short", []any{int64(1), int64(8)}, false, Attempt{}, true},
+		{"not ints", []any{int64(1), "x", int64(8)}, false, Attempt{}, true},
+		{"nil", nil, false, Attempt{}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &Call{}
+			c.Reply = tt.reply
+			got, err := c.attempt(px, tt.withFree)
+			if tt.bad != (err != nil) || got != tt.want {
+				t.Fatalf("attempt(%#v) = %+v, %v; want %+v (error %v)", tt.reply, got, err, tt.want, tt.bad)
+			}
+		})
+	}
+}
+
+func TestReleaseHandsOff(t *testing.T) {
+	d := &replyDriver{reply: []any{int64(2), int64(11), int64(900), "next"}}
+	var got []string
+	r, err := MutexRelease(context.Background(), d, [4]string{"k", "f", "q", "w"}, "me", LockMode(d, false), new(string),
+		func(owner string, fence int64, px time.Duration) {
+			if fence != 11 || px != 900*time.Millisecond {
+				t.Errorf("deliver(%q, %d, %v)", owner, fence, px)
+			}
+			got = append(got, owner)
+		})
+	if err != nil || r.Resent || len(got) != 1 || got[0] != "next" {
+		t.Fatalf("MutexRelease = %+v, %v; delivered %v", r, err, got)
+	}
+	for _, reply := range []any{int64(0), []any{int64(2), int64(1), int64(2)}, []any{"2"}} {
+		d.reply = reply
+		_, err := MutexRelease(context.Background(), d, [4]string{}, "me", LockMode(d, false), new(string), nil)
+		if err == nil {
+			t.Errorf("MutexRelease answered %#v: no error", reply)
+		}
+	}
+}
+
+func TestPTTLReply(t *testing.T) {
+	tests := []struct {
+		reply any
+		want  time.Duration
+		err   error
+	}{
+		{int64(1500), 1500 * time.Millisecond, nil},
+		{int64(-3), 0, errs.ErrNotHeld},
+		{int64(-1), 0, errs.ErrKeyConflict},
+		{int64(math.MaxInt64), math.MaxInt64, nil},
+	}
+	for _, tt := range tests {
+		got, err := OwnedPTTLReply(tt.reply)
+		if got != tt.want || !errors.Is(err, tt.err) || (tt.err == nil) != (err == nil) {
+			t.Errorf("OwnedPTTLReply(%v) = %v, %v; want %v, %v", tt.reply, got, err, tt.want, tt.err)
+		}
+	}
+	if _, err := OwnedPTTLReply("x"); err == nil {
+		t.Error("OwnedPTTLReply(\"x\"): no error")
+	}
+}
+
+func TestRedlockAcquireReply(t *testing.T) {
+	if ok, ttl, _, err := RedlockAcquireReply(int64(1)); !ok || ttl != 0 || err != nil {
+		t.Fatalf("granted: %v %v %v", ok, ttl, err)
+	}
+	ok, ttl, holder, err := RedlockAcquireReply([]any{int64(0), int64(250), "them"})
+	if ok || ttl != 250*time.Millisecond || holder != "them" || err != nil {
+		t.Fatalf("held: %v %v %q %v", ok, ttl, holder, err)
+	}
+	for _, reply := range []any{int64(2), []any{int64(0)}, []any{int64(3), int64(1)}, nil} {
+		if _, _, _, err := RedlockAcquireReply(reply); err == nil {
+			t.Errorf("RedlockAcquireReply(%#v): no error", reply)
+		}
+	}
+}
+
+func TestExtendCallsAllocateOnce(t *testing.T) {
+	lock, owner := "dlock:{x}", "owner"
+	n := testing.AllocsPerRun(100, func() {
+		c := OwnedExtend(lock, "", owner, 3*time.Second, true)
+		if len(c.Batch()) != 1 || len(c.Args) != 3 {
+			t.Fatal("malformed call")
+		}
+	})
+	if n != 1 {
+		t.Fatalf("OwnedExtend: %v allocations, want 1", n)
+	}
+}

@@ -46,11 +46,18 @@ type LeaderInfo struct {
 func (c *Client) Election(name string, opts ...Option) *Election {
 	m := c.newMutex("Election", name, opts)
 	m.fair = true
-	// Keys of their own beside the name's other kinds, in its hash slot.
-	base := m.cfg.keyPrefix + "{" + name + "}:election"
+	base := electionBase(m.cfg.keyPrefix, name)
 	m.keys = newLockKeysAt(base)
-	return &Election{m: m, record: base + ":leader", err: m.err}
+	return &Election{m: m, record: electionRecord(base), err: m.err}
 }
+
+// electionBase is the key of an election's lock: keys of its own beside
+// the name's other kinds, in its hash slot.
+func electionBase(prefix, name string) string { return prefix + "{" + name + "}:election" }
+
+// electionRecord is the key of the leader record of the election whose
+// lock is base, and the channel its changes are published on.
+func electionRecord(base string) string { return base + ":leader" }
 
 // Name returns the election's name.
 func (e *Election) Name() string { return e.m.name }

@@ -267,3 +267,58 @@ func waitCampaigners(t testing.TB, srv *redistest.Server, name string, n int64) 
 		return rdb.ZCard(context.Background(), lockKey(name)+":election:q").Val() == n
 	}, fmt.Sprintf("%d campaigners queued in %q", n, name))
 }
+
+func TestElectionShowsInInspectAsItsOwnKind(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := testCtx(t)
+	name := t.Name()
+	c := newClient(t, srv)
+	a := leads(t, campaign(ctx, c.Election(name, dlock.WithOwnerInfo("replica-a")), "a"), 10*time.Second)
+	next := campaign(ctx, newClient(t, srv).Election(name, dlock.WithOwnerInfo("replica-b")), "b")
+	waitCampaigners(t, srv, name, 1)
+	mustLock(t, c, name) // a Mutex of the same name is a lock of its own
+
+	infos, err := c.Inspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var el *dlock.LockInfo
+	kinds := map[dlock.Kind]bool{}
+	for i := range infos {
+		kinds[infos[i].Kind] = true
+		if infos[i].Kind == dlock.KindElection {
+			el = &infos[i]
+		}
+	}
+	if el == nil || !kinds[dlock.KindMutex] {
+		t.Fatalf("Inspect: %+v; want an election and a mutex", infos)
+	}
+	if len(el.Holders) != 1 || el.Holders[0].Info != "replica-a" || el.Holders[0].Token != a.Term() || el.LastToken != a.Term() {
+		t.Errorf("the election's holder: %+v; want replica-a at term %d", el, a.Term())
+	}
+	if len(el.Waiters) != 1 || el.Waiters[0].Info != "replica-b" {
+		t.Errorf("the election's waiters: %+v; want replica-b", el.Waiters)
+	}
+	listed, err := c.List(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, info := range listed {
+		found = found || info.Kind == dlock.KindElection
+	}
+	if !found {
+		t.Errorf("List: %+v; want the election", listed)
+	}
+
+	// ForceUnlock takes the leadership away; the next campaigner leads.
+	if n, err := c.ForceUnlock(ctx, name); err != nil || n != 2 {
+		t.Fatalf("ForceUnlock: %d, %v; want the election's leader and the mutex released", n, err)
+	}
+	b := leads(t, next, 10*time.Second)
+	if b.Term() <= a.Term() {
+		t.Errorf("term %d after %d", b.Term(), a.Term())
+	}
+	_ = b.Resign(ctx)
+}

@@ -26,6 +26,9 @@ const (
 	KindSemaphore Kind = "semaphore"
 	// KindLatch is the state of a Latch.
 	KindLatch Kind = "latch"
+	// KindElection is the state of an Election: its leader as the holder,
+	// its campaigners as waiters, and the last term as LastToken.
+	KindElection Kind = "election"
 )
 
 // The modes of Holder.Mode and Waiter.Mode for an RWMutex.
@@ -158,6 +161,10 @@ func (c *Client) inspectKeys(name string) []string {
 	keys = append(keys, newRWKeys(p, name).all...)
 	keys = append(keys, newSemKeys(p, name).all...)
 	keys = append(keys, c.Latch(name).key)
+	base := electionBase(p, name)
+	electionKeys := newLockKeysAt(base)
+	keys = append(keys, electionKeys.list()...)
+	keys = append(keys, electionRecord(base))
 	return keys
 }
 

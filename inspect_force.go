@@ -81,6 +81,8 @@ func (c *Client) releaseAs(ctx context.Context, st *nameState, h heldBy) (bool, 
 	switch h.kind {
 	case KindMutex:
 		err = c.Mutex(st.name).release(ctx, h.member)
+	case KindElection:
+		err = c.Election(st.name).m.release(ctx, h.member)
 	case KindReentrant:
 		m := c.ReentrantMutex(st.name)
 		released := false

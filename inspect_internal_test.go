@@ -29,6 +29,7 @@ func TestInspectKeyLayout(t *testing.T) {
 		":rw", ":rw:fence", ":rw:q", ":rw:w", ":rw:tok",
 		":sem", ":sem:n", ":sem:limit", ":sem:fence", ":sem:q", ":sem:w",
 		":latch",
+		":election", ":election:fence", ":election:q", ":election:w", ":election:leader",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("inspect.lua's KEYS are\n%q\nwant\n%q\n(update inspect.lua with the primitives' keys)", got, want)

@@ -10,7 +10,7 @@ import (
 )
 
 // inspectKinds are the kinds in the order of inspect.lua's reply.
-var inspectKinds = []Kind{KindMutex, KindReentrant, KindRWMutex, KindSemaphore, KindLatch}
+var inspectKinds = []Kind{KindMutex, KindReentrant, KindRWMutex, KindSemaphore, KindLatch, KindElection}
 
 // nameState is what inspect.lua found under one name: the LockInfos, and
 // what ForceUnlock needs to release each holder as itself.
@@ -118,7 +118,7 @@ func parseHolder(kind Kind, h any) (Holder, heldBy, bool) {
 	}
 	hb := heldBy{kind: kind, member: member}
 	switch kind {
-	case KindMutex:
+	case KindMutex, KindElection:
 		hb.value = member
 	case KindReentrant:
 		hb.member, hb.value = owner, member // the key names the grant's hold too

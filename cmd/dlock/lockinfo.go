@@ -18,7 +18,7 @@ import (
 // milliseconds; a field that does not apply to the kind is 0 or "".
 type lockJSON struct {
 	Name      string       `json:"name"`
-	Kind      string       `json:"kind"`       // mutex, reentrant, rwmutex, semaphore, latch
+	Kind      string       `json:"kind"`       // mutex, reentrant, rwmutex, semaphore, latch, election
 	LastToken int64        `json:"last_token"` // last fencing token issued; 0: no longer known
 	Limit     int          `json:"limit"`      // semaphore: limit stored by SetPermits or AddPermits; 0: none
 	Count     int64        `json:"count"`      // latch: its count

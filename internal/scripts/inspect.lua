@@ -5,9 +5,11 @@
 --       10-14 read-write: holders, fence, queue, waiters, tokens (rw_lib.lua)
 --       15-20 semaphore: holders, counts, limit, fence, queue, waiters (sem_lib.lua)
 --       21    latch (latch_lib.lua)
+--       22-26 election: lock, fence, queue, waiters (lock_lib.lua), leader
+--             record (election_proclaim.lua)
 --       all under the name's hash tag.
 -- ARGV: none
--- Returns: {mutex, reentrant, rw, semaphore, latch}, one part per kind:
+-- Returns: {mutex, reentrant, rw, semaphore, latch, election}, one part per kind:
 --          {} when none of the kind's keys exists, else
 --          {last fence, holders, waiters, limit, count, pttl} where
 --          holders  {{member, ttl ms, permits, token, {hold id, ...}}, ...}
@@ -112,7 +114,7 @@ local function scored(key, token_of)
   return holders
 end
 
-local reply = {{}, {}, {}, {}, {}}
+local reply = {{}, {}, {}, {}, {}, {}}
 
 if checks(1, {{'string', false, true}, {'string', true}, {'zset'}, {'hash'}}) then
   reply[1] = owned(1)
@@ -149,6 +151,10 @@ if check(KEYS[21], 'string', true, true) then
     error('DLOCK_CONFLICT ' .. KEYS[21] .. ' does not hold a latch count')
   end
   reply[5] = {0, {}, {}, 0, n, redis.call('PTTL', KEYS[21])}
+end
+
+if checks(22, {{'string', false, true}, {'string', true}, {'zset'}, {'hash'}, {'hash'}}) then
+  reply[6] = owned(22)
 end
 
 return reply

@@ -249,10 +249,13 @@ func (c *Client) applyOptions(kind, label string, opts []Option) (config, error)
 // option, or ErrKeyConflict. Failures to reach Redis are retried while ctx
 // allows, as in every wait: with a ctx that never ends, Do waits through an
 // outage; give it a deadline to bound that (the error then matches
-// ErrNotObtained and carries the last failure).
+// ErrNotObtained and carries the last failure), or use WithWaitTimeout to
+// bound the wait alone. fn reaches the lease, and its fencing token,
+// through LeaseFromContext.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
 	if fn == nil {
 		return errs.InvalidArgf("Do(%q): nil function", name)
 	}
-	return do(ctx, c.Mutex(name, opts...), fn)
+	m := c.Mutex(name, opts...)
+	return do(ctx, m, m.cfg.waitTimeout, fn)
 }

@@ -22,6 +22,7 @@ type config struct {
 	wait           WaitStrategy
 	waiterLease    time.Duration
 	maxHold        time.Duration
+	waitTimeout    time.Duration // 0: a wait lasts as long as its ctx allows
 	ownerInfo      string
 	releaseTimeout time.Duration
 	logger         *slog.Logger

@@ -87,3 +87,46 @@ func TestDoWhenNotObtained(t *testing.T) {
 		t.Error("fn ran without the lock")
 	}
 }
+
+// TestDoWaitTimeoutBoundsOnlyTheWait: WithWaitTimeout gives up on a held
+// lock after its timeout, and once the lock is taken fn runs past it,
+// reaching its lease's token through LeaseFromContext.
+func TestDoWaitTimeoutBoundsOnlyTheWait(t *testing.T) {
+	srv := redistest.Shared(t)
+	c := newClient(t, srv)
+	name := t.Name()
+	ctx := testCtx(t)
+	held := mustLock(t, c, name)
+	began := time.Now()
+	err := c.Do(ctx, name, func(context.Context) error { return nil }, dlock.WithWaitTimeout(200*time.Millisecond))
+	if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Do on a held lock: %v; want ErrNotObtained and DeadlineExceeded", err)
+	}
+	if took := time.Since(began); took < 200*time.Millisecond {
+		t.Errorf("Do gave up after %v; want the 200ms wait", took)
+	}
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = c.Do(ctx, name, func(ctx context.Context) error {
+		l, ok := dlock.LeaseFromContext(ctx)
+		if !ok || l.Token() <= held.Token() || l.Name() != name {
+			t.Errorf("LeaseFromContext: %v, %v; want the lease, with a token after %d", l, ok, held.Token())
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(400 * time.Millisecond): // work outlasting the wait's timeout
+		}
+		return l.Err()
+	}, dlock.WithWaitTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Errorf("Do whose work outlasts the wait timeout: %v; want nil", err)
+	}
+	if _, ok := dlock.LeaseFromContext(ctx); ok {
+		t.Error("LeaseFromContext found a lease outside Do")
+	}
+	if err := c.Do(ctx, name, func(context.Context) error { return nil }, dlock.WithWaitTimeout(-time.Second)); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("a negative WithWaitTimeout: %v; want ErrInvalidArgument", err)
+	}
+}

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/dlock-go/dlock/internal/errs"
 )
@@ -24,17 +25,34 @@ type Locker interface {
 
 var _ Locker = (*Mutex)(nil) // and *RedlockMutex, asserted in redlock.go
 
-// do is Do for any Locker: it waits for the lock, runs fn with a context
+// leaseKey is the context key under which do passes fn its lease.
+type leaseKey struct{}
+
+// LeaseFromContext returns the lease held while Client.Do or Redlock.Do
+// runs fn, from the context fn is given: its Token fences fn's writes.
+func LeaseFromContext(ctx context.Context) (*Lease, bool) {
+	l, ok := ctx.Value(leaseKey{}).(*Lease)
+	return l, ok
+}
+
+// do is Do for any Locker: it waits for the lock (at most waitTimeout when
+// set), runs fn with a context
 // that is cancelled (cause ErrLockLost) if the lock is lost, and always
 // releases the lock, even when ctx is cancelled or fn panics. It returns
 // fn's error, joined with the loss and a failed release. Client.Do and
 // Redlock.Do call it.
-func do(ctx context.Context, lk Locker, fn func(ctx context.Context) error) (err error) {
-	lease, err := lk.Lock(ctx)
+func do(ctx context.Context, lk Locker, waitTimeout time.Duration, fn func(ctx context.Context) error) (err error) {
+	lctx := ctx
+	if waitTimeout > 0 {
+		var cancel context.CancelFunc
+		lctx, cancel = context.WithTimeout(ctx, waitTimeout)
+		defer cancel()
+	}
+	lease, err := lk.Lock(lctx)
 	if err != nil {
 		return err
 	}
-	fnCtx, cancel := context.WithCancelCause(ctx)
+	fnCtx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseKey{}, lease))
 	defer cancel(nil)
 	lease.onLoss(cancel)
 

@@ -112,6 +112,22 @@ func WithMaxHold(d time.Duration) Option {
 	}
 }
 
+// WithWaitTimeout bounds how long Client.Do and Redlock.Do wait for the
+// lock to d, apart from their context, which then bounds only the work:
+// "wait at most 5 s for the lock, then run as long as the job needs". A
+// wait that times out returns an error matching ErrNotObtained and
+// context.DeadlineExceeded. d must not be negative; 0 (the default) waits
+// as long as the context allows.
+func WithWaitTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.fail(errs.InvalidArgf("WithWaitTimeout(%v): must not be negative", d))
+			return
+		}
+		c.waitTimeout = d
+	}
+}
+
 // WithOwnerInfo sets the description stored with every lock this client
 // holds, shown by inspection and the dlock CLI, e.g. "worker-7 build=1f3c".
 // At most MaxOwnerInfoLen bytes; empty stores none. Default: "host=<hostname>

@@ -182,12 +182,14 @@ func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
 // failed it carries that failure too. When the lock is not obtained, fn does
 // not run and the error is Lock's. Lock retries while too few nodes answer,
 // for as long as ctx allows: with a ctx that never ends, Do waits through
-// an outage of the nodes; give it a deadline to bound that.
+// an outage of the nodes; give it a deadline, or WithWaitTimeout, to bound
+// that. fn reaches the lease through LeaseFromContext.
 func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...Option) error {
 	if fn == nil {
 		return errs.InvalidArgf("Redlock.Do(%q): nil function", name)
 	}
-	return do(ctx, r.Mutex(name, opts...), fn)
+	m := r.Mutex(name, opts...)
+	return do(ctx, m, m.cfg.waitTimeout, fn)
 }
 
 // Close stops the Redlock's watchdog. Waits in progress end with ErrClosed;

@@ -223,7 +223,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 		return l.parent.TTL(ctx)
 	}
 	wd := l.wd
-	d, err := l.h.remaining(ctx, l.owner)
+	d, err := l.h.Remaining(ctx, l.owner)
 	switch {
 	case err == nil:
 		return d, nil

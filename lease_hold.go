@@ -20,13 +20,13 @@ type holder interface {
 	// hold is no longer owner's, or the failure. Unless shorten is set, it
 	// never moves the hold's expiry on the server earlier (see
 	// Lease.shortensLocked).
-	renew(ctx context.Context, owner string, px time.Duration, shorten bool) error
+	Renew(ctx context.Context, owner string, px time.Duration, shorten bool) error
 	// release gives the hold up: nil when released, ErrNotHeld when it was
 	// not owner's any more, or the failure.
 	release(ctx context.Context, owner string) error
 	// remaining returns the hold's remaining time on the server, or
 	// ErrNotHeld.
-	remaining(ctx context.Context, owner string) (time.Duration, error)
+	Remaining(ctx context.Context, owner string) (time.Duration, error)
 }
 
 // unlocker is a holder whose Unlock differs from its release: a Mutex may
@@ -38,21 +38,21 @@ type unlocker interface {
 // batchRenewer is a holder whose renewal is a set of script calls on the
 // Client's driver, so the watchdog can pipeline many leases' renewals into
 // one round trip. Holders that renew elsewhere (Redlock's nodes) only
-// implement holder.renew.
+// implement holder.Renew.
 type batchRenewer interface {
-	// renewCalls returns the calls that re-arm the hold for px, as
-	// holder.renew: one for a lock on one slot, one per slot for a lock
+	// RenewCalls returns the calls that re-arm the hold for px, as
+	// holder.Renew: one for a lock on one slot, one per slot for a lock
 	// spanning several.
-	renewCalls(owner string, px time.Duration, shorten bool) []*driver.Call
-	// renewResult interprets finished renewCalls like holder.renew.
-	renewResult(calls []*driver.Call) error
+	RenewCalls(owner string, px time.Duration, shorten bool) []*driver.Call
+	// RenewResult interprets finished RenewCalls like holder.Renew.
+	RenewResult(calls []*driver.Call) error
 }
 
-// renewVia renews through renewCalls on d: holder.renew for batchRenewers.
+// renewVia renews through RenewCalls on d: holder.Renew for batchRenewers.
 func renewVia(ctx context.Context, d driver.Driver, b batchRenewer, owner string, px time.Duration, shorten bool) error {
-	calls := b.renewCalls(owner, px, shorten)
+	calls := b.RenewCalls(owner, px, shorten)
 	d.Run(ctx, calls...)
-	return b.renewResult(calls)
+	return b.RenewResult(calls)
 }
 
 type leaseState uint8

@@ -111,13 +111,13 @@ var validityDeadline = func(from time.Time, px, drift time.Duration) time.Time {
 // drifter is a holder whose leases need another drift allowance than drift:
 // Redlock's drift factor is an option.
 type drifter interface {
-	drift(px time.Duration) time.Duration
+	Drift(px time.Duration) time.Duration
 }
 
 // driftFor is the drift allowance of this lease's validity.
 func (l *Lease) driftFor(px time.Duration) time.Duration {
 	if d, ok := l.h.(drifter); ok {
-		return d.drift(px)
+		return d.Drift(px)
 	}
 	return drift(px)
 }

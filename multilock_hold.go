@@ -170,7 +170,7 @@ func (h *multiHolder) kind() Kind { return KindMutex }
 
 // renew extends every lock; ErrNotHeld if any of them is no longer held.
 // Each lock's own lease decides whether its Extend shortens it.
-func (h *multiHolder) renew(ctx context.Context, _ string, px time.Duration, _ bool) error {
+func (h *multiHolder) Renew(ctx context.Context, _ string, px time.Duration, _ bool) error {
 	list := make([]error, len(h.parts))
 	var wg sync.WaitGroup
 	for i, p := range h.parts {
@@ -228,7 +228,7 @@ func (h *multiHolder) awaitReleaseRest(ctx context.Context) {
 }
 
 // remaining is the shortest remaining time among the locks.
-func (h *multiHolder) remaining(ctx context.Context, _ string) (time.Duration, error) {
+func (h *multiHolder) Remaining(ctx context.Context, _ string) (time.Duration, error) {
 	var least time.Duration = -1
 	for _, p := range h.parts {
 		d, err := p.TTL(ctx)

@@ -207,16 +207,16 @@ func (m *Mutex) release(ctx context.Context, owner string) error {
 	return releaseErr(r, err)
 }
 
-func (m *Mutex) renewCalls(owner string, px time.Duration, shorten bool) []*driver.Call {
+func (m *Mutex) RenewCalls(owner string, px time.Duration, shorten bool) []*driver.Call {
 	return protocol.OwnedExtend(m.keys.lock, "", owner, px, shorten).Batch()
 }
 
-func (m *Mutex) renewResult(calls []*driver.Call) error { return protocol.ExtendResult(calls) }
+func (m *Mutex) RenewResult(calls []*driver.Call) error { return protocol.ExtendResult(calls) }
 
-func (m *Mutex) renew(ctx context.Context, owner string, px time.Duration, shorten bool) error {
+func (m *Mutex) Renew(ctx context.Context, owner string, px time.Duration, shorten bool) error {
 	return renewVia(ctx, m.c.drv, m, owner, px, shorten)
 }
 
-func (m *Mutex) remaining(ctx context.Context, owner string) (time.Duration, error) {
+func (m *Mutex) Remaining(ctx context.Context, owner string) (time.Duration, error) {
 	return protocol.OwnedPTTL(ctx, m.c.drv, m.keys.lock, owner)
 }

@@ -34,13 +34,13 @@ func (h *redlockHold) lockName() string { return h.m.name }
 
 func (h *redlockHold) kind() Kind { return KindMutex }
 
-func (h *redlockHold) drift(px time.Duration) time.Duration { return h.m.drift(px) }
+func (h *redlockHold) Drift(px time.Duration) time.Duration { return h.m.drift(px) }
 
 // renew re-arms the key for px on every node. It succeeds only when a quorum
 // renewed it within the validity this renewal gives (px − drift from its
 // start); it returns ErrNotHeld once so many nodes no longer hold our key
 // that no quorum is left.
-func (h *redlockHold) renew(ctx context.Context, owner string, px time.Duration, shorten bool) error {
+func (h *redlockHold) Renew(ctx context.Context, owner string, px time.Duration, shorten bool) error {
 	m := h.m
 	n, q := len(m.r.nodes), quorum(len(m.r.nodes))
 	start := time.Now()
@@ -94,7 +94,7 @@ func (h *redlockHold) renew(ctx context.Context, owner string, px time.Duration,
 
 // remaining is how long a quorum of the nodes still hold our key: the
 // quorum-th longest of the remaining times on the nodes that hold it.
-func (h *redlockHold) remaining(ctx context.Context, owner string) (time.Duration, error) {
+func (h *redlockHold) Remaining(ctx context.Context, owner string) (time.Duration, error) {
 	m := h.m
 	n, q := len(m.r.nodes), quorum(len(m.r.nodes))
 	calls := m.nodeCalls(nil, protocol.OwnedPTTLCall(m.key, owner))

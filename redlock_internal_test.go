@@ -257,12 +257,12 @@ func TestRedlockRenewalBoundedByValidity(t *testing.T) {
 	for _, p := range proxies {
 		p.SetLatency(30 * time.Millisecond)
 	}
-	if err := h.renew(ctx, l.owner, 10*time.Second, false); err != nil {
+	if err := h.Renew(ctx, l.owner, 10*time.Second, false); err != nil {
 		t.Errorf("renewal within its validity: %v", err)
 	}
 	// 40ms − 2.4ms of validity for a ≥ 60ms round trip. (The late PEXPIREs,
 	// which may shorten, still land: the keys then expire by themselves.)
-	if err := h.renew(ctx, l.owner, 40*time.Millisecond, true); !errors.Is(err, ErrQuorum) {
+	if err := h.Renew(ctx, l.owner, 40*time.Millisecond, true); !errors.Is(err, ErrQuorum) {
 		t.Errorf("renewal slower than its validity: got %v, want ErrQuorum", err)
 	}
 	for _, p := range proxies {

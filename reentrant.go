@@ -264,11 +264,11 @@ func (h *reentrantHold) sendRelease(ctx context.Context, member string) (ended b
 // renew, remaining: a hold's lease delegates Extend and TTL to its anchor
 // (Lease.parent), so these serve only the anchor's holder, reentrantOwner,
 // for the grant the hold joined.
-func (h *reentrantHold) renew(ctx context.Context, _ string, px time.Duration, shorten bool) error {
+func (h *reentrantHold) Renew(ctx context.Context, _ string, px time.Duration, shorten bool) error {
 	return renewVia(ctx, h.m.c.drv, (*reentrantOwner)(h.m), h.grantValue(), px, shorten)
 }
 
-func (h *reentrantHold) remaining(ctx context.Context, _ string) (time.Duration, error) {
+func (h *reentrantHold) Remaining(ctx context.Context, _ string) (time.Duration, error) {
 	return protocol.OwnedPTTL(ctx, h.m.c.drv, h.m.keys.lock, h.grantValue())
 }
 

@@ -20,18 +20,18 @@ func (o *reentrantOwner) lockName() string { return o.name }
 
 func (o *reentrantOwner) kind() Kind { return KindReentrant }
 
-func (o *reentrantOwner) renewCalls(owner string, px time.Duration, shorten bool) []*driver.Call {
+func (o *reentrantOwner) RenewCalls(owner string, px time.Duration, shorten bool) []*driver.Call {
 	// The holds set lives and dies with the lock.
 	return protocol.OwnedExtend(o.keys.lock, o.holds, owner, px, shorten).Batch()
 }
 
-func (o *reentrantOwner) renewResult(calls []*driver.Call) error { return protocol.ExtendResult(calls) }
+func (o *reentrantOwner) RenewResult(calls []*driver.Call) error { return protocol.ExtendResult(calls) }
 
-func (o *reentrantOwner) renew(ctx context.Context, owner string, px time.Duration, shorten bool) error {
+func (o *reentrantOwner) Renew(ctx context.Context, owner string, px time.Duration, shorten bool) error {
 	return renewVia(ctx, o.c.drv, o, owner, px, shorten)
 }
 
-func (o *reentrantOwner) remaining(ctx context.Context, owner string) (time.Duration, error) {
+func (o *reentrantOwner) Remaining(ctx context.Context, owner string) (time.Duration, error) {
 	return protocol.OwnedPTTL(ctx, o.c.drv, o.keys.lock, owner)
 }
 

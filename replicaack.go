@@ -99,12 +99,12 @@ func grantAcked(ctx context.Context, q queuedLock, cfg *config, owner string, a 
 func (l *Lease) renewHold(ctx context.Context, px time.Duration, shorten bool) error {
 	b, ok := l.h.(batchRenewer)
 	if !ok || l.cfg.replicaAck <= 0 {
-		return l.h.renew(ctx, l.owner, px, shorten)
+		return l.h.Renew(ctx, l.owner, px, shorten)
 	}
-	calls := b.renewCalls(l.owner, px, shorten)
+	calls := b.RenewCalls(l.owner, px, shorten)
 	l.cfg.askAck(calls...)
 	l.wd.drv.Run(ctx, calls...)
-	if err := b.renewResult(calls); err != nil {
+	if err := b.RenewResult(calls); err != nil {
 		return err
 	}
 	return ackErr(calls...)

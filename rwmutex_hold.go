@@ -72,19 +72,19 @@ func (h *rwHalf) release(ctx context.Context, owner string) error {
 	return releaseErr(r, err)
 }
 
-// renewCalls re-arms the holder's own expiry (rw_extend.lua, whose replies
+// RenewCalls re-arms the holder's own expiry (rw_extend.lua, whose replies
 // follow owned_extend.lua's, so protocol.ExtendResult reads them).
-func (h *rwHalf) renewCalls(owner string, px time.Duration, shorten bool) []*driver.Call {
+func (h *rwHalf) RenewCalls(owner string, px time.Duration, shorten bool) []*driver.Call {
 	return protocol.RWExtend(h.rw.keys.renew, h.member(owner), px, shorten).Batch()
 }
 
-func (h *rwHalf) renewResult(calls []*driver.Call) error { return protocol.ExtendResult(calls) }
+func (h *rwHalf) RenewResult(calls []*driver.Call) error { return protocol.ExtendResult(calls) }
 
-func (h *rwHalf) renew(ctx context.Context, owner string, px time.Duration, shorten bool) error {
+func (h *rwHalf) Renew(ctx context.Context, owner string, px time.Duration, shorten bool) error {
 	return renewVia(ctx, h.rw.c.drv, h, owner, px, shorten)
 }
 
 // remaining runs rw_pttl.lua and translates its reply.
-func (h *rwHalf) remaining(ctx context.Context, owner string) (time.Duration, error) {
+func (h *rwHalf) Remaining(ctx context.Context, owner string) (time.Duration, error) {
 	return protocol.RWPTTL(ctx, h.rw.c.drv, h.rw.keys.holders, h.member(owner))
 }

@@ -96,19 +96,19 @@ func (a *semAcquisition) releaseSome(ctx context.Context, owner string, keep int
 	return r.Held, nil
 }
 
-func (a *semAcquisition) renewCalls(owner string, px time.Duration, shorten bool) []*driver.Call {
+func (a *semAcquisition) RenewCalls(owner string, px time.Duration, shorten bool) []*driver.Call {
 	s := a.s
 	return protocol.SemExtend(s.keys.all[:3], owner, px, &s.ms.LimitRetention, shorten).Batch()
 }
 
-// renewResult reads sem_extend's replies, which are owned_extend's: 1
+// RenewResult reads sem_extend's replies, which are owned_extend's: 1
 // renewed, 0 not held.
-func (a *semAcquisition) renewResult(calls []*driver.Call) error { return protocol.ExtendResult(calls) }
+func (a *semAcquisition) RenewResult(calls []*driver.Call) error { return protocol.ExtendResult(calls) }
 
-func (a *semAcquisition) renew(ctx context.Context, owner string, px time.Duration, shorten bool) error {
+func (a *semAcquisition) Renew(ctx context.Context, owner string, px time.Duration, shorten bool) error {
 	return renewVia(ctx, a.s.c.drv, a, owner, px, shorten)
 }
 
-func (a *semAcquisition) remaining(ctx context.Context, owner string) (time.Duration, error) {
+func (a *semAcquisition) Remaining(ctx context.Context, owner string) (time.Duration, error) {
 	return protocol.SemPTTL(ctx, a.s.c.drv, a.s.keys.all[:2], owner)
 }

@@ -47,7 +47,7 @@ func (w *watchdog) prepare(batch []*Lease, start time.Time) *renewBatch {
 		b.pxs[i] = l.cappedLocked(l.ttl, start)
 		b.shorten[i] = l.shortensLocked(start, b.pxs[i])
 		if br, ok := l.h.(batchRenewer); ok {
-			b.perLease[i] = br.renewCalls(l.owner, b.pxs[i], b.shorten[i])
+			b.perLease[i] = br.RenewCalls(l.owner, b.pxs[i], b.shorten[i])
 			l.cfg.askAck(b.perLease[i]...) // WithReplicaAck: see replicaack.go
 			b.calls = append(b.calls, b.perLease[i]...)
 		} else {
@@ -69,7 +69,7 @@ func (b *renewBatch) send(ctx context.Context, drv driver.Driver) {
 		go func(i int) {
 			defer wg.Done()
 			l := b.leases[i]
-			b.results[i] = l.h.renew(ctx, l.owner, b.pxs[i], b.shorten[i])
+			b.results[i] = l.h.Renew(ctx, l.owner, b.pxs[i], b.shorten[i])
 		}(i)
 	}
 	if len(b.calls) > 0 {
@@ -78,7 +78,7 @@ func (b *renewBatch) send(ctx context.Context, drv driver.Driver) {
 	wg.Wait()
 	for i, l := range b.leases {
 		if br, ok := l.h.(batchRenewer); ok {
-			b.results[i] = br.renewResult(b.perLease[i])
+			b.results[i] = br.RenewResult(b.perLease[i])
 			if b.results[i] == nil {
 				// Re-armed on the master but not on enough replicas: not
 				// a renewal the lease may count on (retried by apply).

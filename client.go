@@ -11,6 +11,7 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/goredis"
+	"github.com/dlock-go/dlock/internal/hold"
 	"github.com/dlock-go/dlock/internal/notify"
 	"github.com/dlock-go/dlock/internal/wait"
 	"github.com/dlock-go/dlock/internal/workers"
@@ -50,7 +51,7 @@ type Client struct {
 	drv      driver.Driver
 	cfg      config
 	notify   *notify.Notifier
-	wd       *watchdog
+	wd       *hold.Watchdog
 	instance string    // random id of this Client, scoping reentrant owners
 	anchors  anchorSet // reentrant owners' shared renewals
 
@@ -97,7 +98,7 @@ func NewWithDriver(d driver.Driver, opts ...Option) (*Client, error) {
 	c := &Client{drv: d, cfg: cfg, instance: NewOwnerID(), closed: make(chan struct{}), cleanups: workers.New()}
 	c.notify = notify.New(d, cfg.logger)
 	c.waits = wait.Engine{Notify: c.notify, Places: &c.places, Driver: d, Closed: c.closed}
-	c.wd = newWatchdog(d)
+	c.wd = hold.NewWatchdog(d)
 	return c, nil
 }
 
@@ -139,7 +140,7 @@ func (c *Client) Close() error {
 		close(c.closed)
 		c.local.Close()
 		c.cleanups.Close() // each clean-up ends by the release timeout
-		c.wd.close()
+		c.wd.Close()
 		// The subscription too: closing it may wait for a server that
 		// stopped answering (the adapters' drivers).
 		err = closeWithin(deadline, "Close", func() {

@@ -148,7 +148,7 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 	if err := ld.lease.Err(); err != nil {
 		return fmt.Errorf("dlock: Election %q: Proclaim: %w", e.m.name, err)
 	}
-	err := protocol.ElectionProclaim(ctx, e.m.c.drv, e.m.keys.lock, e.record, ld.lease.owner, value, ld.lease.Token())
+	err := protocol.ElectionProclaim(ctx, e.m.c.drv, e.m.keys.lock, e.record, ld.lease.s.Owner(), value, ld.lease.Token())
 	switch {
 	case err == errs.ErrNotHeld:
 		return fmt.Errorf("dlock: Election %q: Proclaim: %w: the election's lock is no longer this leader's", e.m.name, ErrNotHeld)
@@ -166,7 +166,7 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 // leadership had already ended.
 func (ld *Leadership) Resign(ctx context.Context) error {
 	e := ld.e
-	failed := protocol.ElectionResign(ctx, e.m.c.drv, e.m.keys.lock, e.record, ld.lease.owner)
+	failed := protocol.ElectionResign(ctx, e.m.c.drv, e.m.keys.lock, e.record, ld.lease.s.Owner())
 	// The lease is released whatever the withdrawal did: a record left
 	// behind names an owner that no longer holds the lock, which Leader
 	// never reports.

@@ -3,6 +3,7 @@ package dlock
 import (
 	"time"
 
+	"github.com/dlock-go/dlock/internal/hold"
 	"github.com/dlock-go/dlock/internal/notify"
 )
 
@@ -73,12 +74,7 @@ func notifierRetained(n *notify.Notifier, r *Retained) {
 	r.Expected += c.Expected
 }
 
-func watchdogRetained(w *watchdog, r *Retained) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	r.Leases = len(w.leases)
-	r.LeaseSlots = cap(w.leases)
-	for _, l := range w.leases {
-		r.LossFuncs += len(l.lossFuncs)
-	}
+func watchdogRetained(w *hold.Watchdog, r *Retained) {
+	c := w.Counts()
+	r.Leases, r.LeaseSlots, r.LossFuncs = c.Leases, c.Slots, c.LossFuncs
 }

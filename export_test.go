@@ -1,6 +1,10 @@
 package dlock
 
-import "time"
+import (
+	"time"
+
+	"github.com/dlock-go/dlock/internal/hold"
+)
 
 // Hooks for the reliability suite (chaos_*_test.go, package dlock_test),
 // which lives outside the package so that it uses only the public API
@@ -16,9 +20,9 @@ func LeaseOwner(l *Lease) string {
 	case *reentrantHold:
 		return h.owner
 	case *rwHalf:
-		return h.member(l.owner)
+		return h.member(l.s.Owner())
 	}
-	return l.owner
+	return l.s.Owner()
 }
 
 // PermitsLease returns the lease that holds a semaphore's permits, so that
@@ -27,9 +31,8 @@ func PermitsLease(p *Permits) *Lease { return p.l }
 
 // LeaseValidUntil returns the lease's local validity deadline.
 func LeaseValidUntil(l *Lease) time.Time {
-	l.wd.mu.Lock()
-	defer l.wd.mu.Unlock()
-	return l.validUntil
+	_, until := l.s.Validity()
+	return until
 }
 
 // MutateValidityIgnoringElapsed makes every validity count from when the
@@ -38,11 +41,9 @@ func LeaseValidUntil(l *Lease) time.Time {
 // puts the correct computation back. Call it before any Client exists, and
 // restore it after every Client is closed.
 func MutateValidityIgnoringElapsed() (restore func()) {
-	orig := validityDeadline
-	validityDeadline = func(from time.Time, px, drift time.Duration) time.Time {
+	return hold.SetValidityDeadline(func(from time.Time, px, drift time.Duration) time.Time {
 		return time.Now().Add(px - drift)
-	}
-	return func() { validityDeadline = orig }
+	})
 }
 
 // RedlockGateState returns how many Lock calls of r are in line for the

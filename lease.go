@@ -2,10 +2,11 @@ package dlock
 
 import (
 	"context"
-	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/hold"
 	"github.com/dlock-go/dlock/internal/ownerid"
 )
 
@@ -16,37 +17,13 @@ import (
 // (Client.Do does it for you); a lease that is never unlocked expires one TTL
 // after its last renewal.
 type Lease struct {
-	wd        *watchdog
+	s         hold.Lease // its state, renewal and loss: internal/hold owns them
 	h         holder
 	cfg       *config
-	owner     string
 	token     int64
 	kind      Kind
 	grantedAt time.Time     // when this process got the lease
 	handoff   time.Duration // grant on the server to arrival here; 0 unknown
-	// parent, when set, is the lease that renews this one's lock: a nested
-	// hold of a reentrant lock. Extend and TTL act on it; its loss is this
-	// lease's loss.
-	parent *Lease
-
-	// Guarded by c.wd.mu.
-	ttl        time.Duration
-	autoRenew  bool
-	holdUntil  time.Time // zero: no cap on the total hold
-	validFrom  time.Time // start of the request that set validUntil
-	validUntil time.Time // local validity deadline, on the monotonic clock
-	nextRenew  time.Time // zero: no renewal planned
-	renewing   chan struct{}
-	capped     bool  // the current grant reaches holdUntil: no more renewals
-	lastErr    error // the last renewal failure
-	state      leaseState
-	err        error         // non-nil once lost
-	done       chan struct{} // made by the first Done: most holders never ask
-	doneClosed bool
-	lostInEnd  bool // err was declared by a failed Unlock (endUnlock), not while held
-	lossFuncs  []lossFunc
-	heapIndex  int
-	eventAt    time.Time
 }
 
 // Name returns the name of the lock the lease holds.
@@ -74,9 +51,9 @@ func (l *Lease) Token() int64 { return l.token }
 // lease has an id too, but Redlock leases cannot be released through a
 // Client. Owner sends nothing and is safe for concurrent use.
 func (l *Lease) Owner() string {
-	v := l.owner
+	v := l.s.Owner()
 	if l.kind == KindReentrant {
-		v = v[ownerid.IDLen:] // l.owner names the hold: its hold id, then the owner value
+		v = v[ownerid.IDLen:] // the lease's owner names the hold: its hold id, then the owner value
 	}
 	id, _ := ownerid.Split(v) // as Inspect reads Holder.Owner from the value stored
 	return id
@@ -88,23 +65,8 @@ func (l *Lease) Owner() string {
 // that was paused).
 func (l *Lease) Done() <-chan struct{} {
 	l.expireIfDue()
-	l.wd.mu.Lock()
-	defer l.wd.mu.Unlock()
-	if l.done == nil {
-		if l.doneClosed {
-			return closedChan
-		}
-		l.done = make(chan struct{})
-	}
-	return l.done
+	return l.s.Done()
 }
-
-// closedChan is Done's channel for a lease that ended before anyone asked.
-var closedChan = func() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}()
 
 // Err returns nil while the lease is held. Once the lock is lost it returns
 // an error matching ErrLockLost that says why; after Unlock, one matching
@@ -113,15 +75,7 @@ var closedChan = func() chan struct{} {
 // allows, even just after the process was paused.
 func (l *Lease) Err() error {
 	l.expireIfDue()
-	l.wd.mu.Lock()
-	defer l.wd.mu.Unlock()
-	switch {
-	case l.err != nil:
-		return l.err
-	case l.state == leaseReleased:
-		return errReleased
-	}
-	return nil
+	return l.s.Err()
 }
 
 // Extend sets the lock's remaining time to ttl (between MinTTL and MaxTTL)
@@ -132,112 +86,72 @@ func (l *Lease) Err() error {
 // lock is no longer the lease's, or when the WithMaxHold cap is less than
 // MinTTL away (the lease is then lost); it never re-creates an expired key.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
-	name := l.Name()
 	if err := checkTTL(ttl); err != nil {
-		return errs.Errorf("dlock: Extend %q: %w", name, err)
+		return errs.Errorf("dlock: Extend %q: %w", l.Name(), err)
 	}
-	if l.parent != nil {
-		if err := l.usable(); err != nil {
-			return errs.Errorf("dlock: Extend %q: %w", name, err)
-		}
-		return l.parent.Extend(ctx, ttl)
-	}
-	wd := l.wd
-	wd.mu.Lock()
-	// One request that sets the key's expiry at a time, per lease: a
-	// renewal of the watchdog's or another Extend in flight goes first.
-	// Requests on the wire together may reach Redis in either order, and
-	// the later one's expiry is the key's, whichever this process heard
-	// back from last: a renewal for the old TTL landing after an Extend for
-	// a longer one would shorten the key under a lease that counts on the
-	// longer validity (docs/design.md, "One expiry request at a time").
-	for l.renewing != nil && l.usableLocked() == nil {
-		inFlight := l.renewing
-		wd.mu.Unlock()
-		select {
-		case <-inFlight:
-		case <-ctx.Done():
-			return errs.Errorf("dlock: Extend %q: waiting for the renewal in flight: %w", name, ctx.Err())
-		}
-		wd.mu.Lock()
-	}
-	if err := l.usableLocked(); err != nil {
-		wd.mu.Unlock()
-		return errs.Errorf("dlock: Extend %q: %w", name, err)
-	}
-	start := time.Now()
-	px := l.cappedLocked(ttl, start)
-	if px < MinTTL {
-		// The key expires within MinTTL, and nothing may renew it: the
-		// lease ends now rather than at a deadline moments away.
-		lost := wd.loseLocked(l, "the maximum hold time (WithMaxHold) was reached")
-		wd.mu.Unlock()
-		runLossFuncs(lost, l)
-		return errs.Errorf("dlock: Extend %q: %w: the maximum hold time (WithMaxHold) is reached", name, ErrNotHeld)
-	}
-	shorten := l.shortensLocked(start, px)
-	inFlight := make(chan struct{})
-	l.renewing = inFlight
-	wd.rescheduleLocked(l) // no renewal while this one is in flight
-	wd.mu.Unlock()
-
-	err := l.renewHold(ctx, px, shorten)
-
-	wd.mu.Lock()
-	close(inFlight)
-	l.renewing = nil
-	var lost []func(error)
-	switch {
-	case err == nil:
-		l.ttl = ttl
-		l.applyValidityLocked(start, px)
-		wd.rescheduleLocked(l)
-	case errors.Is(err, ErrNotHeld):
-		lost = wd.loseLocked(l, "Extend found the key gone or held by another owner")
-	default:
-		l.distrustLocked(start, px)
-		wd.rescheduleLocked(l)
-	}
-	wd.mu.Unlock()
-	runLossFuncs(lost, l)
-	switch {
-	case err == nil:
-		wd.poke()
-		return nil
-	case errors.Is(err, ErrNotHeld):
-		return errs.Errorf("dlock: Extend %q: %w: it expired or was taken over", name, ErrNotHeld)
-	}
-	wd.poke()
-	return errs.Redis("Extend", name, err)
+	return l.s.Extend(ctx, ttl)
 }
 
 // TTL returns the lock's remaining time as the Redis server sees it. It
 // returns ErrNotHeld if the lock is no longer the lease's (the lease is then
 // lost).
-func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
-	name := l.Name()
-	if err := l.usable(); err != nil {
-		return 0, errs.Errorf("dlock: TTL %q: %w", name, err)
-	}
-	if l.parent != nil {
-		return l.parent.TTL(ctx)
-	}
-	wd := l.wd
-	d, err := l.h.Remaining(ctx, l.owner)
-	switch {
-	case err == nil:
-		return d, nil
-	case errors.Is(err, ErrNotHeld):
-		wd.mu.Lock()
-		if l.state != leaseHeld {
-			// An Unlock released it meanwhile: not a loss.
-			wd.mu.Unlock()
-			return 0, errs.Errorf("dlock: TTL %q: %w", name, errReleased)
+func (l *Lease) TTL(ctx context.Context) (time.Duration, error) { return l.s.TTL(ctx) }
+
+// expireIfDue declares the lease lost when its validity deadline has
+// passed (hold.Lease.ExpireIfDue); a MultiLock's deadlines are its locks':
+// their loss is its loss.
+func (l *Lease) expireIfDue() {
+	if h, ok := l.h.(*multiHolder); ok {
+		for _, p := range h.parts {
+			p.expireIfDue()
 		}
-		lost := wd.loseLocked(l, "TTL found the key gone or held by another owner")
-		wd.mu.Unlock()
-		runLossFuncs(lost, l)
-		return 0, errs.Errorf("dlock: TTL %q: %w: it expired or was taken over", name, ErrNotHeld)
+		return
 	}
-	return 0, errs.Redis("TTL", name, err)
+	l.s.ExpireIfDue()
 }
+
+// onLoss arranges for f to be called with the loss error if the lease is
+// lost; at once if it already was.
+func (l *Lease) onLoss(f func(error)) hold.LossID { return l.s.OnLoss(f) }
+
+// lostWhileHeld returns the loss, if any, unless a failed Unlock declared
+// it: the lock was then held until the release was sent.
+func (l *Lease) lostWhileHeld() error { return l.s.LostWhileHeld() }
+
+// leaseEvents is a Lease as its hold.Lease tells it of renewals and loss:
+// the Observer's and the logger's.
+type leaseEvents Lease
+
+func (e *leaseEvents) Name() string { return e.h.lockName() }
+
+func (e *leaseEvents) Lost(err error, reason string) {
+	l := (*Lease)(e)
+	if o := l.cfg.observer; o != nil {
+		o.Lost(l.info(), err)
+	}
+	l.cfg.logger.Warn("dlock: lock lost", slog.String("lock", l.Name()), slog.String("kind", string(l.kind)),
+		slog.Int64("token", l.token), slog.String("reason", reason))
+}
+
+func (e *leaseEvents) Renewed(err error) {
+	l := (*Lease)(e)
+	if o := l.cfg.observer; o != nil {
+		o.Renewed(l.info(), err)
+	}
+}
+
+func (e *leaseEvents) RenewFailed(err error, validFor time.Duration) {
+	l := (*Lease)(e)
+	l.cfg.logger.Warn("dlock: renewal failed; retrying", slog.String("lock", l.Name()), slog.String("kind", string(l.kind)),
+		slog.Int64("token", l.token), slog.Duration("valid_for", validFor), slog.Any("error", err))
+}
+
+// holdSettings are what a lease takes from c.
+func (c *config) holdSettings() hold.Settings {
+	return hold.Settings{TTL: c.ttl, AutoRenew: c.autoRenew, MaxHold: c.maxHold,
+		Replicas: c.replicaAck, ReplicaTimeout: c.replicaAckTimeout}
+}
+
+// hold ends a lease whose capped Extend falls below MinTTL: the two agree,
+// or this does not compile.
+var _ = [1]struct{}{}[MinTTL-hold.MinTTL]

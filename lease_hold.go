@@ -8,25 +8,20 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/hold"
 )
 
 // holder is the lock side of a lease: how to renew, release and read what
-// the lease holds. Each primitive implements it once.
+// the lease holds (renewal and remaining time as internal/hold calls them).
+// Each primitive implements it once.
 type holder interface {
+	hold.Holder
 	lockName() string
 	// kind is the kind of lock held, for Observer events and Inspect.
 	kind() Kind
-	// renew re-arms the hold for px: nil when renewed, ErrNotHeld when the
-	// hold is no longer owner's, or the failure. Unless shorten is set, it
-	// never moves the hold's expiry on the server earlier (see
-	// Lease.shortensLocked).
-	Renew(ctx context.Context, owner string, px time.Duration, shorten bool) error
 	// release gives the hold up: nil when released, ErrNotHeld when it was
 	// not owner's any more, or the failure.
 	release(ctx context.Context, owner string) error
-	// remaining returns the hold's remaining time on the server, or
-	// ErrNotHeld.
-	Remaining(ctx context.Context, owner string) (time.Duration, error)
 }
 
 // unlocker is a holder whose Unlock differs from its release: a Mutex may
@@ -36,34 +31,22 @@ type unlocker interface {
 }
 
 // batchRenewer is a holder whose renewal is a set of script calls on the
-// Client's driver, so the watchdog can pipeline many leases' renewals into
-// one round trip. Holders that renew elsewhere (Redlock's nodes) only
-// implement holder.Renew.
-type batchRenewer interface {
-	// RenewCalls returns the calls that re-arm the hold for px, as
-	// holder.Renew: one for a lock on one slot, one per slot for a lock
-	// spanning several.
-	RenewCalls(owner string, px time.Duration, shorten bool) []*driver.Call
-	// RenewResult interprets finished RenewCalls like holder.Renew.
-	RenewResult(calls []*driver.Call) error
-}
+// Client's driver, which the watchdog pipelines (hold.BatchRenewer).
+type batchRenewer = hold.BatchRenewer
 
-// renewVia renews through RenewCalls on d: holder.Renew for batchRenewers.
+// drifter is a holder whose leases need another drift allowance than
+// hold.Drift (hold.Drifter).
+type drifter = hold.Drifter
+
+// renewVia renews through RenewCalls on d: Holder.Renew for batchRenewers.
 func renewVia(ctx context.Context, d driver.Driver, b batchRenewer, owner string, px time.Duration, shorten bool) error {
 	calls := b.RenewCalls(owner, px, shorten)
 	d.Run(ctx, calls...)
 	return b.RenewResult(calls)
 }
 
-type leaseState uint8
-
-const (
-	leaseHeld leaseState = iota
-	leaseUnlocking
-	leaseReleased
-)
-
-var errReleased = fmt.Errorf("%w: released by Unlock", ErrNotHeld)
+// errReleased is Err's answer after Unlock.
+var errReleased = hold.ErrReleased
 
 // errResentRelease is a release's "not held" answer where a command of the
 // lease's own whose reply was lost may have released the lock itself: the
@@ -79,54 +62,23 @@ func notHeld(call *driver.Call) error {
 	return ErrNotHeld
 }
 
-// claim re-arms a key that was handed over with a short claim window to the
-// full TTL before the lease is returned, for leases the watchdog won't renew.
-func (l *Lease) claim(ctx context.Context) error {
-	start := time.Now()
-	px := l.cappedLocked(l.ttl, start) // not shared yet: no lock needed
-	if err := l.renewHold(ctx, px, l.shortensLocked(start, px)); err != nil {
-		return err
-	}
-	l.applyValidityLocked(start, px)
-	return nil
-}
-
 // newLease turns a grant into a Lease and hands it to the watchdog wd. from is
 // a time no later than the grant (the start of the request that returned it,
 // or of the last one that found it not granted yet), and px the key's
-// remaining time as of then.
-func newLease(ctx context.Context, wd *watchdog, h holder, cfg *config, owner string, fence int64, from time.Time, px time.Duration) (*Lease, error) {
-	l := &Lease{
-		wd:        wd,
-		h:         h,
-		cfg:       cfg,
-		owner:     owner,
-		token:     fence,
-		kind:      h.kind(),
-		grantedAt: time.Now(),
-		ttl:       cfg.ttl,
-		autoRenew: cfg.autoRenew,
-		heapIndex: -1,
-	}
-	if cfg.maxHold > 0 {
-		l.holdUntil = from.Add(cfg.maxHold)
-	}
-	l.applyValidityLocked(from, px)
+// remaining time as of then. A hand-off's short grant may first be claimed
+// for the full TTL (hold.Lease.NeedsClaim).
+func newLease(ctx context.Context, wd *hold.Watchdog, h holder, cfg *config, owner string, fence int64, from time.Time, px time.Duration) (*Lease, error) {
+	l := &Lease{h: h, cfg: cfg, token: fence, kind: h.kind(), grantedAt: time.Now()}
+	l.s.Start(wd, h, (*leaseEvents)(l), owner, cfg.holdSettings(), from, px)
 	var err error
-	// A grant shorter than the TTL is a hand-off's claim window. The
-	// watchdog renews it soon, but a lease that won't be renewed, or whose
-	// conservative validity is nearly spent (this process was slow to hear
-	// of the grant), claims the full TTL before it is returned; so does one
-	// that replicas must acknowledge, since the releaser's connection wrote
-	// the grant and only a write of ours can be waited for (replicaack.go).
-	if px < l.cappedLocked(l.ttl, from) && (!l.autoRenew || cfg.replicaAck > 0 || time.Until(l.validUntil) < px/4) {
-		err = l.claim(ctx)
+	if l.s.NeedsClaim(from, px) {
+		err = l.s.Claim(ctx)
 		if errors.Is(err, ErrNotHeld) {
 			return nil, errGrantExpired
 		}
 	}
 	if err == nil {
-		err = wd.track(l)
+		err = l.s.Track()
 	}
 	if err != nil {
 		rctx, cancel := detach(ctx, cfg.releaseTimeout)

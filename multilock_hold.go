@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/hold"
 )
 
 // releaseAll unlocks parts concurrently, detached from ctx.
@@ -34,9 +35,9 @@ func (m *MultiLock) releaseAll(ctx context.Context, parts []*Lease) error {
 func (m *MultiLock) combineValid(ctx context.Context, parts []*Lease) (*Lease, error) {
 	now := time.Now()
 	for _, p := range parts {
-		if !p.validAt(now) {
+		if !p.s.ValidAt(now) {
 			// The watchdog may not have declared it lost yet.
-			lost := p.lossErr()
+			lost := p.s.Lost()
 			if lost == nil {
 				lost = fmt.Errorf("%w: lock %q was past its validity before the lease was made", ErrLockLost, p.Name())
 			}
@@ -45,7 +46,7 @@ func (m *MultiLock) combineValid(ctx context.Context, parts []*Lease) (*Lease, e
 		}
 	}
 	l, h := m.combine(parts)
-	if lost := l.lossErr(); lost != nil {
+	if lost := l.s.Lost(); lost != nil {
 		h.awaitReleaseRest(ctx)
 		return nil, lost
 	}
@@ -62,21 +63,12 @@ func (m *MultiLock) combine(parts []*Lease) (*Lease, *multiHolder) {
 			token = p.token
 		}
 	}
-	l := &Lease{
-		wd:        m.c.wd,
-		h:         h,
-		cfg:       &m.cfg,
-		owner:     parts[0].owner,
-		token:     token,
-		ttl:       m.cfg.ttl,
-		kind:      KindMutex,
-		grantedAt: time.Now(),
-		heapIndex: -1,
-	}
+	l := &Lease{h: h, cfg: &m.cfg, token: token, kind: KindMutex, grantedAt: time.Now()}
+	l.s.Init(m.c.wd, h, (*leaseEvents)(l), parts[0].s.Owner(), hold.Settings{TTL: m.cfg.ttl}, nil)
 	for _, p := range parts {
 		p := p
-		p.onLoss(func(err error) {
-			if l.unlocking() {
+		p.s.OnLoss(func(err error) {
+			if l.s.Unlocking() {
 				// The holder's Unlock is releasing every lock, and tells
 				// how that went: a lock whose release failed is lost, and
 				// so is the lease then. Releasing the others from here
@@ -88,7 +80,7 @@ func (m *MultiLock) combine(parts []*Lease) (*Lease, *multiHolder) {
 			// The release first: a holder woken by the loss may Unlock at
 			// once, and must find the release begun, to wait for it.
 			h.releaseRest(p)
-			m.c.wd.lose(l, fmt.Sprintf("lock %q was lost: %v", p.Name(), err))
+			l.s.Lose(fmt.Sprintf("lock %q was lost: %v", p.Name(), err))
 		})
 	}
 	return l, h
@@ -200,7 +192,7 @@ func (h *multiHolder) release(ctx context.Context, _ string) error {
 	// and does not report the released ones as not held.
 	rest := make([]*Lease, 0, len(h.parts))
 	for _, p := range h.parts {
-		if !p.releasedByUnlock() {
+		if !p.s.ReleasedByUnlock() {
 			rest = append(rest, p)
 		}
 	}

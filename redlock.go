@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/goredis"
+	"github.com/dlock-go/dlock/internal/hold"
 	"github.com/dlock-go/dlock/internal/notify"
 	"github.com/dlock-go/dlock/internal/ownerid"
 	"github.com/dlock-go/dlock/internal/workers"
@@ -27,7 +28,7 @@ import (
 type Redlock struct {
 	nodes []redlockNode
 	cfg   config
-	wd    *watchdog
+	wd    *hold.Watchdog
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -98,7 +99,7 @@ func NewRedlock(nodes []RedisClient, opts ...Option) (*Redlock, error) {
 		cfg.logger.Warn("dlock: a Redlock over an even number of nodes survives no more node failures than one over a node fewer; use an odd number (3 or 5)",
 			slog.Int("nodes", n), slog.Int("quorum", quorum(n)), slog.Int("failures_tolerated", n-quorum(n)))
 	}
-	r.wd = newWatchdog(nil)
+	r.wd = hold.NewWatchdog(nil)
 	r.line.HandToHead = true // no queue on the nodes orders the waiters
 	for i := range r.nodes {
 		r.nodes[i].notify = notify.New(r.nodes[i].drv, cfg.logger)
@@ -205,7 +206,7 @@ func (r *Redlock) Close() error {
 		deadline := time.Now().Add(r.cfg.releaseTimeout)
 		close(r.closed)
 		r.line.Close()
-		r.wd.close()
+		r.wd.Close()
 		err = closeWithin(deadline, "Redlock.Close", func() {
 			for _, n := range r.nodes {
 				n.notify.Close()

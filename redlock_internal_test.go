@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/internal/hold"
 	"github.com/dlock-go/dlock/internal/ownerid"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
@@ -40,7 +41,7 @@ func TestRedlockDriftMath(t *testing.T) {
 	}
 	// The default factor gives a Redlock lease the same allowance as a Mutex lease.
 	for _, px := range []time.Duration{10 * time.Millisecond, time.Second, 30 * time.Second, time.Hour} {
-		if a, b := redlockDrift(px, defaultConfig().driftFactor), drift(px); a != b {
+		if a, b := redlockDrift(px, defaultConfig().driftFactor), hold.Drift(px); a != b {
 			t.Errorf("px %v: Redlock drift %v, Mutex drift %v", px, a, b)
 		}
 	}
@@ -182,9 +183,7 @@ func TestRedlockValidityCountsFromTheStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Unlock(ctx)
-	l.wd.mu.Lock()
-	from, until := l.validFrom, l.validUntil
-	l.wd.mu.Unlock()
+	from, until := l.s.Validity()
 	// Validity counts from before the requests were sent, so the round trip
 	// through the proxies (≥ 20ms) is taken out of it.
 	if from.Before(before) || end.Sub(from) < 20*time.Millisecond {
@@ -257,12 +256,12 @@ func TestRedlockRenewalBoundedByValidity(t *testing.T) {
 	for _, p := range proxies {
 		p.SetLatency(30 * time.Millisecond)
 	}
-	if err := h.Renew(ctx, l.owner, 10*time.Second, false); err != nil {
+	if err := h.Renew(ctx, l.s.Owner(), 10*time.Second, false); err != nil {
 		t.Errorf("renewal within its validity: %v", err)
 	}
 	// 40ms − 2.4ms of validity for a ≥ 60ms round trip. (The late PEXPIREs,
 	// which may shorten, still land: the keys then expire by themselves.)
-	if err := h.Renew(ctx, l.owner, 40*time.Millisecond, true); !errors.Is(err, ErrQuorum) {
+	if err := h.Renew(ctx, l.s.Owner(), 40*time.Millisecond, true); !errors.Is(err, ErrQuorum) {
 		t.Errorf("renewal slower than its validity: got %v, want ErrQuorum", err)
 	}
 	for _, p := range proxies {

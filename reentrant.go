@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/hold"
 	"github.com/dlock-go/dlock/internal/ownerid"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/wait"
@@ -183,9 +184,9 @@ type reentrantHold struct {
 	// from the attempt that granted it; "" when this hold took it (or was
 	// handed it).
 	grant    string
-	anchor   *anchor // the owner's shared renewal, once the hold is granted
-	attached bool    // counted in the anchor's holds
-	onLoss   lossID  // the hold's loss callback on the anchor's lease
+	anchor   *anchor     // the owner's shared renewal, once the hold is granted
+	attached bool        // counted in the anchor's holds
+	onLoss   hold.LossID // the hold's loss callback on the anchor's lease
 }
 
 var (
@@ -240,7 +241,7 @@ func (h *reentrantHold) release(ctx context.Context, member string) error {
 		// on the anchor, which may renew the owner's other holds for long
 		// yet, and must not renew the lock for this one.
 		h.attached = false
-		h.anchor.lease.dropLoss(h.onLoss)
+		h.anchor.lease.s.DropLoss(h.onLoss)
 	}
 	var failed error // the release may not have landed
 	if !ended {
@@ -262,7 +263,7 @@ func (h *reentrantHold) sendRelease(ctx context.Context, member string) (ended b
 }
 
 // renew, remaining: a hold's lease delegates Extend and TTL to its anchor
-// (Lease.parent), so these serve only the anchor's holder, reentrantOwner,
+// (hold.Lease's parent), so these serve only the anchor's holder, reentrantOwner,
 // for the grant the hold joined.
 func (h *reentrantHold) Renew(ctx context.Context, _ string, px time.Duration, shorten bool) error {
 	return renewVia(ctx, h.m.c.drv, (*reentrantOwner)(h.m), h.grantValue(), px, shorten)
@@ -310,18 +311,8 @@ func (h *reentrantHold) makeLease(ctx context.Context, cfg *config, member strin
 	m.c.notify.WakeMatching(m.keys.channel(), func(queued string) bool {
 		return queued != member && isHoldOf(queued, h.owner)
 	})
-	l := &Lease{
-		wd:        m.c.wd,
-		h:         h,
-		cfg:       cfg,
-		owner:     member,
-		token:     token,
-		parent:    anchor.lease,
-		ttl:       cfg.ttl,
-		kind:      KindReentrant,
-		grantedAt: time.Now(),
-		heapIndex: -1,
-	}
-	h.onLoss = anchor.lease.onLoss(func(err error) { m.c.wd.lose(l, fmt.Sprintf("the owner's hold ended: %v", err)) })
+	l := &Lease{h: h, cfg: cfg, token: token, kind: KindReentrant, grantedAt: time.Now()}
+	l.s.Init(m.c.wd, h, (*leaseEvents)(l), member, hold.Settings{TTL: cfg.ttl}, &anchor.lease.s)
+	h.onLoss = anchor.lease.s.OnLoss(func(err error) { l.s.Lose(fmt.Sprintf("the owner's hold ended: %v", err)) })
 	return l, nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/hold"
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
@@ -78,7 +79,7 @@ func (s *anchorSet) attach(key anchorKey, create func() (*Lease, error)) (*ancho
 	}
 	if a := s.join(key); a != nil {
 		// Another hold made one meanwhile; it renews the same key.
-		l.wd.retire(l)
+		l.s.Retire()
 		return a, nil
 	}
 	a := &anchor{key: key, lease: l, holds: 1}
@@ -88,7 +89,7 @@ func (s *anchorSet) attach(key anchorKey, create func() (*Lease, error)) (*ancho
 	}
 	s.anchors[key] = a
 	s.mu.Unlock()
-	l.onLoss(func(error) { s.forget(a) })
+	l.s.OnLoss(func(error) { s.forget(a) })
 	return a, nil
 }
 
@@ -96,7 +97,7 @@ func (s *anchorSet) attach(key anchorKey, create func() (*Lease, error)) (*ancho
 func (s *anchorSet) join(key anchorKey) *anchor {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if a := s.anchors[key]; a != nil && a.lease.lossErr() == nil {
+	if a := s.anchors[key]; a != nil && a.lease.s.Lost() == nil {
 		a.holds++
 		return a
 	}
@@ -119,11 +120,11 @@ func (s *anchorSet) beginRelease(ctx context.Context, a *anchor) error {
 	if !pause {
 		return nil
 	}
-	err := a.lease.wd.beginUnlock(ctx, a.lease, true)
+	err := a.lease.s.BeginUnlock(ctx, true)
 	switch {
 	case err == nil:
 		a.paused = true
-	case isRenewalPending(err):
+	case hold.IsRenewalPending(err):
 		return err
 	}
 	return nil // lost or retired meanwhile: the release finds out
@@ -153,20 +154,20 @@ func (s *anchorSet) endRelease(a *anchor, ended bool, failed error) {
 	}
 	resume := !last && a.paused && (a.holds > a.releasing || !current)
 	s.mu.Unlock()
-	wd := a.lease.wd
+	l := &a.lease.s
 	switch {
 	case last && failed != nil && a.paused:
-		wd.endUnlock(a.lease, failed) // ends it lost
+		l.EndUnlock(failed) // ends it lost
 	case last && failed != nil:
-		// Not retire, which would wait for the renewal in flight that a
+		// Not Retire, which would wait for the renewal in flight that a
 		// silent server has kept from returning.
-		wd.lose(a.lease, fmt.Sprintf("releasing the owner's last hold failed (%v), and the release may still reach Redis", failed))
+		l.Lose(fmt.Sprintf("releasing the owner's last hold failed (%v), and the release may still reach Redis", failed))
 	case last && a.paused:
-		wd.endUnlock(a.lease, nil)
+		l.EndUnlock(nil)
 	case last:
-		wd.retire(a.lease)
+		l.Retire()
 	case resume:
-		wd.resume(a.lease)
+		l.Resume()
 	default:
 		return
 	}

@@ -32,7 +32,5 @@ func TestReentrantHoldsShareOneWatchedLease(t *testing.T) {
 
 // watched is how many leases the watchdog watches.
 func (c *Client) watched() int {
-	c.wd.mu.Lock()
-	defer c.wd.mu.Unlock()
-	return len(c.wd.leases)
+	return c.wd.Counts().Leases
 }

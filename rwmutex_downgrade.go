@@ -44,7 +44,7 @@ func (rw *RWMutex) Downgrade(ctx context.Context, write *Lease) (*Lease, error) 
 		return nil, err
 	}
 	wd := rw.c.wd
-	holdUntil, validUntil, lost := write.standing()
+	holdUntil, validUntil, lost := write.s.Standing()
 	switch {
 	case lost == errDowngraded:
 		return nil, errs.Errorf("dlock: Downgrade %q: %w already", rw.name, lost)
@@ -53,27 +53,27 @@ func (rw *RWMutex) Downgrade(ctx context.Context, write *Lease) (*Lease, error) 
 	}
 	// Stop renewing write and wait for a renewal in flight, as Unlock does:
 	// no renewal of the writer may follow the downgrade.
-	if err := wd.beginUnlock(ctx, write, true); err != nil {
+	if err := write.s.BeginUnlock(ctx, true); err != nil {
 		return nil, errs.Errorf("dlock: Downgrade %q: %w", rw.name, err)
 	}
 	start := time.Now()
 	cfg, px := rw.readConfig(start, holdUntil)
 	if px < MinTTL {
-		wd.resume(write)
+		write.s.Resume()
 		return nil, errs.Errorf("dlock: Downgrade %q: %w: the maximum hold time (WithMaxHold) is reached", rw.name, ErrNotHeld)
 	}
 	// Past write's validity the answer no longer matters: write is lost then.
 	dctx, cancel := context.WithDeadline(ctx, validUntil)
-	fence, err := rw.downgrade(dctx, write.owner, owner, px)
+	fence, err := rw.downgrade(dctx, write.s.Owner(), owner, px)
 	cancel()
 	switch {
 	case err == nil:
-		wd.endAs(write, errDowngraded)
+		write.s.EndAs(errDowngraded)
 		return newLease(ctx, wd, &rw.reader, cfg, owner, fence, start, px)
 	case errors.Is(err, ErrReplicaAck):
 		// Downgraded, but too few replicas have the read lease: give it
 		// back, as an acquire would.
-		wd.endAs(write, errDowngraded)
+		write.s.EndAs(errDowngraded)
 		rctx, cancel := detach(ctx, cfg.releaseTimeout)
 		defer cancel()
 		if rerr := rw.reader.release(rctx, owner); rerr != nil && !errors.Is(rerr, ErrNotHeld) {
@@ -82,10 +82,10 @@ func (rw *RWMutex) Downgrade(ctx context.Context, write *Lease) (*Lease, error) 
 		}
 		return nil, errs.Redis("Downgrade", rw.name, err)
 	case errors.Is(err, ErrNotHeld):
-		wd.loseEnding(write, "Downgrade found the lock expired or held by others")
+		write.s.LoseEnding("Downgrade found the lock expired or held by others")
 		return nil, errs.Errorf("dlock: Downgrade %q: %w: it expired or was taken over", rw.name, ErrNotHeld)
 	}
-	wd.resume(write)
+	write.s.Resume()
 	rw.c.abandon(ctx, &rw.reader, cfg, owner, err, nil)
 	return nil, errs.Redis("Downgrade", rw.name, err)
 }

@@ -103,7 +103,7 @@ func (p *Permits) ReleaseN(ctx context.Context, n int) error {
 	if n == held {
 		return l.end(ctx, "ReleaseN", "the permits expired or were removed before ReleaseN")
 	}
-	if err := l.usable(); err != nil {
+	if err := l.s.Usable(); err != nil {
 		if err == errReleased {
 			err = errPermitsReleased
 		}
@@ -111,13 +111,13 @@ func (p *Permits) ReleaseN(ctx context.Context, n int) error {
 	}
 	rctx, cancel := detach(ctx, l.cfg.releaseTimeout)
 	defer cancel()
-	kept, err := p.a.releaseSome(rctx, l.owner, held-n)
+	kept, err := p.a.releaseSome(rctx, l.s.Owner(), held-n)
 	switch {
 	case err == nil:
 		p.n.Store(kept)
 		return nil
 	case errors.Is(err, ErrNotHeld):
-		if !l.wd.loseIfHeld(l, "ReleaseN found the permits gone or held by another owner") {
+		if !l.s.LoseIfHeld("ReleaseN found the permits gone or held by another owner") {
 			// A Release gave them all back meanwhile: not a loss.
 			return errs.Errorf("dlock: ReleaseN %q: %w", l.Name(), errPermitsReleased)
 		}

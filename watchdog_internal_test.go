@@ -25,7 +25,7 @@ func TestShortHoldsLeaveTheWatchdogAsleep(t *testing.T) {
 	}
 	// The first lease, or one tracked just as the loop found nothing to
 	// watch, may wake it; one wake-up per hold is what this guards against.
-	if n := c.wd.pokes.Load(); n > holds/10 {
+	if n := c.wd.Counts().Pokes; n > holds/10 {
 		t.Errorf("the watchdog's loop was woken %d times for %d short holds, want at most %d", n, holds, holds/10)
 	}
 }
@@ -37,15 +37,7 @@ func TestShortHoldsLeaveTheWatchdogAsleep(t *testing.T) {
 func TestErrAndDoneCompareTheDeadlineWhenCalled(t *testing.T) {
 	c := sharedClient(t)
 	ctx := context.Background()
-	pastDeadline := func(l *Lease) {
-		root := l
-		for root.parent != nil {
-			root = root.parent
-		}
-		root.wd.mu.Lock()
-		root.validUntil = time.Now().Add(-time.Millisecond)
-		root.wd.mu.Unlock()
-	}
+	pastDeadline := func(l *Lease) { l.s.SetValidUntil(time.Now().Add(-time.Millisecond)) }
 	kinds := map[string]func(name string) (*Lease, []*Lease, error){
 		"Mutex": func(name string) (*Lease, []*Lease, error) {
 			l, err := c.Mutex(name, WithTTL(30*time.Second)).Lock(ctx)

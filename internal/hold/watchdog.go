@@ -1,23 +1,24 @@
-package dlock
+package hold
 
 import (
 	"container/heap"
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errs"
 )
 
-// watchdog is the Client's one scheduler for every lease it holds: it renews
+// Watchdog is a Client's one scheduler for every lease it holds: it renews
 // leases that auto-renew and declares a lease lost when its local validity
 // deadline passes without a successful renewal. It is one goroutine for the
 // whole Client, not one per lease, and it renews every lease that is due at
-// about the same time in one pipelined batch (see docs/design.md).
-type watchdog struct {
-	// drv runs the pipelined renewals of batchRenewer holders.
+// about the same time in one pipelined batch (see docs/holding.md). Its
+// mutex guards the state of every lease it watches.
+type Watchdog struct {
+	// drv runs the pipelined renewals of BatchRenewer holders.
 	drv driver.Driver
 
 	mu       sync.Mutex
@@ -28,25 +29,28 @@ type watchdog struct {
 	idleLead time.Duration
 	started  bool
 	closed   bool
-	// lossSeq is the last id Lease.onLoss gave, for any lease of the
-	// Client (a counter per lease would grow every Lease).
-	lossSeq lossID
+	// lossSeq is the last id Lease.OnLoss gave, for any lease of the
+	// Watchdog (a counter per lease would grow every Lease).
+	lossSeq LossID
 
 	wake    chan struct{}
 	pokes   atomic.Int64 // wake-ups sent to the loop, for tests
 	stop    chan struct{}
 	done    chan struct{}
 	batches sync.WaitGroup
-	// ctx is the parent of every renewal's context; close cancels it, so
-	// a renewal waiting on a silent server does not hold close up until
+	// ctx is the parent of every renewal's context; Close cancels it, so
+	// a renewal waiting on a silent server does not hold Close up until
 	// the lease's validity deadline.
 	ctx    context.Context
 	cancel context.CancelFunc
 }
 
-func newWatchdog(drv driver.Driver) *watchdog {
+// NewWatchdog returns a Watchdog whose batches run on drv (nil when every
+// holder renews by itself). Its goroutine starts with the first lease;
+// Close stops it.
+func NewWatchdog(drv driver.Driver) *Watchdog {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &watchdog{
+	return &Watchdog{
 		drv:    drv,
 		wake:   make(chan struct{}, 1),
 		stop:   make(chan struct{}),
@@ -57,14 +61,14 @@ func newWatchdog(drv driver.Driver) *watchdog {
 }
 
 // track starts watching a new lease.
-func (w *watchdog) track(l *Lease) error {
+func (w *Watchdog) track(l *Lease) error {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
-		return ErrClosed
+		return errs.ErrClosed
 	}
 	l.eventAt = l.nextEventLocked()
-	heap.Push(&w.leases, l)
+	w.leases.push(l)
 	w.idleLead = time.Until(l.eventAt)
 	// Wake the loop only if it would sleep past this lease's event: most
 	// new leases are due after ones already watched (or just released),
@@ -77,13 +81,13 @@ func (w *watchdog) track(l *Lease) error {
 	}
 	w.mu.Unlock()
 	if early {
-		w.poke()
+		w.Poke()
 	}
 	return nil
 }
 
-// poke makes the loop recompute its next wake-up.
-func (w *watchdog) poke() {
+// Poke makes the loop recompute its next wake-up.
+func (w *Watchdog) Poke() {
 	w.pokes.Add(1)
 	select {
 	case w.wake <- struct{}{}:
@@ -91,7 +95,7 @@ func (w *watchdog) poke() {
 	}
 }
 
-// nextEventLocked is when the watchdog must next look at the lease.
+// nextEventLocked is when the Watchdog must next look at the lease.
 func (l *Lease) nextEventLocked() time.Time {
 	if l.renewing == nil && !l.nextRenew.IsZero() && l.nextRenew.Before(l.validUntil) {
 		return l.nextRenew
@@ -100,7 +104,7 @@ func (l *Lease) nextEventLocked() time.Time {
 }
 
 // rescheduleLocked repositions a tracked lease after its times changed.
-func (w *watchdog) rescheduleLocked(l *Lease) {
+func (w *Watchdog) rescheduleLocked(l *Lease) {
 	if l.heapIndex < 0 {
 		return
 	}
@@ -108,7 +112,7 @@ func (w *watchdog) rescheduleLocked(l *Lease) {
 	heap.Fix(&w.leases, l.heapIndex)
 }
 
-func (w *watchdog) run() {
+func (w *Watchdog) run() {
 	defer close(w.done)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -132,7 +136,7 @@ func (w *watchdog) run() {
 
 // step declares overdue leases lost, starts a renewal batch for the leases
 // that are due, and returns how long to sleep.
-func (w *watchdog) step(now time.Time) time.Duration {
+func (w *Watchdog) step(now time.Time) time.Duration {
 	var (
 		batch []*Lease
 		lost  []*Lease
@@ -142,7 +146,7 @@ func (w *watchdog) step(now time.Time) time.Duration {
 	for len(w.leases) > 0 {
 		l := w.leases[0]
 		if !l.validUntil.After(now) {
-			funcs = append(funcs, w.loseLocked(l, l.deadlineReasonLocked()))
+			funcs = append(funcs, l.loseLocked(l.deadlineReasonLocked()))
 			lost = append(lost, l)
 			continue
 		}
@@ -158,8 +162,22 @@ func (w *watchdog) step(now time.Time) time.Duration {
 	}
 	for _, l := range batch {
 		l.eventAt = l.nextEventLocked()
-		heap.Push(&w.leases, l)
+		w.leases.push(l)
 	}
+	sleep := w.sleepLocked(now)
+	if len(batch) > 0 {
+		w.batches.Add(1)
+		go w.renew(batch)
+	}
+	w.mu.Unlock()
+	for i, l := range lost {
+		l.runLoss(funcs[i])
+	}
+	return sleep
+}
+
+// sleepLocked is how long the loop sleeps after a step at now.
+func (w *Watchdog) sleepLocked(now time.Time) time.Duration {
 	sleep := time.Hour
 	switch {
 	case len(w.leases) > 0:
@@ -175,33 +193,12 @@ func (w *watchdog) step(now time.Time) time.Duration {
 		w.idleLead = 0
 	}
 	w.nextWake = now.Add(sleep)
-	if len(batch) > 0 {
-		w.batches.Add(1)
-		go w.renew(batch)
-	}
-	w.mu.Unlock()
-	for i, l := range lost {
-		runLossFuncs(funcs[i], l)
-	}
 	return sleep
 }
 
-// deadlineReasonLocked says why a lease reached its deadline.
-func (l *Lease) deadlineReasonLocked() string {
-	switch {
-	case l.capped:
-		return "the maximum hold time (WithMaxHold) was reached"
-	case !l.autoRenew:
-		return "its TTL elapsed (auto-renew is off)"
-	case l.lastErr != nil:
-		return fmt.Sprintf("no renewal succeeded before the validity deadline (last error: %v)", l.lastErr)
-	}
-	return "no renewal succeeded before the validity deadline"
-}
-
-// close stops the loop, ends the renewals in flight and declares every
+// Close stops the loop, ends the renewals in flight and declares every
 // lease still held lost.
-func (w *watchdog) close() {
+func (w *Watchdog) Close() {
 	w.mu.Lock()
 	w.closed = true
 	started := w.started
@@ -219,18 +216,39 @@ func (w *watchdog) close() {
 	w.mu.Lock()
 	for len(w.leases) > 0 {
 		l := w.leases[0]
-		funcs = append(funcs, w.loseLocked(l, "the client was closed, so nothing renews it"))
+		funcs = append(funcs, l.loseLocked("the client was closed, so nothing renews it"))
 		lost = append(lost, l)
 	}
 	w.mu.Unlock()
 	for i, l := range lost {
-		runLossFuncs(funcs[i], l)
+		l.runLoss(funcs[i])
 	}
+}
+
+// Counts is what a Watchdog holds, for tests that check it all goes.
+type Counts struct {
+	Leases    int   // leases watched
+	Slots     int   // capacity of the heap of leases
+	LossFuncs int   // loss callbacks on the leases watched
+	Pokes     int64 // wake-ups sent to the loop so far
+}
+
+// Counts returns what w holds now.
+func (w *Watchdog) Counts() Counts {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	c := Counts{Leases: len(w.leases), Slots: cap(w.leases), Pokes: w.pokes.Load()}
+	for _, l := range w.leases {
+		c.LossFuncs += len(l.lossFuncs)
+	}
+	return c
 }
 
 // leaseHeap orders leases by their next event.
 type leaseHeap []*Lease
 
+func (h *leaseHeap) push(l *Lease)     { heap.Push(h, l) }
+func (h *leaseHeap) remove(i int)      { heap.Remove(h, i) }
 func (h leaseHeap) Len() int           { return len(h) }
 func (h leaseHeap) Less(i, j int) bool { return h[i].eventAt.Before(h[j].eventAt) }
 func (h leaseHeap) Swap(i, j int) {

@@ -1,21 +1,17 @@
-package dlock
+package hold
 
 import (
 	"fmt"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/errs"
 )
 
-// expireIfDue declares the lease lost when its validity deadline has
-// passed, as the watchdog would at its next step: the watchdog may not have
+// ExpireIfDue declares the lease lost when its validity deadline has
+// passed, as the Watchdog would at its next step: the Watchdog may not have
 // run since (GC, a paused process). A nested hold's deadline is its
-// parent's, and a MultiLock's its locks': their loss is its loss.
-func (l *Lease) expireIfDue() {
-	if h, ok := l.h.(*multiHolder); ok {
-		for _, p := range h.parts {
-			p.expireIfDue()
-		}
-		return
-	}
+// parent's: their loss is its loss.
+func (l *Lease) ExpireIfDue() {
 	root := l
 	for root.parent != nil {
 		root = root.parent
@@ -23,19 +19,19 @@ func (l *Lease) expireIfDue() {
 	w := root.wd
 	now := time.Now()
 	w.mu.Lock()
-	if root.err != nil || root.state != leaseHeld || root.validUntil.IsZero() || now.Before(root.validUntil) {
+	if root.err != nil || root.state != held || root.validUntil.IsZero() || now.Before(root.validUntil) {
 		w.mu.Unlock()
 		return
 	}
-	funcs := w.loseLocked(root, root.deadlineReasonLocked())
+	funcs := root.loseLocked(root.deadlineReasonLocked())
 	w.mu.Unlock()
-	runLossFuncs(funcs, root)
+	root.runLoss(funcs)
 }
 
-// validAt reports whether the lease was still valid at t: not lost, and
+// ValidAt reports whether the lease was still valid at t: not lost, and
 // before its validity deadline (its parent's, for a nested hold, which
-// shares the parent's watchdog).
-func (l *Lease) validAt(t time.Time) bool {
+// shares the parent's Watchdog).
+func (l *Lease) ValidAt(t time.Time) bool {
 	l.wd.mu.Lock()
 	defer l.wd.mu.Unlock()
 	for ; l.err == nil; l = l.parent {
@@ -46,20 +42,20 @@ func (l *Lease) validAt(t time.Time) bool {
 	return false
 }
 
-// usable says why the lease cannot be extended or read, if it can't.
-func (l *Lease) usable() error {
+// Usable says why the lease cannot be extended or read, if it can't:
+// ErrReleased, or an error matching errs.ErrNotHeld that names the loss.
+func (l *Lease) Usable() error {
 	l.wd.mu.Lock()
 	defer l.wd.mu.Unlock()
 	return l.usableLocked()
 }
 
-// usableLocked says why the lease cannot be extended or read, if it can't.
 func (l *Lease) usableLocked() error {
 	switch {
-	case l.state != leaseHeld:
-		return errReleased
+	case l.state != held:
+		return ErrReleased
 	case l.err != nil:
-		return fmt.Errorf("%w: the lease was lost: %v", ErrNotHeld, l.err)
+		return fmt.Errorf("%w: the lease was lost: %v", errs.ErrNotHeld, l.err)
 	}
 	return nil
 }
@@ -81,7 +77,7 @@ func (l *Lease) cappedLocked(px time.Duration, now time.Time) time.Duration {
 // set a later expiry than the lease knows of). Any other request only ever
 // lengthens it, so that one overtaken on the wire by a later, longer one
 // (its reply lost or late, its context ended) cannot cut the key back under
-// a lease that counts on the longer one (docs/design.md, "Renewals never
+// a lease that counts on the longer one (docs/holding.md, "Renewals never
 // shorten").
 func (l *Lease) shortensLocked(now time.Time, px time.Duration) bool {
 	return now.Add(px).Before(l.validUntil) || l.reachesCap(now, px)
@@ -93,33 +89,37 @@ func (l *Lease) reachesCap(from time.Time, px time.Duration) bool {
 	return !l.holdUntil.IsZero() && !from.Add(px).Before(l.holdUntil.Add(-time.Millisecond))
 }
 
-// drift is the safety margin subtracted from every validity: clocks of the
+// Drift is the safety margin subtracted from every validity: clocks of the
 // client and the server may run at slightly different rates, and expiry has
 // millisecond resolution (the Redlock paper's TTL/100 + 2ms).
-func drift(px time.Duration) time.Duration { return px/100 + 2*time.Millisecond }
+func Drift(px time.Duration) time.Duration { return px/100 + 2*time.Millisecond }
 
 // validityDeadline is when a grant or renewal of px, requested at from,
 // stops being trustworthy: px after the request was sent (the server's
 // expiry counts from later, so the time the request and its reply took is
 // subtracted), less the drift allowance. It is a variable only so that the
 // reliability suite can swap in a broken version and prove that its checks
-// catch it (export_test.go, docs/reliability.md); nothing else sets it.
+// catch it (SetValidityDeadline, docs/reliability.md); nothing else sets it.
 var validityDeadline = func(from time.Time, px, drift time.Duration) time.Time {
 	return from.Add(px - drift)
 }
 
-// drifter is a holder whose leases need another drift allowance than drift:
-// Redlock's drift factor is an option.
-type drifter interface {
-	Drift(px time.Duration) time.Duration
+// SetValidityDeadline replaces how a validity deadline is computed from a
+// request's start, the expiry asked for and the drift allowance, and
+// returns the function that restores it: a test hook for the reliability
+// suite's mutants. Call it while no lease exists.
+func SetValidityDeadline(f func(from time.Time, px, drift time.Duration) time.Time) (restore func()) {
+	orig := validityDeadline
+	validityDeadline = f
+	return func() { validityDeadline = orig }
 }
 
 // driftFor is the drift allowance of this lease's validity.
 func (l *Lease) driftFor(px time.Duration) time.Duration {
-	if d, ok := l.h.(drifter); ok {
+	if d, ok := l.h.(Drifter); ok {
 		return d.Drift(px)
 	}
-	return drift(px)
+	return Drift(px)
 }
 
 // distrustLocked handles an Extend that failed but may still have reached
@@ -162,4 +162,17 @@ func (l *Lease) applyValidityLocked(from time.Time, px time.Duration) {
 		life = l.ttl
 	}
 	l.nextRenew = from.Add(life / 3)
+}
+
+// deadlineReasonLocked says why a lease reached its deadline.
+func (l *Lease) deadlineReasonLocked() string {
+	switch {
+	case l.capped:
+		return "the maximum hold time (WithMaxHold) was reached"
+	case !l.autoRenew:
+		return "its TTL elapsed (auto-renew is off)"
+	case l.lastErr != nil:
+		return fmt.Sprintf("no renewal succeeded before the validity deadline (last error: %v)", l.lastErr)
+	}
+	return "no renewal succeeded before the validity deadline"
 }

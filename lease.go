@@ -21,7 +21,6 @@ type Lease struct {
 	h         holder
 	cfg       *config
 	token     int64
-	kind      Kind
 	grantedAt time.Time     // when this process got the lease
 	handoff   time.Duration // grant on the server to arrival here; 0 unknown
 }
@@ -52,7 +51,7 @@ func (l *Lease) Token() int64 { return l.token }
 // Client. Owner sends nothing and is safe for concurrent use.
 func (l *Lease) Owner() string {
 	v := l.s.Owner()
-	if l.kind == KindReentrant {
+	if l.h.kind() == KindReentrant {
 		v = v[ownerid.IDLen:] // the lease's owner names the hold: its hold id, then the owner value
 	}
 	id, _ := ownerid.Split(v) // as Inspect reads Holder.Owner from the value stored
@@ -118,31 +117,33 @@ func (l *Lease) onLoss(f func(error)) hold.LossID { return l.s.OnLoss(f) }
 // it: the lock was then held until the release was sent.
 func (l *Lease) lostWhileHeld() error { return l.s.LostWhileHeld() }
 
-// leaseEvents is a Lease as its hold.Lease tells it of renewals and loss:
-// the Observer's and the logger's.
-type leaseEvents Lease
+// leaseHost is a Lease as its hold.Lease sees it (hold.Host): the lock it
+// holds, and the Observer and logger that hear of renewals and loss.
+type leaseHost Lease
 
-func (e *leaseEvents) Name() string { return e.h.lockName() }
+func (e *leaseHost) Holder() hold.Holder { return e.h }
 
-func (e *leaseEvents) Lost(err error, reason string) {
+func (e *leaseHost) Name() string { return e.h.lockName() }
+
+func (e *leaseHost) Lost(err error, reason string) {
 	l := (*Lease)(e)
 	if o := l.cfg.observer; o != nil {
 		o.Lost(l.info(), err)
 	}
-	l.cfg.logger.Warn("dlock: lock lost", slog.String("lock", l.Name()), slog.String("kind", string(l.kind)),
+	l.cfg.logger.Warn("dlock: lock lost", slog.String("lock", l.Name()), slog.String("kind", string(l.h.kind())),
 		slog.Int64("token", l.token), slog.String("reason", reason))
 }
 
-func (e *leaseEvents) Renewed(err error) {
+func (e *leaseHost) Renewed(err error) {
 	l := (*Lease)(e)
 	if o := l.cfg.observer; o != nil {
 		o.Renewed(l.info(), err)
 	}
 }
 
-func (e *leaseEvents) RenewFailed(err error, validFor time.Duration) {
+func (e *leaseHost) RenewFailed(err error, validFor time.Duration) {
 	l := (*Lease)(e)
-	l.cfg.logger.Warn("dlock: renewal failed; retrying", slog.String("lock", l.Name()), slog.String("kind", string(l.kind)),
+	l.cfg.logger.Warn("dlock: renewal failed; retrying", slog.String("lock", l.Name()), slog.String("kind", string(l.h.kind())),
 		slog.Int64("token", l.token), slog.Duration("valid_for", validFor), slog.Any("error", err))
 }
 

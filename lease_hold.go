@@ -68,8 +68,8 @@ func notHeld(call *driver.Call) error {
 // remaining time as of then. A hand-off's short grant may first be claimed
 // for the full TTL (hold.Lease.NeedsClaim).
 func newLease(ctx context.Context, wd *hold.Watchdog, h holder, cfg *config, owner string, fence int64, from time.Time, px time.Duration) (*Lease, error) {
-	l := &Lease{h: h, cfg: cfg, token: fence, kind: h.kind(), grantedAt: time.Now()}
-	l.s.Start(wd, h, (*leaseEvents)(l), owner, cfg.holdSettings(), from, px)
+	l := &Lease{h: h, cfg: cfg, token: fence, grantedAt: time.Now()}
+	l.s.Start(wd, (*leaseHost)(l), owner, cfg.holdSettings(), from, px)
 	var err error
 	if l.s.NeedsClaim(from, px) {
 		err = l.s.Claim(ctx)

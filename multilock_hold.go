@@ -63,8 +63,8 @@ func (m *MultiLock) combine(parts []*Lease) (*Lease, *multiHolder) {
 			token = p.token
 		}
 	}
-	l := &Lease{h: h, cfg: &m.cfg, token: token, kind: KindMutex, grantedAt: time.Now()}
-	l.s.Init(m.c.wd, h, (*leaseEvents)(l), parts[0].s.Owner(), hold.Settings{TTL: m.cfg.ttl}, nil)
+	l := &Lease{h: h, cfg: &m.cfg, token: token, grantedAt: time.Now()}
+	l.s.Init(m.c.wd, (*leaseHost)(l), parts[0].s.Owner(), hold.Settings{TTL: m.cfg.ttl}, nil)
 	for _, p := range parts {
 		p := p
 		p.s.OnLoss(func(err error) {

@@ -131,5 +131,5 @@ func observeAcquire(ctx context.Context, cfg *config, kind Kind, name, op string
 
 // info describes the lease for Observer events.
 func (l *Lease) info() LeaseInfo {
-	return LeaseInfo{Name: l.Name(), Kind: l.kind, Token: l.token, Held: time.Since(l.grantedAt)}
+	return LeaseInfo{Name: l.Name(), Kind: l.h.kind(), Token: l.token, Held: time.Since(l.grantedAt)}
 }

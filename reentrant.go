@@ -311,8 +311,8 @@ func (h *reentrantHold) makeLease(ctx context.Context, cfg *config, member strin
 	m.c.notify.WakeMatching(m.keys.channel(), func(queued string) bool {
 		return queued != member && isHoldOf(queued, h.owner)
 	})
-	l := &Lease{h: h, cfg: cfg, token: token, kind: KindReentrant, grantedAt: time.Now()}
-	l.s.Init(m.c.wd, h, (*leaseEvents)(l), member, hold.Settings{TTL: cfg.ttl}, &anchor.lease.s)
+	l := &Lease{h: h, cfg: cfg, token: token, grantedAt: time.Now()}
+	l.s.Init(m.c.wd, (*leaseHost)(l), member, hold.Settings{TTL: cfg.ttl}, &anchor.lease.s)
 	h.onLoss = anchor.lease.s.OnLoss(func(err error) { l.s.Lose(fmt.Sprintf("the owner's hold ended: %v", err)) })
 	return l, nil
 }

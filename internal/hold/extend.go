@@ -12,7 +12,7 @@ import (
 // for later renewals (dlock.Lease.Extend, whose errors it returns); a nested
 // hold extends its parent. ttl must be valid already.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
-	name := l.ev.Name()
+	name := l.host.Name()
 	if l.parent != nil {
 		if err := l.Usable(); err != nil {
 			return errs.Errorf("dlock: Extend %q: %w", name, err)
@@ -99,14 +99,14 @@ func (l *Lease) extended(inFlight chan struct{}, err error, ttl time.Duration, s
 // (dlock.Lease.TTL, whose errors it returns); a nested hold asks its
 // parent.
 func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
-	name := l.ev.Name()
+	name := l.host.Name()
 	if err := l.Usable(); err != nil {
 		return 0, errs.Errorf("dlock: TTL %q: %w", name, err)
 	}
 	if l.parent != nil {
 		return l.parent.TTL(ctx)
 	}
-	d, err := l.h.Remaining(ctx, l.owner)
+	d, err := l.host.Holder().Remaining(ctx, l.owner)
 	switch {
 	case err == nil:
 		return d, nil
@@ -127,9 +127,10 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 // key was re-armed on the master, but the lease must not count on it). The
 // Watchdog's batches do the same (renew.go).
 func (l *Lease) renewHold(ctx context.Context, px time.Duration, shorten bool) error {
-	b, ok := l.h.(BatchRenewer)
+	h := l.host.Holder()
+	b, ok := h.(BatchRenewer)
 	if !ok || l.replicas <= 0 {
-		return l.h.Renew(ctx, l.owner, px, shorten)
+		return h.Renew(ctx, l.owner, px, shorten)
 	}
 	calls := b.RenewCalls(l.owner, px, shorten)
 	askAck(l.replicas, l.replicaTimeout, calls...)

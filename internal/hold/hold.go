@@ -1,9 +1,10 @@
 // Package hold is a lease's state machine (held, unlocking, released, lost),
 // its validity, and the Watchdog: the one scheduler per Client that renews
 // its leases in pipelined batches and declares a lease lost at its local
-// validity deadline. The layer above makes a Lease around the lock it holds
-// (a Holder) and hears of its renewals and loss (Events); a Lease's fields
-// are read and written in this package only, under its Watchdog's mutex.
+// validity deadline. The layer above embeds a Lease in its own (a Host:
+// the lock it holds, a Holder, and what it hears of renewals and loss); a
+// Lease's fields are read and written in this package only, under its
+// Watchdog's mutex.
 package hold
 
 import (
@@ -51,10 +52,13 @@ type Drifter interface {
 	Drift(px time.Duration) time.Duration
 }
 
-// Events is what the layer above hears of a lease. The Watchdog calls them
-// after its mutex is released, so they may take their time and call back
-// into the lease.
-type Events interface {
+// Host is the layer above's lease around a Lease: the lock it holds, and
+// what it hears of renewals and loss. The Watchdog calls Lost, Renewed and
+// RenewFailed after its mutex is released, so they may take their time and
+// call back into the lease.
+type Host interface {
+	// Holder is the lock the lease holds.
+	Holder() Holder
 	// Name is the lock's name, for errors and logs.
 	Name() string
 	// Lost reports the lease's loss, after its loss callbacks ran.

@@ -20,49 +20,49 @@ const (
 // methods are safe for concurrent use.
 type Lease struct {
 	wd     *Watchdog
-	h      Holder
-	ev     Events
+	host   Host
 	owner  string
 	parent *Lease // renews this lease's lock (a nested hold); its loss is this lease's
 	// replicas and replicaTimeout: Settings.Replicas and ReplicaTimeout.
 	replicas       int
 	replicaTimeout time.Duration
 
-	// Guarded by wd.mu.
+	// Guarded by wd.mu. The booleans come last, packed into one word: the
+	// Lease shares its allocation with the layer above's.
 	ttl        time.Duration
-	autoRenew  bool
 	holdUntil  time.Time // zero: no cap on the total hold
 	validFrom  time.Time // start of the request that set validUntil
 	validUntil time.Time // local validity deadline, on the monotonic clock
 	nextRenew  time.Time // zero: no renewal planned
 	renewing   chan struct{}
-	capped     bool  // the current grant reaches holdUntil: no more renewals
-	lastErr    error // the last renewal failure
-	state      state
+	lastErr    error         // the last renewal failure
 	err        error         // non-nil once lost, or the error EndAs gave
-	endedAs    bool          // EndAs ended it: err says what replaced it
 	done       chan struct{} // made by the first Done: most holders never ask
-	doneClosed bool
-	lostInEnd  bool // err was declared by a failed Unlock (EndUnlock), not while held
 	lossFuncs  []lossFunc
 	heapIndex  int
 	eventAt    time.Time
+	state      state
+	autoRenew  bool
+	capped     bool // the current grant reaches holdUntil: no more renewals
+	endedAs    bool // EndAs ended it: err says what replaced it
+	doneClosed bool
+	lostInEnd  bool // err was declared by a failed Unlock (EndUnlock), not while held
 }
 
-// Init makes l the lease of owner's hold through h, watched by wd, telling
-// ev; with a parent, l is a nested hold whose lock parent renews. A lease
-// that only Init set up is never renewed by itself: a nested hold's, or one
-// made of other leases (a MultiLock's).
-func (l *Lease) Init(wd *Watchdog, h Holder, ev Events, owner string, s Settings, parent *Lease) {
-	*l = Lease{wd: wd, h: h, ev: ev, owner: owner, parent: parent, replicas: s.Replicas,
+// Init makes l the lease of owner's hold of host's lock, watched by wd;
+// with a parent, l is a nested hold whose lock parent renews. A lease that
+// only Init set up is never renewed by itself: a nested hold's, or one made
+// of other leases (a MultiLock's).
+func (l *Lease) Init(wd *Watchdog, host Host, owner string, s Settings, parent *Lease) {
+	*l = Lease{wd: wd, host: host, owner: owner, parent: parent, replicas: s.Replicas,
 		replicaTimeout: s.ReplicaTimeout, ttl: s.TTL, autoRenew: s.AutoRenew, heapIndex: -1}
 }
 
 // Start is Init for a lease granted for px by a request sent at from (or
 // the last one that found it not granted yet): its validity and hold cap
 // count from then. Track hands it to the Watchdog.
-func (l *Lease) Start(wd *Watchdog, h Holder, ev Events, owner string, s Settings, from time.Time, px time.Duration) {
-	l.Init(wd, h, ev, owner, s, nil)
+func (l *Lease) Start(wd *Watchdog, host Host, owner string, s Settings, from time.Time, px time.Duration) {
+	l.Init(wd, host, owner, s, nil)
 	if s.MaxHold > 0 {
 		l.holdUntil = from.Add(s.MaxHold)
 	}

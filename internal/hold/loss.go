@@ -64,13 +64,13 @@ func (l *Lease) runLoss(funcs []func(error)) {
 }
 
 // loseLocked marks the lease lost, stops watching it and closes Done. It
-// returns the loss callbacks, then Events.Lost, for the caller to run after
+// returns the loss callbacks, then Host.Lost, for the caller to run after
 // unlocking wd.mu: a slow handler must not stall every lease of the Client.
 func (l *Lease) loseLocked(reason string) []func(error) {
 	if l.err != nil || l.state == released {
 		return nil
 	}
-	l.err = fmt.Errorf("%w: %q: %s", errs.ErrLockLost, l.ev.Name(), reason)
+	l.err = fmt.Errorf("%w: %q: %s", errs.ErrLockLost, l.host.Name(), reason)
 	if l.heapIndex >= 0 {
 		l.wd.leases.remove(l.heapIndex)
 	}
@@ -80,8 +80,8 @@ func (l *Lease) loseLocked(reason string) []func(error) {
 		funcs = append(funcs, lf.f)
 	}
 	l.lossFuncs = nil
-	ev := l.ev
-	return append(funcs, func(err error) { ev.Lost(err, reason) })
+	host := l.host
+	return append(funcs, func(err error) { host.Lost(err, reason) })
 }
 
 // Lose declares the lease lost and runs its loss callbacks.

@@ -34,15 +34,15 @@ type renewBatch struct {
 
 // renewItem is one lease's renewal: the expiry asked for, the calls that
 // ask for it (none for holders that renew by themselves), the outcome, and
-// what the Events hear of it.
+// what the Host hears of it.
 type renewItem struct {
 	l        *Lease
 	calls    []*driver.Call
 	px       time.Duration
 	shorten  bool
 	result   error
-	report   bool          // Events.Renewed
-	retry    bool          // Events.RenewFailed
+	report   bool          // Host.Renewed
+	retry    bool          // Host.RenewFailed
 	validFor time.Duration // left at a failure
 }
 
@@ -56,7 +56,7 @@ func (w *Watchdog) prepare(batch []*Lease, start time.Time) *renewBatch {
 		it.l = l
 		it.px = l.cappedLocked(l.ttl, start)
 		it.shorten = l.shortensLocked(start, it.px)
-		if br, ok := l.h.(BatchRenewer); ok {
+		if br, ok := l.host.Holder().(BatchRenewer); ok {
 			it.calls = br.RenewCalls(l.owner, it.px, it.shorten)
 			askAck(l.replicas, l.replicaTimeout, it.calls...)
 			b.calls = append(b.calls, it.calls...)
@@ -78,7 +78,7 @@ func (b *renewBatch) send(ctx context.Context, drv driver.Driver) {
 		wg.Add(1)
 		go func(it *renewItem) {
 			defer wg.Done()
-			it.result = it.l.h.Renew(ctx, it.l.owner, it.px, it.shorten)
+			it.result = it.l.host.Holder().Renew(ctx, it.l.owner, it.px, it.shorten)
 		}(&b.items[i])
 	}
 	if len(b.calls) > 0 {
@@ -87,7 +87,7 @@ func (b *renewBatch) send(ctx context.Context, drv driver.Driver) {
 	wg.Wait()
 	for i := range b.items {
 		it := &b.items[i]
-		if br, ok := it.l.h.(BatchRenewer); ok {
+		if br, ok := it.l.host.Holder().(BatchRenewer); ok {
 			it.result = br.RenewResult(it.calls)
 			if it.result == nil {
 				// Re-armed on the master but not on enough replicas: not
@@ -99,7 +99,7 @@ func (b *renewBatch) send(ctx context.Context, drv driver.Driver) {
 }
 
 // apply records each outcome: a renewed lease's new validity, a lost
-// lease's loss, a failure's retry. Events and loss callbacks run after
+// lease's loss, a failure's retry. Host calls and loss callbacks run after
 // w.mu is released.
 func (w *Watchdog) apply(b *renewBatch, start time.Time) {
 	now := time.Now()
@@ -136,10 +136,10 @@ func (w *Watchdog) apply(b *renewBatch, start time.Time) {
 	for i := range b.items {
 		it := &b.items[i]
 		if it.report {
-			it.l.ev.Renewed(it.result)
+			it.l.host.Renewed(it.result)
 		}
 		if it.retry {
-			it.l.ev.RenewFailed(it.result, it.validFor)
+			it.l.host.RenewFailed(it.result, it.validFor)
 		}
 	}
 	for i, l := range lost {

@@ -116,7 +116,7 @@ func SetValidityDeadline(f func(from time.Time, px, drift time.Duration) time.Ti
 
 // driftFor is the drift allowance of this lease's validity.
 func (l *Lease) driftFor(px time.Duration) time.Duration {
-	if d, ok := l.h.(Drifter); ok {
+	if d, ok := l.host.Holder().(Drifter); ok {
 		return d.Drift(px)
 	}
 	return Drift(px)

@@ -22,7 +22,7 @@ func TestValidityAndRenewalSchedule(t *testing.T) {
 		{"grant reaching the hold cap", 30 * time.Second, 5 * time.Second, true, 5 * time.Second, 5*time.Second - 52*time.Millisecond, -1, true},
 	}
 	for _, c := range cases {
-		l := &Lease{ttl: c.ttl, autoRenew: c.autoRenew}
+		l := &Lease{host: testHost{}, ttl: c.ttl, autoRenew: c.autoRenew}
 		if c.maxHold > 0 {
 			l.holdUntil = base.Add(c.maxHold)
 		}
@@ -42,10 +42,19 @@ func TestValidityAndRenewalSchedule(t *testing.T) {
 		}
 	}
 	// An older result never overwrites a newer one.
-	l := &Lease{ttl: time.Second, autoRenew: true}
+	l := &Lease{host: testHost{}, ttl: time.Second, autoRenew: true}
 	l.applyValidityLocked(base.Add(time.Second), time.Second)
 	l.applyValidityLocked(base, 10*time.Second)
 	if l.validFrom != base.Add(time.Second) {
 		t.Error("a stale renewal overwrote a newer validity")
 	}
 }
+
+// testHost is a Host whose lock needs nothing more than the default drift.
+type testHost struct{}
+
+func (testHost) Holder() Holder                   { return nil }
+func (testHost) Name() string                     { return "test" }
+func (testHost) Lost(error, string)               {}
+func (testHost) Renewed(error)                    {}
+func (testHost) RenewFailed(error, time.Duration) {}

@@ -91,7 +91,7 @@ func (l *Lease) extended(inFlight chan struct{}, err error, ttl time.Duration, s
 	wd.mu.Unlock()
 	l.runLoss(lost)
 	if !errors.Is(err, errs.ErrNotHeld) {
-		wd.Poke()
+		wd.poke()
 	}
 }
 

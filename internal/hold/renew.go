@@ -21,7 +21,7 @@ func (w *Watchdog) renew(batch []*Lease) {
 	b.send(ctx, w.drv)
 	cancel()
 	w.apply(b, start)
-	w.Poke()
+	w.poke()
 }
 
 // renewBatch is one round of renewals.

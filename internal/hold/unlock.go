@@ -83,7 +83,7 @@ func (l *Lease) Resume() {
 	funcs := l.watchAgainLocked()
 	w.mu.Unlock()
 	l.runLoss(funcs)
-	w.Poke()
+	w.poke()
 }
 
 // watchAgainLocked puts a held lease that Unlock or Downgrade took from the
@@ -148,7 +148,7 @@ func (l *Lease) EndAs(err error) {
 	l.endedAs = true
 	l.closeDoneLocked()
 	l.wd.mu.Unlock()
-	l.wd.Poke()
+	l.wd.poke()
 }
 
 // LoseEnding declares the lease, whose renewal BeginUnlock stopped, lost:
@@ -159,5 +159,5 @@ func (l *Lease) LoseEnding(reason string) {
 	l.state = released
 	l.wd.mu.Unlock()
 	l.runLoss(funcs)
-	l.wd.Poke()
+	l.wd.poke()
 }

@@ -81,13 +81,13 @@ func (w *Watchdog) track(l *Lease) error {
 	}
 	w.mu.Unlock()
 	if early {
-		w.Poke()
+		w.poke()
 	}
 	return nil
 }
 
-// Poke makes the loop recompute its next wake-up.
-func (w *Watchdog) Poke() {
+// poke makes the loop recompute its next wake-up.
+func (w *Watchdog) poke() {
 	w.pokes.Add(1)
 	select {
 	case w.wake <- struct{}{}:

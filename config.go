@@ -23,6 +23,7 @@ type config struct {
 	waiterLease    time.Duration
 	maxHold        time.Duration
 	waitTimeout    time.Duration // 0: a wait lasts as long as its ctx allows
+	minHold        time.Duration // 0: Unlock releases at once
 	ownerInfo      string
 	releaseTimeout time.Duration
 	logger         *slog.Logger

@@ -27,7 +27,9 @@ import (
 // or if the lease was already unlocked; a release that the Redis client sent
 // twice after losing a reply, whose second sending found the lock gone, is a
 // release, not ErrNotHeld, while the lease was valid when it went out. When
-// waiters are queued the lock passes straight to the first of them.
+// waiters are queued the lock passes straight to the first of them. Under
+// WithMinHold, an Unlock before the minimum hold is over leaves the key to
+// expire at its end instead.
 func (l *Lease) Unlock(ctx context.Context) error {
 	return l.end(ctx, "Unlock", "it expired or was taken over before Unlock")
 }
@@ -47,7 +49,11 @@ func (l *Lease) end(ctx context.Context, op, lost string) error {
 	}
 	sent := time.Now()
 	var err error
-	if u, ok := l.h.(unlocker); ok {
+	if rest := l.minHoldLeft(); rest > 0 {
+		// WithMinHold: the key stays, unrenewed, until the hold's end;
+		// nothing is released or handed over before it.
+		err = l.h.Renew(rctx, l.s.Owner(), rest, true)
+	} else if u, ok := l.h.(unlocker); ok {
 		err = u.unlock(rctx, l.s.Owner())
 	} else {
 		err = l.h.release(rctx, l.s.Owner())
@@ -77,6 +83,18 @@ func (l *Lease) end(ctx context.Context, op, lost string) error {
 	}
 	l.observeRelease(ctx, err)
 	return err
+}
+
+// minHoldLeft is how much of the lock's minimum hold (WithMinHold) is
+// left, counted from when the grant's reply came back, which is after the
+// grant: the key outlasts the grant by at least the minimum hold. Whole
+// milliseconds, as the key's expiry takes them; 0 when none is left.
+func (l *Lease) minHoldLeft() time.Duration {
+	if l.cfg.minHold == 0 {
+		return 0
+	}
+	rest := l.cfg.minHold - time.Since(l.grantedAt)
+	return (rest + time.Millisecond - 1).Truncate(time.Millisecond)
 }
 
 // observeRelease tells the Observer, if any, how a release went.

@@ -79,6 +79,9 @@ func (c *Client) multiLock(names []string, opts []Option) *MultiLock {
 		for _, name := range sorted {
 			m.locks = append(m.locks, &Mutex{c: c, name: name, cfg: partCfg, keys: newLockKeys(cfg.keyPrefix, name)})
 		}
+		// Its locks' own leases keep the minimum hold, each as it is
+		// unlocked; the set's lease releases through them.
+		m.cfg.minHold = 0
 	}
 	return m
 }

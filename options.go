@@ -112,6 +112,23 @@ func WithMaxHold(d time.Duration) Option {
 	}
 }
 
+// WithMinHold keeps a lock held for at least d after its grant, even if
+// Unlock comes sooner: such an Unlock returns at once and leaves the key
+// to expire d after the grant, unrenewed, so that nobody else gets the
+// lock before. It makes "exactly once" hold against schedulers that fire
+// a few moments apart on each host (see docs/guide.md, "Once across
+// hosts"). An Unlock after d releases as usual. d must be 0 (the default:
+// none) or between MinTTL and MaxTTL.
+func WithMinHold(d time.Duration) Option {
+	return func(c *config) {
+		if d != 0 && (d < MinTTL || d > MaxTTL) {
+			c.fail(errs.InvalidArgf("WithMinHold(%v): must be 0 (none) or between %v and %v", d, MinTTL, MaxTTL))
+			return
+		}
+		c.minHold = d
+	}
+}
+
 // WithWaitTimeout bounds how long Client.Do and Redlock.Do wait for the
 // lock to d, apart from their context, which then bounds only the work:
 // "wait at most 5 s for the lock, then run as long as the job needs". A

@@ -46,6 +46,7 @@ type runOptions struct {
 	waitSet      bool          // --wait was given; otherwise wait as long as it takes
 	noWait       bool
 	ttl          time.Duration // 0: the library's default
+	minHold      time.Duration // 0: release as the command ends
 	permits      int           // 0: a mutex; N: a semaphore of N
 	onLost       string
 	grace        time.Duration
@@ -67,7 +68,7 @@ the command's exit status: flock(1) across hosts. The lock is renewed while the
 command runs and released when it ends, however it ends. The typical use is a
 cron job on several hosts that must run on one of them at a time:
 
-  dlock run nightly-report --no-wait -- /usr/local/bin/report.sh
+  dlock run nightly-report --no-wait --quiet --min-hold 10m -- /usr/local/bin/report.sh
 
 Waiting: run waits for the lock as long as it takes, in arrival order;
 --wait DURATION gives up after DURATION (or a number of seconds, as with
@@ -133,7 +134,7 @@ Exit status:
   2        invalid command line or lock name, or no Redis server configured
   1        any other error: Redis unreachable, or failing until --wait expired
            (not 75: trying again later succeeds only once Redis is back)`,
-		Example: `  dlock run nightly-report --no-wait -- /usr/local/bin/report.sh
+		Example: `  dlock run nightly-report --no-wait --quiet --min-hold 10m -- /usr/local/bin/report.sh
   dlock run db-migrate --wait 10m -- ./migrate up
   dlock run thumbnails --permits 4 -- ./render.sh "$file"
   REDIS_URL=rediss://cache.internal:6380 dlock run backup -- sh -c 'pg_dump ... | gzip > "/backups/$DLOCK_TOKEN.gz"'`,
@@ -149,6 +150,7 @@ Exit status:
 	f.DurationVar(&o.ttl, "ttl", 0,
 		fmt.Sprintf("lock TTL, between %v and %d days: how long a crashed dlock keeps others out; renewed every TTL/3 (0: the library's default, 30s)",
 			dlock.MinTTL, dlock.MaxTTL/(24*time.Hour)))
+	f.DurationVar(&o.minHold, "min-hold", 0, "keep the lock at least this `duration` after it is taken, even if the command ends sooner, so that hosts whose cron fired moments later skip this run (0: release at once)")
 	f.IntVar(&o.permits, "permits", 0, "allow up to `N` runs at once (a semaphore of N permits; the same N in every run of the name) instead of one (0)")
 	f.StringVar(&o.onLost, "on-lost", o.onLost, "`action` on the command if the lock is lost: terminate, kill or report")
 	f.DurationVar(&o.grace, "grace", o.grace, "with --on-lost terminate, how long to wait after SIGTERM before SIGKILL")
@@ -186,6 +188,8 @@ func (o *runOptions) validate() error {
 		return usageErrorf("--quiet and --verbose exclude each other")
 	case o.wait < 0:
 		return usageErrorf("--wait must not be negative, got %v", o.wait)
+	case o.minHold != 0 && (o.minHold < dlock.MinTTL || o.minHold > dlock.MaxTTL):
+		return usageErrorf("--min-hold must be 0 or between %v and %v, got %v", dlock.MinTTL, dlock.MaxTTL, o.minHold)
 	case o.ttl != 0 && (o.ttl < dlock.MinTTL || o.ttl > dlock.MaxTTL):
 		return usageErrorf("--ttl must be 0 (the library's default) or between %v and %v, got %v", dlock.MinTTL, dlock.MaxTTL, o.ttl)
 	case o.permits < 0 || o.permits > dlock.MaxPermits:
@@ -250,6 +254,9 @@ func (a *app) run(ctx context.Context, o *runOptions, name string, argv []string
 		info = defaultRunOwnerInfo(argv[0])
 	}
 	opts := []dlock.Option{dlock.WithOwnerInfo(info)}
+	if o.minHold != 0 {
+		opts = append(opts, dlock.WithMinHold(o.minHold))
+	}
 	if o.ttl != 0 {
 		opts = append(opts, dlock.WithTTL(o.ttl))
 	}

@@ -64,6 +64,7 @@ func newClient(t *testing.T, srv *redistest.Server, opts ...dlock.Option) *dlock
 // leader alone runs it, once per tick, and when its Client dies another
 // takes the schedule over within the TTL.
 func TestElectorRunsEachTickOnce(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -150,5 +151,55 @@ func TestElectorRunsEachTickOnce(t *testing.T) {
 		if next[i].scheduler != next[0].scheduler || next[i].at.Sub(next[i-1].at) < 500*time.Millisecond {
 			t.Fatalf("after the hand-over, runs %v: want one scheduler, once a tick", next)
 		}
+	}
+}
+
+// TestLockerRunsEachTickOnce: three schedulers whose jobs start at the same
+// whole second, a job every second; each tick runs on exactly one of them.
+func TestLockerRunsEachTickOnce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	var r runs
+	start := time.Now().Truncate(time.Second).Add(2 * time.Second)
+	for i := 0; i < 3; i++ {
+		lk, err := dlockgocron.NewLocker(newClient(t, srv))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := gocron.NewScheduler(gocron.WithDistributedLocker(lk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := i
+		if _, err := s.NewJob(gocron.DurationJob(time.Second), gocron.NewTask(func() { r.add(i) }),
+			gocron.WithName("tick"), gocron.WithStartAt(gocron.WithStartDateTime(start))); err != nil {
+			t.Fatal(err)
+		}
+		s.Start()
+		t.Cleanup(func() { _ = s.Shutdown() })
+	}
+	deadline := start.Add(60 * time.Second)
+	for len(r.since(start)) < 31 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond) // observing ticks: they come once a second
+	}
+	got := r.since(start)
+	if len(got) < 31 {
+		t.Fatalf("%d runs by %v; want one a second", len(got), deadline)
+	}
+	perTick := map[time.Time][]int{}
+	for _, x := range got {
+		tick := x.at.Round(time.Second)
+		perTick[tick] = append(perTick[tick], x.scheduler)
+	}
+	for tick, who := range perTick {
+		if len(who) != 1 {
+			t.Errorf("the tick at %s ran on schedulers %v; want one", tick.Format("15:04:05"), who)
+		}
+	}
+	if len(perTick) < 31 {
+		t.Errorf("%d ticks ran out of %d runs", len(perTick), len(got))
+	}
+	if _, err := dlockgocron.NewLocker(newClient(t, srv), dlock.WithMinHold(time.Nanosecond)); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("NewLocker with a bad option: %v; want ErrInvalidArgument", err)
 	}
 }

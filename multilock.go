@@ -109,11 +109,7 @@ func (m *MultiLock) lock(ctx context.Context, wait bool) (*Lease, error) {
 		return nil, m.err
 	}
 	if m.cfg.observer != nil {
-		op := "TryLock"
-		if wait {
-			op = "Lock"
-		}
-		return observeAcquire(ctx, &m.cfg, KindMutex, m.label, op, func(ctx context.Context) (*Lease, error) {
+		return observeAcquire(ctx, &m.cfg, KindMutex, m.label, acquireOp(wait), func(ctx context.Context) (*Lease, error) {
 			return m.lockUnobserved(ctx, wait)
 		})
 	}

@@ -112,6 +112,14 @@ func countAttempt(ctx context.Context, cfg *config) {
 	}
 }
 
+// acquireOp names an acquire for the Observer: Lock when it waits.
+func acquireOp(wait bool) string {
+	if wait {
+		return "Lock"
+	}
+	return "TryLock"
+}
+
 // observeAcquire runs acquire under cfg's Observer. Callers check that
 // there is one first, so that the unobserved path stays free.
 func observeAcquire(ctx context.Context, cfg *config, kind Kind, name, op string,

@@ -147,11 +147,7 @@ func (m *ReentrantMutex) owner(ctx context.Context) (string, error) {
 
 func (m *ReentrantMutex) lock(ctx context.Context, wait bool) (*Lease, error) {
 	if m.cfg.observer != nil && m.err == nil {
-		op := "TryLock"
-		if wait {
-			op = "Lock"
-		}
-		return observeAcquire(ctx, &m.cfg, KindReentrant, m.name, op, func(ctx context.Context) (*Lease, error) {
+		return observeAcquire(ctx, &m.cfg, KindReentrant, m.name, acquireOp(wait), func(ctx context.Context) (*Lease, error) {
 			return m.lockUnobserved(ctx, wait)
 		})
 	}

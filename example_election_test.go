@@ -2,7 +2,9 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -53,4 +55,30 @@ func ExampleElection_Run() {
 	// Output:
 	// consuming as the leader
 	// Run returned: <nil>
+}
+
+// Run a cron job once across hosts whose cron fires moments apart: the
+// lock outlasts a fast job by the minimum hold, so the hosts that fire
+// later find it held and skip.
+func ExampleWithMinHold() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	c, _ := dlock.New(rdb)
+	defer c.Close()
+	ctx := context.Background()
+
+	name := fmt.Sprintf("example:report-%d", time.Now().UnixNano()) // e.g. "nightly-report"
+	report := c.Mutex(name, dlock.WithMinHold(10*time.Minute))
+	for _, host := range []string{"host-a", "host-b"} { // cron fired on both
+		lease, err := report.TryLock(ctx)
+		if err != nil {
+			fmt.Println(host, "skips:", errors.Is(err, dlock.ErrNotObtained))
+			continue
+		}
+		fmt.Println(host, "runs the report")
+		_ = lease.Unlock(ctx) // returns at once; the lock stays held for the 10 minutes
+	}
+	// Output:
+	// host-a runs the report
+	// host-b skips: true
 }

@@ -21,6 +21,7 @@ var ErrNotLeader = errors.New("dlockgocron: this scheduler is not the leader")
 // the background, and IsLeader reports whether this scheduler leads.
 type Elector struct {
 	cur    atomic.Pointer[dlock.Leadership]
+	failed atomic.Pointer[error] // why it can never lead, when set
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
@@ -29,27 +30,31 @@ type Elector struct {
 var _ gocron.Elector = (*Elector)(nil)
 
 // NewElector campaigns in c's election called name, publishing value (for
-// Election.Leader and Observe), until ctx ends or Stop is called; then it
-// resigns. opts set the election's lock options: its TTL is how long the
-// schedule stays with a leader that died before another takes it.
-func NewElector(ctx context.Context, c *dlock.Client, name, value string, opts ...dlock.Option) (*Elector, error) {
-	if c == nil {
-		return nil, fmt.Errorf("dlockgocron: NewElector: nil Client: %w", dlock.ErrInvalidArgument)
-	}
-	e := c.Election(name, opts...)
-	if _, err := e.Leader(ctx); err != nil && !errors.Is(err, dlock.ErrNoLeader) {
-		return nil, fmt.Errorf("dlockgocron: NewElector: %w", err) // a bad name or option, a closed Client, no Redis
-	}
+// Election.Leader and Observe), until ctx ends or stop is called; stop
+// then resigns a leadership held and waits for the campaign to end. opts
+// set the election's lock options: its TTL is how long the schedule stays
+// with a leader that died before another takes it. A nil Client or an
+// invalid name or option makes IsLeader report that error, and the
+// Elector never leads.
+func NewElector(ctx context.Context, c *dlock.Client, name, value string, opts ...dlock.Option) (el *Elector, stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
-	el := &Elector{cancel: cancel, done: make(chan struct{})}
-	go el.campaign(ctx, e, value)
-	return el, nil
+	el = &Elector{cancel: cancel, done: make(chan struct{})}
+	if c == nil {
+		el.fail(fmt.Errorf("dlockgocron: NewElector: nil Client: %w", dlock.ErrInvalidArgument))
+		close(el.done)
+		return el, el.Stop
+	}
+	go el.campaign(ctx, c.Election(name, opts...), value)
+	return el, el.Stop
 }
 
 // IsLeader returns nil while this scheduler leads, and an error matching
 // ErrNotLeader otherwise. It checks the leadership's lease at the call
 // (Leadership.Err), so a leader whose lease ran out does not run a job.
 func (el *Elector) IsLeader(context.Context) error {
+	if err := el.failed.Load(); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotLeader, *err)
+	}
 	ld := el.cur.Load()
 	if ld == nil {
 		return ErrNotLeader
@@ -58,6 +63,10 @@ func (el *Elector) IsLeader(context.Context) error {
 		return fmt.Errorf("%w: %v", ErrNotLeader, err)
 	}
 	return nil
+}
+
+func (el *Elector) fail(err error) {
+	el.failed.Store(&err)
 }
 
 // Stop ends the campaign and resigns a leadership held, and waits for
@@ -73,6 +82,10 @@ func (el *Elector) campaign(ctx context.Context, e *dlock.Election, value string
 	defer close(el.done)
 	for retry := 10 * time.Millisecond; ctx.Err() == nil; {
 		ld, err := e.Campaign(ctx, value)
+		if errors.Is(err, dlock.ErrInvalidArgument) {
+			el.fail(fmt.Errorf("dlockgocron: NewElector: %w", err)) // a bad name or option: retrying cannot help
+			return
+		}
 		if err != nil {
 			// Redis failed beyond what a wait retries, or the Client
 			// closed: try again after a pause, until ctx ends.

@@ -74,12 +74,9 @@ func TestElectorRunsEachTickOnce(t *testing.T) {
 	electors := make([]*dlockgocron.Elector, 3)
 	for i := range clients {
 		clients[i] = newClient(t, srv, dlock.WithTTL(ttl))
-		el, err := dlockgocron.NewElector(ctx, clients[i], "reports", fmt.Sprintf("scheduler-%d", i))
-		if err != nil {
-			t.Fatal(err)
-		}
+		el, stop := dlockgocron.NewElector(ctx, clients[i], "reports", fmt.Sprintf("scheduler-%d", i))
 		electors[i] = el
-		t.Cleanup(el.Stop)
+		t.Cleanup(stop)
 		s, err := gocron.NewScheduler(gocron.WithDistributedElector(el))
 		if err != nil {
 			t.Fatal(err)
@@ -162,10 +159,7 @@ func TestLockerRunsEachTickOnce(t *testing.T) {
 	var r runs
 	start := time.Now().Truncate(time.Second).Add(2 * time.Second)
 	for i := 0; i < 3; i++ {
-		lk, err := dlockgocron.NewLocker(newClient(t, srv))
-		if err != nil {
-			t.Fatal(err)
-		}
+		lk := dlockgocron.NewLocker(newClient(t, srv))
 		s, err := gocron.NewScheduler(gocron.WithDistributedLocker(lk))
 		if err != nil {
 			t.Fatal(err)
@@ -199,7 +193,16 @@ func TestLockerRunsEachTickOnce(t *testing.T) {
 	if len(perTick) < 31 {
 		t.Errorf("%d ticks ran out of %d runs", len(perTick), len(got))
 	}
-	if _, err := dlockgocron.NewLocker(newClient(t, srv), dlock.WithMinHold(time.Nanosecond)); !errors.Is(err, dlock.ErrInvalidArgument) {
-		t.Errorf("NewLocker with a bad option: %v; want ErrInvalidArgument", err)
+	if _, err := dlockgocron.NewLocker(newClient(t, srv), dlock.WithMinHold(time.Nanosecond)).Lock(context.Background(), "tick"); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("a Locker with a bad option: %v; want ErrInvalidArgument", err)
+	}
+	el, stop := dlockgocron.NewElector(context.Background(), newClient(t, srv), "", "v")
+	defer stop()
+	waitErr := time.Now().Add(10 * time.Second)
+	for el.IsLeader(context.Background()) != nil && !errors.Is(el.IsLeader(context.Background()), dlock.ErrInvalidArgument) && time.Now().Before(waitErr) {
+		time.Sleep(10 * time.Millisecond) // the campaign reports the bad name as it starts
+	}
+	if err := el.IsLeader(context.Background()); !errors.Is(err, dlock.ErrInvalidArgument) || !errors.Is(err, dlockgocron.ErrNotLeader) {
+		t.Errorf("an Elector with an empty name: %v; want ErrNotLeader and ErrInvalidArgument", err)
 	}
 }

@@ -2,7 +2,6 @@ package dlockgocron
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -25,20 +24,10 @@ const DefaultMinHold = 500 * time.Millisecond
 // kept for at least DefaultMinHold after it is taken, even when the run
 // ends sooner (dlock.WithMinHold; opts may set another). Give the jobs of
 // every scheduler the same start (gocron.WithStartAt) so that their ticks
-// coincide. See docs/guide.md, "Once across hosts".
-func NewLocker(c *dlock.Client, opts ...dlock.Option) (gocron.Locker, error) {
-	if c == nil {
-		return nil, fmt.Errorf("dlockgocron: NewLocker: nil Client: %w", dlock.ErrInvalidArgument)
-	}
-	all := append([]dlock.Option{dlock.WithMinHold(DefaultMinHold)}, opts...)
-	// The options are checked now rather than at the first tick: a bad
-	// one fails before anything is sent, which the done context stops.
-	done, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := c.Mutex("dlockgocron", all...).TryLock(done); errors.Is(err, dlock.ErrInvalidArgument) {
-		return nil, fmt.Errorf("dlockgocron: NewLocker: %w", err)
-	}
-	return &locker{c: c, opts: all}, nil
+// coincide. See docs/guide.md, "Once across hosts". A nil Client or an
+// invalid option makes every Lock fail with dlock.ErrInvalidArgument.
+func NewLocker(c *dlock.Client, opts ...dlock.Option) gocron.Locker {
+	return &locker{c: c, opts: append([]dlock.Option{dlock.WithMinHold(DefaultMinHold)}, opts...)}
 }
 
 type locker struct {
@@ -50,6 +39,9 @@ type locker struct {
 // error (dlock.ErrNotObtained when another scheduler has it): gocron then
 // skips the run.
 func (l *locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
+	if l.c == nil {
+		return nil, fmt.Errorf("dlockgocron: Lock %q: nil Client: %w", key, dlock.ErrInvalidArgument)
+	}
 	lease, err := l.c.Mutex(key, l.opts...).TryLock(ctx)
 	if err != nil {
 		return nil, err

@@ -74,7 +74,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 		return nil, err
 	}
 	ld := &Leadership{e: e, lease: l}
-	if err := ld.Proclaim(ctx, value); err != nil {
+	if err := ld.proclaim(ctx, value); err != nil {
 		rctx, cancel := detach(ctx, e.m.cfg.releaseTimeout)
 		defer cancel()
 		_ = l.Unlock(rctx)
@@ -145,12 +145,18 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 	if err := e.check("Proclaim", value); err != nil {
 		return err
 	}
+	return ld.proclaim(ctx, value)
+}
+
+// proclaim is Proclaim once the value and the Client are checked.
+func (ld *Leadership) proclaim(ctx context.Context, value string) error {
+	e := ld.e
 	if err := ld.lease.Err(); err != nil {
 		return fmt.Errorf("dlock: Election %q: Proclaim: %w", e.m.name, err)
 	}
 	err := protocol.ElectionProclaim(ctx, e.m.c.drv, e.m.keys.lock, e.record, ld.lease.s.Owner(), value, ld.lease.Token())
 	switch {
-	case err == errs.ErrNotHeld:
+	case errors.Is(err, errs.ErrNotHeld):
 		return fmt.Errorf("dlock: Election %q: Proclaim: %w: the election's lock is no longer this leader's", e.m.name, ErrNotHeld)
 	case err != nil:
 		return errs.Redis("Proclaim", e.m.name, err)

@@ -45,7 +45,7 @@ func (r Retained) Records() int {
 func ClientRetained(c *Client) Retained {
 	var r Retained
 	notifierRetained(c.notify, &r)
-	r.Queues, _, _, _ = c.local.Count(func(localQueueKey) bool { return true })
+	r.Queues, _, _ = c.local.Count(func(localQueueKey) bool { return true })
 	c.anchors.mu.Lock()
 	r.Anchors = len(c.anchors.anchors)
 	c.anchors.mu.Unlock()
@@ -59,7 +59,7 @@ func RedlockRetained(rl *Redlock) Retained {
 	for _, n := range rl.nodes {
 		notifierRetained(n.notify, &r)
 	}
-	r.Queues, _, _, _ = rl.line.Count(func(string) bool { return true })
+	r.Queues, _, _ = rl.line.Count(func(string) bool { return true })
 	rl.ears.mu.Lock()
 	r.Queues += len(rl.ears.ears)
 	rl.ears.mu.Unlock()

@@ -53,7 +53,7 @@ func MutateValidityIgnoringElapsed() (restore func()) {
 // line goroutines up with it.
 func RedlockGateState(r *Redlock, name string) (users int, head string) {
 	key := newLockKeys(r.cfg.keyPrefix, name).lock
-	_, users, _, taken := r.line.Count(func(k string) bool { return k == key })
+	_, users, taken := r.line.Count(func(k string) bool { return k == key })
 	switch {
 	case users == 0:
 		return 0, ""

@@ -10,7 +10,7 @@ import (
 // for the Mutex called name (under the default key prefix), so tests can
 // wait for them to line up.
 func LocalWaiters(c *Client, name string) int {
-	_, n, _, _ := c.local.Count(func(k localQueueKey) bool { return k.lock == "dlock:{"+name+"}" })
+	_, n, _ := c.local.Count(func(k localQueueKey) bool { return k.lock == "dlock:{"+name+"}" })
 	return n
 }
 

@@ -110,7 +110,7 @@ func TestLineWaiterLeavingReportsTheHeadsFailure(t *testing.T) {
 	if how != Left || !errors.Is(err, failure) {
 		t.Fatalf("Await: %v, %v; want Left with the head's failure", how, err)
 	}
-	if _, n, _, _ := ln.Count(func(string) bool { return true }); n != 1 {
+	if _, n, _ := ln.Count(func(string) bool { return true }); n != 1 {
 		t.Errorf("%d waiters left; want the head alone", n)
 	}
 }
@@ -130,7 +130,7 @@ func TestLineHeadLeavingPassesItsPlace(t *testing.T) {
 	if nobody, _ := ln.Leave(q, w, "place", st); !nobody {
 		t.Fatal("the last head leaving found someone to take its place")
 	}
-	if n, _, _, _ := ln.Count(func(string) bool { return true }); n != 0 {
+	if n, _, _ := ln.Count(func(string) bool { return true }); n != 0 {
 		t.Errorf("%d queues left; want none", n)
 	}
 }

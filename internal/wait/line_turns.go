@@ -168,20 +168,19 @@ func (q *Queue[K, D, G]) remove(w *Waiter[D, G]) {
 }
 
 // Count returns how many queues match and how many waiters they hold;
-// with one match, whether its head contends and is taken. Tests line
-// goroutines up with it.
-func (ln *Line[K, D, G]) Count(match func(K) bool) (queues, waiters int, contending, taken bool) {
+// with one match, whether a hand-off to its head is on its way. Tests
+// line goroutines up with it.
+func (ln *Line[K, D, G]) Count(match func(K) bool) (queues, waiters int, taken bool) {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	for k, q := range ln.queues {
 		if match(k) {
 			queues++
 			waiters += len(q.waiters)
-			contending = q.contending
 			taken = len(q.waiters) > 0 && q.waiters[0].taken
 		}
 	}
-	return queues, waiters, contending, taken
+	return queues, waiters, taken
 }
 
 // Key returns the key q is the queue of.

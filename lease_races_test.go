@@ -399,3 +399,39 @@ func TestNewRefusesATypedNilWrapper(t *testing.T) {
 		t.Errorf("NewRedlock(a nil *hookedClient) = %v, want ErrInvalidArgument", err)
 	}
 }
+
+// An Extend whose ctx ends while its renewal is still on its way returns
+// then, but the renewal stays in flight until the client library is done
+// with it: an Unlock waits for it, so its release cannot reach Redis first
+// (and a renewal landing after the release could not matter to anyone).
+func TestUnlockWaitsForAnAbandonedExtend(t *testing.T) {
+	ctx := dlock.WithOwner(testCtx(t), "warm") // clientWithHeldRenewals warms up with a ReentrantMutex
+	c, hook := clientWithHeldRenewals(t, ctx)
+	name := uniqueName(t)
+	l, err := c.ReentrantMutex(name, dlock.WithTTL(5*time.Second), dlock.WithAutoRenew(false)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	hook.hold.Store(true) // the Extend's owned_extend, before the wire
+	ectx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := l.Extend(ectx, time.Minute); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Extend while its renewal is held: %v, want context.DeadlineExceeded", err)
+	}
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- l.Unlock(ctx) }()
+	if sentWithin(hook, 1, 200*time.Millisecond) { // the held renewal is recorded once it goes
+		t.Error("the release went out while the abandoned Extend was still on its way")
+	}
+	close(hook.resume)
+	select {
+	case err := <-unlocked:
+		if err != nil {
+			t.Fatalf("Unlock: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Unlock did not return within 10 s of the renewal going out")
+	}
+	hook.wantOrder(t, "renew", "release")
+}

@@ -199,7 +199,7 @@ func (c *Client) abandon(ctx context.Context, q queuedLock, cfg *config, owner s
 	if st != nil {
 		pending = append(pending, st.Pending...)
 	}
-	if done := wait.InFlightDone(cause); done != nil {
+	if done := errs.InFlightDone(cause); done != nil {
 		pending = append(pending, done)
 	}
 	c.cleanups.Go(func() {

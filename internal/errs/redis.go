@@ -116,3 +116,13 @@ func IsReply(err error) bool {
 	var rerr *driver.ReplyError
 	return errors.As(err, &rerr)
 }
+
+// InFlightDone returns the Done of the call err says is still on its way
+// (a driver.InFlightError), or nil.
+func InFlightDone(err error) <-chan struct{} {
+	var inFlight *driver.InFlightError
+	if errors.As(err, &inFlight) {
+		return inFlight.Done
+	}
+	return nil
+}

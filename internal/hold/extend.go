@@ -70,12 +70,19 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 }
 
 // extended records how an Extend for ttl (px, sent at start) went, and lets
-// whatever waits for it (inFlight) go on.
+// whatever waits for it (inFlight) go on: at once, or, when ctx's end left
+// the renewal on its way, once the client library is done with it (see
+// renewBatch.settle); Extend itself returns at once.
 func (l *Lease) extended(inFlight chan struct{}, err error, ttl time.Duration, start time.Time, px time.Duration) {
 	wd := l.wd
 	wd.mu.Lock()
-	close(inFlight)
-	l.renewing = nil
+	if errs.InFlightDone(err) != nil && !wd.closed {
+		wd.batches.Add(1)
+		go l.settleExtend(inFlight, err)
+	} else {
+		close(inFlight)
+		l.renewing = nil
+	}
 	var lost []func(error)
 	switch {
 	case err == nil:
@@ -93,6 +100,22 @@ func (l *Lease) extended(inFlight chan struct{}, err error, ttl time.Duration, s
 	if !errors.Is(err, errs.ErrNotHeld) {
 		wd.poke()
 	}
+}
+
+// settleExtend ends an Extend's renewal once the client library is done
+// with it (or the Watchdog closes), and lets the Watchdog renew again.
+func (l *Lease) settleExtend(inFlight chan struct{}, err error) {
+	wd := l.wd
+	defer wd.batches.Done()
+	awaitInFlight(err, wd.ctx.Done())
+	wd.mu.Lock()
+	close(inFlight)
+	if l.renewing == inFlight {
+		l.renewing = nil
+		wd.rescheduleLocked(l)
+	}
+	wd.mu.Unlock()
+	wd.poke()
 }
 
 // TTL returns the lock's remaining time as the server sees it
@@ -135,6 +158,11 @@ func (l *Lease) renewHold(ctx context.Context, px time.Duration, shorten bool) e
 	calls := b.RenewCalls(l.owner, px, shorten)
 	askAck(l.replicas, l.replicaTimeout, calls...)
 	l.wd.drv.Run(ctx, calls...)
+	for _, c := range calls {
+		if errs.InFlightDone(c.Err) != nil {
+			return c.Err // still on its way: see extended
+		}
+	}
 	if err := b.RenewResult(calls); err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ func (w *Watchdog) renew(batch []*Lease) {
 	start := time.Now()
 	b := w.prepare(batch, start)
 	ctx, cancel := context.WithDeadline(w.ctx, b.deadline)
-	b.send(ctx, w.drv)
+	b.send(ctx, w.drv, w.ctx.Done())
 	cancel()
 	w.apply(b, start)
 	w.poke()
@@ -72,7 +72,7 @@ func (w *Watchdog) prepare(batch []*Lease, start time.Time) *renewBatch {
 
 // send runs the batch's calls in one pipeline, and the solo renewals
 // beside it, then reads every outcome.
-func (b *renewBatch) send(ctx context.Context, drv driver.Driver) {
+func (b *renewBatch) send(ctx context.Context, drv driver.Driver, stop <-chan struct{}) {
 	var wg sync.WaitGroup
 	for _, i := range b.solo {
 		wg.Add(1)
@@ -85,6 +85,7 @@ func (b *renewBatch) send(ctx context.Context, drv driver.Driver) {
 		drv.Run(ctx, b.calls...)
 	}
 	wg.Wait()
+	b.settle(stop)
 	for i := range b.items {
 		it := &b.items[i]
 		if br, ok := it.l.host.Holder().(BatchRenewer); ok {
@@ -94,6 +95,30 @@ func (b *renewBatch) send(ctx context.Context, drv driver.Driver) {
 				// a renewal the lease may count on (retried by apply).
 				it.result = ackErr(it.calls...)
 			}
+		}
+	}
+}
+
+// settle waits until the client library is done with every renewal the
+// batch's deadline left on its way (driver.InFlightError), or until stop
+// closes. Only then is the renewal over: one still on its way could reach
+// Redis after the release that Unlock sends once it is over.
+func (b *renewBatch) settle(stop <-chan struct{}) {
+	for _, c := range b.calls {
+		awaitInFlight(c.Err, stop)
+	}
+	for _, i := range b.solo {
+		awaitInFlight(b.items[i].result, stop)
+	}
+}
+
+// awaitInFlight waits, if err says a call is still on its way, until the
+// client library is done with it or stop closes.
+func awaitInFlight(err error, stop <-chan struct{}) {
+	if done := errs.InFlightDone(err); done != nil {
+		select {
+		case <-done:
+		case <-stop:
 		}
 	}
 }

@@ -2,10 +2,9 @@ package wait
 
 import (
 	"context"
-	"errors"
 	"time"
 
-	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errs"
 )
 
 // Result is the outcome of one acquire attempt.
@@ -60,19 +59,9 @@ func (o *Owner) GrantExpired(fence int64) {
 
 // NoteInFlight keeps the Done of an attempt err says is still on its way.
 func (o *Owner) NoteInFlight(err error) {
-	if done := InFlightDone(err); done != nil {
+	if done := errs.InFlightDone(err); done != nil {
 		o.Pending = append(o.Pending, done)
 	}
-}
-
-// InFlightDone returns the Done of the call err says is still on its way
-// (a driver.InFlightError), or nil.
-func InFlightDone(err error) <-chan struct{} {
-	var inFlight *driver.InFlightError
-	if errors.As(err, &inFlight) {
-		return inFlight.Done
-	}
-	return nil
 }
 
 // Spec describes one wait for Engine.Wait.

@@ -26,6 +26,10 @@
 //     scenario 1 at one goroutine over 1 and 5 servers behind proxies that
 //     add 0.5 ms each way, where the network rather than this machine's
 //     CPU sets the pace, to show what the parallel fan-out costs.
+//  6. Election (dlock only: no peer offers one): Redis commands and round
+//     trips per Campaign+Resign cycle, commands per second while a leader
+//     leads, 9 campaigners wait and 10 observers watch, and the hand-off
+//     latency from Resign to the next leader's Campaign returning.
 //
 // dlock's other primitives run scenarios 1 to 3 as well (and
 // BenchmarkUncontended): the FairMutex, the ReentrantMutex (a fresh owner

@@ -248,6 +248,7 @@ func (v *view) markdown() string {
 	v.waiting()
 	v.watchdog()
 	v.redlock()
+	v.election()
 	v.primitives()
 	v.levers()
 	v.method()
@@ -1058,6 +1059,9 @@ func (v *view) problems() {
 			extra = fmt.Sprintf("; %d leases lost", r.Lost)
 		}
 		add("watchdog", r.Target, r.RunInfo, r.Errors, extra)
+	}
+	for _, r := range v.res.Election {
+		add("election", headline, r.RunInfo, r.Errors, "")
 	}
 	v.p("## Errors and anomalies\n\n")
 	if len(lines) == 0 {

@@ -24,6 +24,8 @@ type Plan struct {
 	Contended ContendedSpec
 	Waiting   WaitingSpec
 	Watchdog  WatchdogSpec
+	// Election is scenario 6, run with the "dlock" target.
+	Election ElectionSpec
 
 	// RedlockNodes are the node counts of scenario 5, which runs scenario 1
 	// at RedlockGoroutines and scenario 2 over that many redis-servers.
@@ -51,10 +53,12 @@ func DefaultPlan() Plan {
 		Contended:             ContendedSpec{Clients: 4, Goroutines: 16, Warm: time.Second, Dur: 5 * time.Second},
 		Waiting:               WaitingSpec{Clients: 10, Waiters: 1000, Warm: 2 * time.Second, Dur: 4 * time.Second},
 		Watchdog:              WatchdogSpec{Leases: 10000, TTL: 3 * time.Second, Warm: 3 * time.Second, Dur: 6 * time.Second},
-		RedlockNodes:          []int{3, 5},
-		RedlockGoroutines:     []int{1, 8},
-		RedlockLatency:        500 * time.Microsecond,
-		RedlockLatencyNodes:   []int{1, 5},
+		Election: ElectionSpec{Warm: 500 * time.Millisecond, Dur: 2 * time.Second, IdleDur: 12 * time.Second,
+			Campaigners: 9, Observers: 10, HandoffCampaigners: 4, Handoffs: 500},
+		RedlockNodes:        []int{3, 5},
+		RedlockGoroutines:   []int{1, 8},
+		RedlockLatency:      500 * time.Microsecond,
+		RedlockLatencyNodes: []int{1, 5},
 	}
 }
 
@@ -69,6 +73,9 @@ func (p Plan) Scale(f float64) Plan {
 	s(&p.Waiting.Dur)
 	s(&p.Watchdog.Warm)
 	s(&p.Watchdog.Dur)
+	s(&p.Election.Warm)
+	s(&p.Election.Dur)
+	s(&p.Election.IdleDur)
 	return p
 }
 
@@ -84,6 +91,7 @@ type Results struct {
 	Contended   []*ContendedResult
 	Waiting     []WaitingResult
 	Watchdog    []WatchdogResult
+	Election    []ElectionResult
 	// GoBench is `go test -bench` output for BenchmarkUncontended, parsed.
 	GoBench []GoBenchResult
 }
@@ -192,6 +200,13 @@ func (s *Suite) Run(ctx context.Context) (*Results, error) {
 			r.RunInfo = RunInfo{Rep: rep, Nodes: 1, Err: errString(err)}
 			res.Watchdog = append(res.Watchdog, r)
 			s.logf("rep %d watchdog    %-16s %6.1f round trips/period, CPU %v/period %s", rep+1, t.Name, r.RoundTripsPerPeriod(), r.CPUPerPeriod(), r.Err)
+		}
+		if slices.ContainsFunc(s.Targets, func(t Target) bool { return t.Name == headline }) {
+			r, err := RunElection(ctx, s.Single, p.Election)
+			r.RunInfo = RunInfo{Rep: rep, Nodes: 1, Err: errString(err)}
+			res.Election = append(res.Election, r)
+			s.logf("rep %d election    %.1f commands/cycle, %.1f commands/s idle, resign hand-off p50 %v %s",
+				rep+1, r.CommandsPerCycle(), r.IdleCommandsPerSec(), r.HandoffQuantile(0.5), r.Err)
 		}
 		for _, n := range p.RedlockNodes {
 			if n > len(s.Nodes) {

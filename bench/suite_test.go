@@ -37,8 +37,10 @@ func TestSuiteSmoke(t *testing.T) {
 		Contended:             ContendedSpec{Clients: 2, Goroutines: 4, Warm: 50 * ms, Dur: 200 * ms},
 		Waiting:               WaitingSpec{Clients: 2, Waiters: 20, Warm: 100 * ms, Dur: 150 * ms},
 		Watchdog:              WatchdogSpec{Leases: 50, TTL: 3 * time.Second, Warm: 100 * ms, Dur: 300 * ms},
-		RedlockNodes:          []int{3},
-		RedlockGoroutines:     []int{2},
+		Election: ElectionSpec{Warm: 50 * ms, Dur: 150 * ms, IdleDur: 200 * ms,
+			Campaigners: 3, Observers: 3, HandoffCampaigners: 3, Handoffs: 20},
+		RedlockNodes:      []int{3},
+		RedlockGoroutines: []int{2},
 	}
 	var targets []Target
 	prims := []string{"dlock-fair", "dlock-reentrant", "dlock-rwmutex", "dlock-semaphore"}
@@ -104,6 +106,14 @@ func TestSuiteSmoke(t *testing.T) {
 			t.Errorf("waiting %s: the waiters' first attempts took %v, the whole warm-up (%v)", r.Target, r.Started, plan.Waiting.Warm)
 		}
 	}
+	if len(res.Election) != 1 {
+		t.Errorf("election ran %d times, want once (with the dlock target)", len(res.Election))
+	}
+	for _, r := range res.Election {
+		if r.Err != "" || r.Errors.Count > 0 || r.Cycles == 0 || len(r.Handoffs) < plan.Election.Handoffs {
+			t.Errorf("election: err %q, errors %+v, %d cycles, %d hand-offs (want %d)", r.Err, r.Errors, r.Cycles, len(r.Handoffs), plan.Election.Handoffs)
+		}
+	}
 	if len(res.Watchdog) != 2 {
 		t.Errorf("watchdog ran %d targets, want dlock and rueidislock", len(res.Watchdog))
 	}
@@ -137,7 +147,7 @@ func TestSuiteSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	wants := []string{"## dlock against its targets", "## 1. Uncontended", "## 2. Contended", "## 3. Waiting load",
-		"## 4. Watchdog scale", "## 5. Redlock", "### 3 nodes", "## dlock's other primitives", ChartFile}
+		"## 4. Watchdog scale", "## 5. Redlock", "### 3 nodes", "## 6. Election", "## dlock's other primitives", ChartFile}
 	if !peerFailed {
 		wants = append(wants, "None: no run failed")
 	}

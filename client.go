@@ -258,5 +258,5 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 		return errs.InvalidArgf("Do(%q): nil function", name)
 	}
 	m := c.Mutex(name, opts...)
-	return do(ctx, m, m.cfg.waitTimeout, fn)
+	return do(ctx, m, fn)
 }

@@ -130,3 +130,62 @@ func TestDoWaitTimeoutBoundsOnlyTheWait(t *testing.T) {
 		t.Errorf("a negative WithWaitTimeout: %v; want ErrInvalidArgument", err)
 	}
 }
+
+// TestWaitTimeoutBoundsEveryWait: WithWaitTimeout bounds the wait of every
+// call that waits, not Do's alone, and the error says the wait ended.
+func TestWaitTimeoutBoundsEveryWait(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	const bound = 300 * time.Millisecond
+	holder := newClient(t, srv)
+	waiter := newClient(t, srv, dlock.WithWaitTimeout(bound))
+	rl := newRedlock(t, redistest.SharedNodeAddrs(3), dlock.WithWaitTimeout(bound))
+	ctx := dlock.WithOwner(testCtx(t), "holder")
+	other := dlock.WithOwner(testCtx(t), "waiter")
+	name := uniqueName(t)
+	held := func(l *dlock.Lease, err error) func() {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func() { _ = l.Unlock(ctx) }
+	}
+	defer held(holder.Mutex(name + "-m").Lock(ctx))()
+	defer held(holder.Mutex(name + "-multi").Lock(ctx))()
+	defer held(holder.ReentrantMutex(name + "-r").Lock(ctx))()
+	defer held(holder.RWMutex(name + "-rw").Lock(ctx))()
+	defer held(newRedlock(t, redistest.SharedNodeAddrs(3)).Mutex(name + "-rl").Lock(ctx))()
+	ld, err := holder.Election(name+"-e").Campaign(ctx, "leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ld.Resign(ctx)
+	p, err := holder.Semaphore(name+"-s", 1).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(ctx)
+
+	waits := map[string]func() error{
+		"Mutex.Lock":          func() error { _, err := waiter.Mutex(name + "-m").Lock(other); return err },
+		"FairMutex.Lock":      func() error { _, err := waiter.FairMutex(name + "-m").Lock(other); return err },
+		"MultiLock.Lock":      func() error { _, err := waiter.MultiLock(name+"-multi", name+"-free").Lock(other); return err },
+		"ReentrantMutex.Lock": func() error { _, err := waiter.ReentrantMutex(name + "-r").Lock(other); return err },
+		"RWMutex.Lock":        func() error { _, err := waiter.RWMutex(name + "-rw").Lock(other); return err },
+		"RWMutex.RLock":       func() error { _, err := waiter.RWMutex(name + "-rw").RLock(other); return err },
+		"Semaphore.Acquire":   func() error { _, err := waiter.Semaphore(name+"-s", 1).Acquire(other, 1); return err },
+		"Election.Campaign":   func() error { _, err := waiter.Election(name+"-e").Campaign(other, "b"); return err },
+		"RedlockMutex.Lock":   func() error { _, err := rl.Mutex(name + "-rl").Lock(other); return err },
+	}
+	for call, wait := range waits {
+		began := time.Now()
+		err := wait()
+		took := time.Since(began)
+		if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s on a held lock with WithWaitTimeout(%v): %v; want ErrNotObtained and DeadlineExceeded", call, bound, err)
+		}
+		if took < bound || took > 20*bound {
+			t.Errorf("%s gave up after %v; want the %v wait", call, took, bound)
+		}
+	}
+}

@@ -69,6 +69,8 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 	if err := e.check("Campaign", value); err != nil {
 		return nil, err
 	}
+	ctx, cancel := e.m.cfg.boundWait(ctx)
+	defer cancel()
 	l, err := e.m.c.acquire(ctx, e.m, &e.m.cfg, true) // as FairMutex.Lock
 	if err != nil {
 		return nil, err

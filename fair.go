@@ -42,5 +42,7 @@ func (f *FairMutex) Lock(ctx context.Context) (*Lease, error) {
 	if f.m.err != nil {
 		return nil, f.m.err
 	}
+	ctx, cancel := f.m.cfg.boundWait(ctx)
+	defer cancel()
 	return f.m.c.acquire(ctx, f.m, &f.m.cfg, true)
 }

@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/dlock-go/dlock/internal/errs"
 )
@@ -35,20 +34,24 @@ func LeaseFromContext(ctx context.Context) (*Lease, bool) {
 	return l, ok
 }
 
-// do is Do for any Locker: it waits for the lock (at most waitTimeout when
-// set), runs fn with a context
+// boundWait returns ctx bounded by WithWaitTimeout, when set, for a call
+// that waits (Lock, RLock, Acquire, Campaign): the bound is the wait's
+// alone, and the caller's ctx goes on bounding what follows.
+func (c *config) boundWait(ctx context.Context) (context.Context, context.CancelFunc) {
+	if c.waitTimeout > 0 {
+		return context.WithTimeout(ctx, c.waitTimeout)
+	}
+	return ctx, func() {}
+}
+
+// do is Do for any Locker: it waits for the lock (Lock applies
+// WithWaitTimeout), runs fn with a context
 // that is cancelled (cause ErrLockLost) if the lock is lost, and always
 // releases the lock, even when ctx is cancelled or fn panics. It returns
 // fn's error, joined with the loss and a failed release. Client.Do and
 // Redlock.Do call it.
-func do(ctx context.Context, lk Locker, waitTimeout time.Duration, fn func(ctx context.Context) error) (err error) {
-	lctx := ctx
-	if waitTimeout > 0 {
-		var cancel context.CancelFunc
-		lctx, cancel = context.WithTimeout(ctx, waitTimeout)
-		defer cancel()
-	}
-	lease, err := lk.Lock(lctx)
+func do(ctx context.Context, lk Locker, fn func(ctx context.Context) error) (err error) {
+	lease, err := lk.Lock(ctx)
 	if err != nil {
 		return err
 	}

@@ -102,7 +102,11 @@ func (m *MultiLock) TryLock(ctx context.Context) (*Lease, error) { return m.lock
 // meanwhile is released. A lock lost while Lock waits for the others is
 // taken again before Lock returns (see MultiLock). The caller must Unlock
 // the returned Lease.
-func (m *MultiLock) Lock(ctx context.Context) (*Lease, error) { return m.lock(ctx, true) }
+func (m *MultiLock) Lock(ctx context.Context) (*Lease, error) {
+	ctx, cancel := m.cfg.boundWait(ctx)
+	defer cancel()
+	return m.lock(ctx, true)
+}
 
 func (m *MultiLock) lock(ctx context.Context, wait bool) (*Lease, error) {
 	if m.err != nil {

@@ -64,6 +64,8 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	if m.err != nil {
 		return nil, m.err
 	}
+	ctx, cancel := m.cfg.boundWait(ctx)
+	defer cancel()
 	if m.cfg.wait.spin {
 		return m.c.acquire(ctx, m, &m.cfg, true)
 	}

@@ -129,11 +129,12 @@ func WithMinHold(d time.Duration) Option {
 	}
 }
 
-// WithWaitTimeout bounds how long Client.Do and Redlock.Do wait for the
-// lock to d, apart from their context, which then bounds only the work:
-// "wait at most 5 s for the lock, then run as long as the job needs". A
-// wait that times out returns an error matching ErrNotObtained and
-// context.DeadlineExceeded. d must not be negative; 0 (the default) waits
+// WithWaitTimeout bounds every wait for the lock to d, apart from the
+// context: Lock, RLock, Acquire, Campaign, and Do's wait, whose context
+// then bounds only the work ("wait at most 5 s for the lock, then run as
+// long as the job needs"). A wait that times out returns an error matching
+// ErrNotObtained and context.DeadlineExceeded. TryLock does not wait, so
+// it does not apply there. d must not be negative; 0 (the default) waits
 // as long as the context allows.
 func WithWaitTimeout(d time.Duration) Option {
 	return func(c *config) {

@@ -190,7 +190,7 @@ func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Conte
 		return errs.InvalidArgf("Redlock.Do(%q): nil function", name)
 	}
 	m := r.Mutex(name, opts...)
-	return do(ctx, m, m.cfg.waitTimeout, fn)
+	return do(ctx, m, fn)
 }
 
 // Close stops the Redlock's watchdog. Waits in progress end with ErrClosed;
@@ -306,6 +306,8 @@ func (m *RedlockMutex) tryLock(ctx context.Context) (*Lease, error) {
 // retrying cannot fix, such as ErrKeyConflict. The caller must Unlock the
 // returned Lease.
 func (m *RedlockMutex) Lock(ctx context.Context) (*Lease, error) {
+	ctx, cancel := m.cfg.boundWait(ctx)
+	defer cancel()
 	if m.cfg.observer != nil && m.err == nil {
 		return observeAcquire(ctx, &m.cfg, KindMutex, m.name, "Lock", m.lock)
 	}

@@ -101,7 +101,11 @@ func (m *ReentrantMutex) Name() string { return m.name }
 // hold when that owner holds it already, or waits as Mutex.Lock does. It
 // returns ErrInvalidArgument when ctx carries no valid owner, and otherwise
 // the errors of Mutex.Lock. The caller must Unlock the returned Lease.
-func (m *ReentrantMutex) Lock(ctx context.Context) (*Lease, error) { return m.lock(ctx, true) }
+func (m *ReentrantMutex) Lock(ctx context.Context) (*Lease, error) {
+	ctx, cancel := m.cfg.boundWait(ctx)
+	defer cancel()
+	return m.lock(ctx, true)
+}
 
 // TryLock is Lock without waiting: it adds a hold when ctx's owner holds the
 // lock, takes it when free, and otherwise returns an error matching

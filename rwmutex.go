@@ -115,6 +115,8 @@ func (rw *RWMutex) Lock(ctx context.Context) (*Lease, error) {
 	if rw.err != nil {
 		return nil, rw.err
 	}
+	ctx, cancel := rw.cfg.boundWait(ctx)
+	defer cancel()
 	return rw.c.acquire(ctx, &rw.writer, &rw.cfg, true)
 }
 
@@ -137,5 +139,7 @@ func (rw *RWMutex) RLock(ctx context.Context) (*Lease, error) {
 	if rw.err != nil {
 		return nil, rw.err
 	}
+	ctx, cancel := rw.cfg.boundWait(ctx)
+	defer cancel()
 	return rw.c.acquire(ctx, &rw.reader, &rw.cfg, true)
 }

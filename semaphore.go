@@ -121,6 +121,8 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int) (*Permits, error) {
 // allows; other errors are returned at once: ErrInvalidArgument,
 // ErrKeyConflict, ErrClosed. The caller must Release the returned Permits.
 func (s *Semaphore) Acquire(ctx context.Context, n int) (*Permits, error) {
+	ctx, cancel := s.cfg.boundWait(ctx)
+	defer cancel()
 	return s.acquire(ctx, n, true)
 }
 

@@ -54,6 +54,7 @@ type Client struct {
 	wd       *hold.Watchdog
 	instance string    // random id of this Client, scoping reentrant owners
 	anchors  anchorSet // reentrant owners' shared renewals
+	timings  timingsCache
 
 	cleanups  *workers.Pool // abandoned acquires being cleaned up; after Close, in the caller
 	local     mutexLine     // Mutex waiters sharing one place per name
@@ -94,8 +95,8 @@ func NewWithDriver(d driver.Driver, opts ...Option) (*Client, error) {
 	if err := cfg.err(); err != nil {
 		return nil, errs.Errorf("dlock: New: %w", err)
 	}
-	cfg.seal()
 	c := &Client{drv: d, cfg: cfg, instance: NewOwnerID(), closed: make(chan struct{}), cleanups: workers.New()}
+	c.cfg.seal(&c.timings)
 	c.notify = notify.New(d, cfg.logger)
 	c.waits = wait.Engine{Notify: c.notify, Places: &c.places, Driver: d, Closed: c.closed}
 	c.wd = hold.NewWatchdog(d)
@@ -200,43 +201,46 @@ func (c *Client) Mutex(name string, opts ...Option) *Mutex { return c.newMutex("
 
 // newMutex is Mutex for a kind of lock built on it: kind names it in errors.
 func (c *Client) newMutex(kind, name string, opts []Option) *Mutex {
-	cfg, err := c.lockConfig(kind, name, opts)
-	return &Mutex{c: c, name: name, cfg: cfg, keys: newLockKeys(cfg.keyPrefix, name), err: err}
+	m := &Mutex{c: c, name: name}
+	m.err = c.lockConfig(&m.cfg, kind, name, opts)
+	m.keys = newLockKeys(m.cfg.keyPrefix, name)
+	return m
 }
 
-// lockConfig applies a lock's options over the Client's defaults and
+// lockConfig sets *dst to a lock's options over the Client's defaults and
 // validates them with the name; the error is reported on the lock's first
 // use, since constructors of locks never fail.
-func (c *Client) lockConfig(kind, name string, opts []Option) (config, error) {
-	cfg, err := c.applyOptions(kind, name, opts)
+func (c *Client) lockConfig(dst *config, kind, name string, opts []Option) error {
+	err := c.applyOptions(dst, kind, name, opts)
 	if nerr := checkName(name); nerr != nil {
-		return cfg, errs.Errorf("dlock: %s: %w", kind, nerr)
+		return errs.Errorf("dlock: %s: %w", kind, nerr)
 	}
-	return cfg, err
+	return err
 }
 
-// applyOptions applies a lock's options over the Client's defaults; label
-// names the lock in errors.
-func (c *Client) applyOptions(kind, label string, opts []Option) (config, error) {
+// applyOptions sets *dst to a lock's options over the Client's defaults;
+// label names the lock in errors. dst is the lock's own field: options
+// applied there cost no copy of the configuration on the heap, and seal
+// takes the derived values from the Client's cache, so that options given
+// per call cost what the same options given to New do.
+func (c *Client) applyOptions(dst *config, kind, label string, opts []Option) error {
+	*dst = c.cfg
 	if len(opts) == 0 {
-		// The Client's defaults were checked by New. Returning them
-		// without taking cfg's address keeps the copy off the heap.
-		return c.cfg, nil
+		return nil // the Client's defaults were checked and sealed by New
 	}
-	cfg := c.cfg
-	cfg.errs = nil
+	dst.errs = nil
 	for _, opt := range opts {
 		if opt == nil {
-			cfg.fail(errs.InvalidArgf("nil Option"))
+			dst.fail(errs.InvalidArgf("nil Option"))
 			continue
 		}
-		opt(&cfg)
+		opt(dst)
 	}
-	if err := cfg.err(); err != nil {
-		return cfg, errs.Errorf("dlock: %s(%q): %w", kind, label, err)
+	if err := dst.err(); err != nil {
+		return errs.Errorf("dlock: %s(%q): %w", kind, label, err)
 	}
-	cfg.seal()
-	return cfg, nil
+	dst.seal(&c.timings)
+	return nil
 }
 
 // Do runs fn while holding the lock called name: it waits for the lock (like

@@ -81,10 +81,15 @@ func (c *config) claimWindow() time.Duration {
 func (c *config) refresh() time.Duration { return c.claimWindow() / 3 }
 
 // seal finishes a configuration once its options are applied: it builds
-// the values derived from several settings.
-func (c *config) seal() {
-	c.timings = fmt.Sprintf("%d %d %d", c.waiterLease.Milliseconds(),
-		c.claimWindow().Milliseconds(), fenceRetention(c.ttl).Milliseconds())
+// the values derived from several settings, taking the timings argument
+// from known when it holds one for the same settings (known may be nil).
+func (c *config) seal(known *timingsCache) {
+	k := timingsKey{c.waiterLease.Milliseconds(), c.claimWindow().Milliseconds(), fenceRetention(c.ttl).Milliseconds()}
+	if known != nil {
+		c.timings = known.get(k)
+	} else {
+		c.timings = k.String()
+	}
 	c.pxMillis = c.initialPX().Milliseconds()
 }
 

@@ -53,8 +53,8 @@ func (c *Client) multiLock(names []string, opts []Option) *MultiLock {
 	sorted := append([]string(nil), names...)
 	sort.Strings(sorted)
 	label := strings.Join(sorted, ",")
-	cfg, err := c.applyOptions("MultiLock", label, opts)
-	m := &MultiLock{c: c, names: sorted, label: label, cfg: cfg}
+	m := &MultiLock{c: c, names: sorted, label: label}
+	err := c.applyOptions(&m.cfg, "MultiLock", label, opts)
 	switch {
 	case len(sorted) == 0:
 		err = errs.Errorf("dlock: MultiLock: %w", errs.InvalidArgf("no names"))
@@ -74,10 +74,10 @@ func (c *Client) multiLock(names []string, opts []Option) *MultiLock {
 	if err == nil {
 		// The set reports to the Observer as one lock; its locks' own
 		// leases do not.
-		partCfg := cfg
+		partCfg := m.cfg
 		partCfg.observer = nil
 		for _, name := range sorted {
-			m.locks = append(m.locks, &Mutex{c: c, name: name, cfg: partCfg, keys: newLockKeys(cfg.keyPrefix, name)})
+			m.locks = append(m.locks, &Mutex{c: c, name: name, cfg: partCfg, keys: newLockKeys(m.cfg.keyPrefix, name)})
 		}
 		// Its locks' own leases keep the minimum hold, each as it is
 		// unlocked; the set's lease releases through them.

@@ -83,15 +83,17 @@ type ReentrantMutex struct {
 // Client's defaults. It sends nothing and never fails: an invalid name or
 // option is reported by the first TryLock or Lock.
 func (c *Client) ReentrantMutex(name string, opts ...Option) *ReentrantMutex {
-	cfg, err := c.lockConfig("ReentrantMutex", name, opts)
-	if err == nil && cfg.minHold > 0 {
+	m := &ReentrantMutex{c: c, name: name}
+	err := c.lockConfig(&m.cfg, "ReentrantMutex", name, opts)
+	if err == nil && m.cfg.minHold > 0 {
 		// Holds of one owner share the key: one Unlock leaving it to
 		// expire would end the others too.
 		err = errs.Errorf("dlock: ReentrantMutex(%q): %w", name, errs.InvalidArgf("WithMinHold does not apply to a ReentrantMutex, whose holds share one key"))
 	}
-	all := keyFamily(cfg.keyPrefix, name, ":re", "", ":fence", ":q", ":w", ":holds")
-	keys := lockKeys{lock: all[0], fence: all[1], queue: all[2], waiters: all[3]}
-	return &ReentrantMutex{c: c, name: name, cfg: cfg, keys: keys, holds: all[4], all: all, err: err}
+	all := keyFamily(m.cfg.keyPrefix, name, ":re", "", ":fence", ":q", ":w", ":holds")
+	m.keys = lockKeys{lock: all[0], fence: all[1], queue: all[2], waiters: all[3]}
+	m.holds, m.all, m.err = all[4], all, err
+	return m
 }
 
 // Name returns the lock's name.

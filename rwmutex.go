@@ -75,8 +75,9 @@ func newRWKeys(prefix, name string) rwKeys {
 // reach Redis. An RWMutex is a cheap, immutable descriptor, safe for
 // concurrent use; any number of them may name the same lock.
 func (c *Client) RWMutex(name string, opts ...Option) *RWMutex {
-	cfg, cfgErr := c.applyOptions("RWMutex", name, opts)
-	rw := &RWMutex{c: c, name: name, cfg: cfg, keys: newRWKeys(cfg.keyPrefix, name), ms: queueTimings(&cfg)}
+	rw := &RWMutex{c: c, name: name}
+	cfgErr := c.applyOptions(&rw.cfg, "RWMutex", name, opts)
+	rw.keys, rw.ms = newRWKeys(rw.cfg.keyPrefix, name), queueTimings(&rw.cfg)
 	if err := checkName(name); err != nil {
 		rw.err = errs.Errorf("dlock: RWMutex: %w", err)
 	} else if cfgErr != nil {

@@ -88,11 +88,13 @@ func (k *semKeys) channel() string { return k.holders }
 // would reach Redis. A semaphore's keys are apart from those of a Mutex of
 // the same name.
 func (c *Client) Semaphore(name string, permits int, opts ...Option) *Semaphore {
-	cfg, err := c.lockConfig("Semaphore", name, opts)
+	s := &Semaphore{c: c, name: name, permits: permits}
+	err := c.lockConfig(&s.cfg, "Semaphore", name, opts)
 	if err == nil && (permits < 1 || permits > MaxPermits) {
 		err = errs.Errorf("dlock: Semaphore(%q): %w", name, errs.InvalidArgf("%d permits: want between 1 and %d", permits, MaxPermits))
 	}
-	return &Semaphore{c: c, name: name, permits: permits, cfg: cfg, ms: queueTimings(&cfg), keys: newSemKeys(cfg.keyPrefix, name), err: err}
+	s.ms, s.keys, s.err = queueTimings(&s.cfg), newSemKeys(s.cfg.keyPrefix, name), err
+	return s
 }
 
 // Name returns the semaphore's name.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
@@ -85,8 +86,7 @@ func takeFair(ctx context.Context, c *dlock.Client, key string, wait bool) (Unlo
 	return leaseUnlock(m.TryLock(ctx))
 }
 
-// takeRWMutex takes the write lock. The read lock is not a target: readers
-// share it, so it would not exclude as every scenario expects.
+// takeRWMutex takes the write lock (takeRWMutexRead the read lock).
 func takeRWMutex(ctx context.Context, c *dlock.Client, key string, wait bool) (Unlock, error) {
 	rw := c.RWMutex(key)
 	if wait {
@@ -95,23 +95,26 @@ func takeRWMutex(ctx context.Context, c *dlock.Client, key string, wait bool) (U
 	return leaseUnlock(rw.TryLock(ctx))
 }
 
-// takeSemaphore acquires the one permit of a semaphore of one, which then
-// excludes as a mutex does.
-func takeSemaphore(ctx context.Context, c *dlock.Client, key string, wait bool) (Unlock, error) {
-	s := c.Semaphore(key, 1)
-	var (
-		p   *dlock.Permits
-		err error
-	)
-	if wait {
-		p, err = s.Acquire(ctx, 1)
-	} else {
-		p, err = s.TryAcquire(ctx, 1)
+// takeSemaphoreOf acquires one permit of a semaphore of permits: of one,
+// it excludes as a mutex does; of several (the common use, a limit on
+// concurrent calls), it does not.
+func takeSemaphoreOf(permits int) takeFunc {
+	return func(ctx context.Context, c *dlock.Client, key string, wait bool) (Unlock, error) {
+		s := c.Semaphore(key, permits)
+		var (
+			p   *dlock.Permits
+			err error
+		)
+		if wait {
+			p, err = s.Acquire(ctx, 1)
+		} else {
+			p, err = s.TryAcquire(ctx, 1)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return p.Release, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	return p.Release, nil
 }
 
 // ownerSeq numbers the owner identities of takeReentrant.
@@ -123,6 +126,37 @@ var ownerSeq atomic.Uint64
 func takeReentrant(ctx context.Context, c *dlock.Client, key string, wait bool) (Unlock, error) {
 	ctx = dlock.WithOwner(ctx, "bench-"+strconv.FormatUint(ownerSeq.Add(1), 10))
 	m := c.ReentrantMutex(key)
+	if wait {
+		return leaseUnlock(m.Lock(ctx))
+	}
+	return leaseUnlock(m.TryLock(ctx))
+}
+
+// takeMutexPerCall is takeMutex with an option given to c.Mutex, as the
+// README shows, rather than to New: the default TTL, so that it measures
+// what options given per call cost against the same settings on the Client.
+func takeMutexPerCall(ctx context.Context, c *dlock.Client, key string, wait bool) (Unlock, error) {
+	m := c.Mutex(key, dlock.WithTTL(30*time.Second))
+	if wait {
+		return leaseUnlock(m.Lock(ctx))
+	}
+	return leaseUnlock(m.TryLock(ctx))
+}
+
+// takeRWMutexRead takes the read lock, which readers share.
+func takeRWMutexRead(ctx context.Context, c *dlock.Client, key string, wait bool) (Unlock, error) {
+	rw := c.RWMutex(key)
+	if wait {
+		return leaseUnlock(rw.RLock(ctx))
+	}
+	return leaseUnlock(rw.TryRLock(ctx))
+}
+
+// takeMultiLock takes two names derived from key, whose hash tags differ,
+// so that each is in a hash slot of its own (as on a Cluster they would
+// be on different nodes).
+func takeMultiLock(ctx context.Context, c *dlock.Client, key string, wait bool) (Unlock, error) {
+	m := c.MultiLock(key+"/1", key+"/2")
 	if wait {
 		return leaseUnlock(m.Lock(ctx))
 	}

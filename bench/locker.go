@@ -89,6 +89,11 @@ type Target struct {
 	// only, and the report shows them in a section of their own, against
 	// the Mutex, apart from the tables and verdicts that compare libraries.
 	Primitive bool
+	// Shares marks a Primitive that does not exclude: an RWMutex's read
+	// lock, one permit of several. Only scenario 1 measures it (scenarios
+	// 2 and 3 need a lock that keeps others waiting), and its TryLock
+	// succeeds beside a holder.
+	Shares bool
 	// New builds a Locker.
 	New func(Config) (Locker, error)
 }

@@ -28,6 +28,10 @@ func TestTargets(t *testing.T) {
 		}
 		for _, addrs := range setups {
 			t.Run(tg.Name+"/nodes="+strconv.Itoa(len(addrs)), func(t *testing.T) {
+				if tg.Shares {
+					checkSharing(t, tg, addrs)
+					return
+				}
 				checkExclusion(t, tg, addrs)
 			})
 		}
@@ -89,6 +93,44 @@ func checkExclusion(t *testing.T, tg Target, addrs []string) {
 		t.Fatalf("TryLock after Unlock: %v", err)
 	}
 	if err := unlock(ctx); err != nil {
+		t.Fatalf("second Unlock: %v", err)
+	}
+}
+
+// checkSharing is checkExclusion for a target that does not exclude
+// (Target.Shares): a second client takes the key beside the first, and
+// both give it back.
+func checkSharing(t *testing.T, tg Target, addrs []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var cnt Counter
+	a, err := tg.New(Config{Addrs: addrs, Counter: &cnt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := tg.New(Config{Addrs: addrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+
+	key := "bench:test:" + tg.Name
+	unlockA, err := a.Lock(ctx, key)
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	if cnt.Snapshot().Commands == 0 {
+		t.Errorf("the counter saw no command")
+	}
+	unlockB, err := b.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("TryLock beside a holder: %v", err)
+	}
+	if err := unlockA(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	if err := unlockB(ctx); err != nil {
 		t.Fatalf("second Unlock: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -318,8 +319,12 @@ func (v *view) targets() {
 		"which the default variants show. Retry settings only matter under contention, so the tight variants run in scenarios 2 and 3 only. " +
 		"Only dlock and rueidislock renew held locks by themselves; `dlock-norenew` turns dlock's renewal off to compare like with like.\n\n")
 	if prims := v.namesOf(func(t TargetInfo) bool { return t.Primitive }); len(prims) > 0 {
-		v.p("%s are dlock's other primitives; they run in scenarios 1 to 3 only and are shown in a section of their own, against the Mutex.\n\n",
+		v.p("%s are dlock's other primitives (and its Mutex given options per call); they run in scenarios 1 to 3 only and are shown in a section of their own, against the Mutex.",
 			"`"+strings.Join(prims, "`, `")+"`")
+		if shared := v.namesOf(func(t TargetInfo) bool { return t.Shares }); len(shared) > 0 {
+			v.p(" %s do not exclude (a read lock, one permit of several), so they run in scenario 1 only.", "`"+strings.Join(shared, "`, `")+"`")
+		}
+		v.p("\n\n")
 	}
 	v.p("rueidislock's defaults track its own keys without NOLOOP, so a renewal (PEXPIREAT) invalidates the renewing client's own tracked key, which makes it renew again: " +
 		"after its first renewal period a held lock is renewed continuously, and every client waiting for it is woken each time. " +
@@ -966,8 +971,13 @@ func (v *view) primitives() {
 	v.p("They do not run in scenarios 4 and 5, and the tables and verdicts above leave them out.\n\n")
 	v.p("Uncontended (as scenario 1):\n\n%s\n", v.uncontendedTable(1, names, p.UncontendedGoroutines, refs))
 	v.p("What each uncontended pair costs, summed over every goroutine count and run (as in scenario 1):\n\n%s\n", v.uncontendedCommands(names))
-	v.p("Contended (as scenario 2):\n\n%s\n", v.contendedTable(1, names, refs))
-	v.primitivesWaiting(names, prims)
+	// Targets that share (Target.Shares) run scenario 1 only.
+	excluding := v.namesOf(func(t TargetInfo) bool { return !t.Shares && (t.Primitive || t.Name == headline) })
+	excl := func(ns []string) []string {
+		return slices.DeleteFunc(slices.Clone(ns), func(n string) bool { return !slices.Contains(excluding, n) })
+	}
+	v.p("Contended (as scenario 2):\n\n%s\n", v.contendedTable(1, excl(names), refs))
+	v.primitivesWaiting(excl(names), excl(prims))
 	if len(v.res.GoBench) == 0 {
 		v.p("(`go test -bench` figures were not part of this run.)\n\n")
 		return

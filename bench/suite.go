@@ -98,15 +98,15 @@ type Results struct {
 
 // TargetInfo is a Target as the report describes it.
 type TargetInfo struct {
-	Name, Module, Version, Settings         string
-	Kind                                    Kind
-	Tuned, Renews, Single, Multi, Primitive bool
+	Name, Module, Version, Settings                 string
+	Kind                                            Kind
+	Tuned, Renews, Single, Multi, Primitive, Shares bool
 }
 
 // Info describes t for the report, at version of its module.
 func (t Target) Info(version string) TargetInfo {
 	return TargetInfo{Name: t.Name, Module: t.Module, Version: version, Settings: t.Settings,
-		Kind: t.Kind, Tuned: t.Tuned, Renews: t.Renews, Single: t.Single, Multi: t.Multi, Primitive: t.Primitive}
+		Kind: t.Kind, Tuned: t.Tuned, Renews: t.Renews, Single: t.Single, Multi: t.Multi, Primitive: t.Primitive, Shares: t.Shares}
 }
 
 // Suite runs a Plan on given servers.
@@ -170,6 +170,8 @@ func (s *Suite) Run(ctx context.Context) (*Results, error) {
 	res := &Results{Plan: s.Plan, Started: time.Now()}
 	single := filter(s.Targets, func(t Target) bool { return t.Single })
 	untuned := filter(single, func(t Target) bool { return !t.Tuned })
+	// Scenarios 2 and 3 keep goroutines waiting: only locks that exclude.
+	excluding := filter(single, func(t Target) bool { return !t.Shares })
 	// dlock's other primitives run in scenarios 1 to 3 only.
 	libs := filter(single, func(t Target) bool { return !t.Primitive })
 	renewing := filter(libs, func(t Target) bool { return t.Renews })
@@ -182,14 +184,14 @@ func (s *Suite) Run(ctx context.Context) (*Results, error) {
 		for _, g := range p.UncontendedGoroutines {
 			s.runUncontended(ctx, res, untuned, s.Single, g, RunInfo{Rep: rep, Nodes: 1}, "uncontended")
 		}
-		for _, t := range rotate(single, rep) {
+		for _, t := range rotate(excluding, rep) {
 			r, err := RunContended(ctx, t, s.Single, p.Contended)
 			r.RunInfo = RunInfo{Rep: rep, Nodes: 1, Err: errString(err)}
 			res.Contended = append(res.Contended, r)
 			s.logf("rep %d contended   %-16s %8.0f acq/s hand-off p50 %v p99 %v barging %.0f%% max wait %v %s",
 				rep+1, t.Name, r.AcqPerSec(), r.HandoffQuantile(0.5), r.HandoffQuantile(0.99), 100*r.BargingShare(), r.MaxWait(), r.Err)
 		}
-		for _, t := range rotate(single, rep) {
+		for _, t := range rotate(excluding, rep) {
 			r, err := RunWaiting(ctx, t, s.Single, p.Waiting)
 			r.RunInfo = RunInfo{Rep: rep, Nodes: 1, Err: errString(err)}
 			res.Waiting = append(res.Waiting, r)

@@ -21,6 +21,9 @@ const (
 	modRueidis   = "github.com/redis/rueidis"
 )
 
+// semaphoreOfN is the size of dlock-semaphore-1of8's semaphore.
+const semaphoreOfN = 8
+
 // redlockTargets are added by files that need an API not every dlock
 // version has (dlock_redlock.go).
 var redlockTargets []Target
@@ -61,7 +64,27 @@ func Targets() []Target {
 		{
 			Name: "dlock-semaphore", Module: modDlock, Kind: KindDlock, Renews: true, RenewEvery: 1.0 / 3, Single: true, Primitive: true,
 			Settings: "c.Semaphore(key, 1).Acquire(ctx, 1) with the defaults: the one permit of one, so it excludes as a mutex does; Release",
-			New:      newDlockTaking(takeSemaphore),
+			New:      newDlockTaking(takeSemaphoreOf(1)),
+		},
+		{
+			Name: "dlock-percall", Module: modDlock, Kind: KindDlock, Renews: true, RenewEvery: 1.0 / 3, Single: true, Primitive: true,
+			Settings: "c.Mutex(key, dlock.WithTTL(30*time.Second)).Lock: the Mutex with its options given per call (the default TTL, so the settings are dlock's), as the README shows",
+			New:      newDlockTaking(takeMutexPerCall),
+		},
+		{
+			Name: "dlock-rwmutex-read", Module: modDlock, Kind: KindDlock, Renews: true, RenewEvery: 1.0 / 3, Single: true, Primitive: true, Shares: true,
+			Settings: "c.RWMutex(key).RLock with the defaults, the read lock: readers share it, so it runs in scenario 1 only",
+			New:      newDlockTaking(takeRWMutexRead),
+		},
+		{
+			Name: "dlock-semaphore-1of8", Module: modDlock, Kind: KindDlock, Renews: true, RenewEvery: 1.0 / 3, Single: true, Primitive: true, Shares: true,
+			Settings: fmt.Sprintf("c.Semaphore(key, %d).Acquire(ctx, 1) with the defaults: one permit of several, so it runs in scenario 1 only; Release", semaphoreOfN),
+			New:      newDlockTaking(takeSemaphoreOf(semaphoreOfN)),
+		},
+		{
+			Name: "dlock-multilock", Module: modDlock, Kind: KindDlock, Renews: true, RenewEvery: 1.0 / 3, Single: true, Primitive: true,
+			Settings: "c.MultiLock(key+\"/1\", key+\"/2\").Lock with the defaults: two names, each in a hash slot of its own",
+			New:      newDlockTaking(takeMultiLock),
 		},
 		{
 			Name: "redsync", Module: modRedsync, Kind: KindPeer, Single: true, Multi: true,

@@ -23,6 +23,24 @@ func BenchmarkMutexOptions(b *testing.B) {
 		c := newClient(b, srv)
 		benchMutexPairs(b, func() *dlock.Mutex { return c.Mutex("bench-opts", dlock.WithTTL(10*time.Second)) })
 	})
+	// The descriptor alone, without Redis: what the per-call path adds.
+	b.Run("new/client", func(b *testing.B) {
+		c := newClient(b, srv, ttl)
+		benchNew(b, func() *dlock.Mutex { return c.Mutex("bench-opts") })
+	})
+	b.Run("new/percall", func(b *testing.B) {
+		c := newClient(b, srv)
+		benchNew(b, func() *dlock.Mutex { return c.Mutex("bench-opts", dlock.WithTTL(10*time.Second)) })
+	})
+}
+
+var sink *dlock.Mutex
+
+func benchNew(b *testing.B, mutex func() *dlock.Mutex) {
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		sink = mutex()
+	}
 }
 
 // benchMutexPairs runs b.N Lock+Unlock pairs, each on a Mutex from mutex.

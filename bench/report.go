@@ -968,7 +968,11 @@ func (v *view) primitives() {
 	refs := v.refs(v.floorName(), headline)
 	v.p("%s run scenarios 1 to 3 as the libraries do above, in the same repetitions on the same redis-server, with the settings listed under \"Libraries and settings\". ", "`"+strings.Join(prims, "`, `")+"`")
 	v.p("`%s`, the Mutex, is repeated here for comparison: ×Mutex is the ratio to it, taken run by run as ×floor is. ", headline)
-	v.p("They do not run in scenarios 4 and 5, and the tables and verdicts above leave them out.\n\n")
+	v.p("They do not run in scenarios 4 and 5, and the tables and verdicts above leave them out.")
+	if shared := v.namesOf(func(t TargetInfo) bool { return t.Shares }); len(shared) > 0 {
+		v.p(" %s do not exclude, so they run in scenario 1 only.", "`"+strings.Join(shared, "`, `")+"`")
+	}
+	v.p("\n\n")
 	v.p("Uncontended (as scenario 1):\n\n%s\n", v.uncontendedTable(1, names, p.UncontendedGoroutines, refs))
 	v.p("What each uncontended pair costs, summed over every goroutine count and run (as in scenario 1):\n\n%s\n", v.uncontendedCommands(names))
 	// Targets that share (Target.Shares) run scenario 1 only.

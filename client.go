@@ -54,7 +54,6 @@ type Client struct {
 	wd       *hold.Watchdog
 	instance string    // random id of this Client, scoping reentrant owners
 	anchors  anchorSet // reentrant owners' shared renewals
-	timings  timingsCache
 
 	cleanups  *workers.Pool // abandoned acquires being cleaned up; after Close, in the caller
 	local     mutexLine     // Mutex waiters sharing one place per name
@@ -96,7 +95,7 @@ func NewWithDriver(d driver.Driver, opts ...Option) (*Client, error) {
 		return nil, errs.Errorf("dlock: New: %w", err)
 	}
 	c := &Client{drv: d, cfg: cfg, instance: NewOwnerID(), closed: make(chan struct{}), cleanups: workers.New()}
-	c.cfg.seal(&c.timings)
+	c.cfg.seal(nil)
 	c.notify = notify.New(d, cfg.logger)
 	c.waits = wait.Engine{Notify: c.notify, Places: &c.places, Driver: d, Closed: c.closed}
 	c.wd = hold.NewWatchdog(d)
@@ -239,7 +238,7 @@ func (c *Client) applyOptions(dst *config, kind, label string, opts []Option) er
 	if err := dst.err(); err != nil {
 		return errs.Errorf("dlock: %s(%q): %w", kind, label, err)
 	}
-	dst.seal(&c.timings)
+	dst.seal(&c.cfg)
 	return nil
 }
 

@@ -81,12 +81,15 @@ func (c *config) claimWindow() time.Duration {
 func (c *config) refresh() time.Duration { return c.claimWindow() / 3 }
 
 // seal finishes a configuration once its options are applied: it builds
-// the values derived from several settings, taking the timings argument
-// from known when it holds one for the same settings (known may be nil).
-func (c *config) seal(known *timingsCache) {
-	k := timingsKey{c.waiterLease.Milliseconds(), c.claimWindow().Milliseconds(), fenceRetention(c.ttl).Milliseconds()}
-	if known != nil {
-		c.timings = known.get(k)
+// the values derived from several settings. The timings argument is the
+// Client's (base, sealed; nil for the Client's own) when the settings it
+// says are the same, as they are for most options given per call (a TTL
+// under half an hour leaves all three alone): a lock made per call then
+// formats nothing.
+func (c *config) seal(base *config) {
+	k := c.timingsKey()
+	if base != nil && base.timingsKey() == k {
+		c.timings = base.timings
 	} else {
 		c.timings = k.String()
 	}

@@ -47,10 +47,10 @@ define apt_install
 endef
 
 .DEFAULT_GOAL := test
-.PHONY: test vet redis cc
+.PHONY: test vet redis cc tmux
 
-## test: install redis-server and a C compiler if missing, then go vet and go test -race in every module
-test: redis cc vet
+## test: install redis-server, tmux and a C compiler if missing, then go vet and go test -race in every module
+test: redis tmux cc vet
 	@for m in $(MODULES); do \
 		echo "==> go test $(strip -race -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TESTFLAGS)) ./...   (module $$m)"; \
 		(cd "$$m" && $(GOENV) $(GO) test -race -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...); \
@@ -97,6 +97,15 @@ redis:
 		$(call apt_install,redis-server); \
 		command -v redis-server >/dev/null || { echo "error: redis-server still not on PATH" >&2; exit 1; }; \
 		echo "==> installed $$(redis-server --version)"; \
+	fi
+
+## tmux: install tmux with apt-get if it is missing (cmd/dlock's tests drive "dlock top" in a tmux pane)
+tmux:
+	@if command -v tmux >/dev/null; then \
+		echo "==> using $$(command -v tmux): $$(tmux -V)"; \
+	else \
+		echo "==> tmux not found: installing it"; \
+		$(call apt_install,tmux); \
 	fi
 
 ## cc: install gcc with apt-get if cgo has no C compiler (go test -race needs one)

@@ -112,6 +112,9 @@ type Waiter struct {
 	// LeaseLeft is how long the waiter keeps its place without refreshing
 	// it: a waiter that died leaves the queue when it runs out.
 	LeaseLeft time.Duration
+	// WaitedFor is how long the waiter has been in the queue, by the
+	// server's clock.
+	WaitedFor time.Duration
 }
 
 // Inspect reads the state of every kind of primitive called name in one

@@ -143,11 +143,11 @@ func parseHolder(kind Kind, h any) (Holder, heldBy, bool) {
 // position.
 func parseWaiter(kind Kind, w any) (Waiter, bool) {
 	f, ok := w.([]any)
-	if !ok || len(f) != 3 {
+	if !ok || len(f) != 4 {
 		return Waiter{}, false
 	}
 	member, ok1 := f[0].(string)
-	v, err := protocol.Ints(f[1:], 2)
+	v, err := protocol.Ints(f[1:], 3)
 	if !ok1 || err != nil {
 		return Waiter{}, false
 	}
@@ -155,7 +155,7 @@ func parseWaiter(kind Kind, w any) (Waiter, bool) {
 	if !ok {
 		return Waiter{}, false
 	}
-	waiter := Waiter{Mode: mode, Permits: int(v[1]), LeaseLeft: protocol.Millis(v[0])}
+	waiter := Waiter{Mode: mode, Permits: int(v[1]), LeaseLeft: protocol.Millis(v[0]), WaitedFor: protocol.Millis(v[2])}
 	waiter.Owner, waiter.Info = ownerid.Split(owner)
 	return waiter, true
 }

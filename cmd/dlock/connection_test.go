@@ -80,7 +80,7 @@ func TestClusterURL(t *testing.T) {
 			t.Fatalf("run %s on the cluster: exit %d\n%s%s", name, r.code, r.stdout, r.stderr)
 		}
 	}
-	r := runCLI(t, env, "ls", "--json")
+	r := runCLI(t, env, "ls", "--all", "--json")
 	for _, name := range names {
 		if !strings.Contains(r.stdout, `"name": "`+name+`"`) {
 			t.Errorf("ls on the cluster does not list %q", name)

@@ -10,6 +10,7 @@ go 1.21
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/dlock-go/dlock v0.0.0-20261128164520-cf6e667c9dac
+	github.com/gdamore/tcell/v2 v2.7.4
 	github.com/jedib0t/go-pretty/v6 v6.8.3
 	github.com/redis/go-redis/v9 v9.17.3
 	github.com/rogpeppe/go-internal v1.12.0
@@ -22,7 +23,9 @@ require (
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dgryski/go-rendezvous v0.0.0-20200823014737-9f7001d12a5f // indirect
+	github.com/gdamore/encoding v1.0.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/lucasb-eyer/go-colorful v1.2.0 // indirect
 	github.com/mattn/go-runewidth v0.0.16 // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
@@ -30,4 +33,3 @@ require (
 	golang.org/x/text v0.22.0 // indirect
 	golang.org/x/tools v0.21.1-0.20240508182429-e35e4ccd0d2d // indirect
 )
-

@@ -44,6 +44,7 @@ type waiterJSON struct {
 	Mode            string `json:"mode"`
 	Permits         int    `json:"permits"`       // semaphore: permits asked for
 	LeaseLeftMillis int64  `json:"lease_left_ms"` // it leaves the queue if it does not refresh its place by then
+	WaitedForMillis int64  `json:"waited_for_ms"` // how long it has waited, by the server's clock
 }
 
 func toJSON(infos []dlock.LockInfo) []lockJSON {
@@ -63,7 +64,7 @@ func toJSON(infos []dlock.LockInfo) []lockJSON {
 		for _, w := range info.Waiters {
 			l.Waiters = append(l.Waiters, waiterJSON{
 				Position: w.Position, Owner: w.Owner, Info: w.Info, Mode: w.Mode, Permits: w.Permits,
-				LeaseLeftMillis: w.LeaseLeft.Milliseconds(),
+				LeaseLeftMillis: w.LeaseLeft.Milliseconds(), WaitedForMillis: w.WaitedFor.Milliseconds(),
 			})
 		}
 		out = append(out, l)
@@ -183,4 +184,19 @@ func formatToken(t int64) string {
 		return "-"
 	}
 	return fmt.Sprint(t)
+}
+
+// active reports whether a lock needs a look: held, waited for, or a latch
+// still counting down (what its waiters wait for).
+func active(info dlock.LockInfo) bool {
+	return len(info.Holders) > 0 || len(info.Waiters) > 0 || (info.Kind == dlock.KindLatch && info.Count > 0)
+}
+
+// longestWait is the longest WaitedFor among the waiters.
+func longestWait(info dlock.LockInfo) time.Duration {
+	var d time.Duration
+	for _, w := range info.Waiters {
+		d = max(d, w.WaitedFor)
+	}
+	return d
 }

@@ -14,7 +14,8 @@ import (
 // lsOptions are the flags of "dlock ls".
 type lsOptions struct {
 	json bool
-	held bool
+	all  bool
+	held bool // the default since --all exists; still accepted
 }
 
 func (a *app) lsCmd() *cobra.Command {
@@ -24,12 +25,13 @@ func (a *app) lsCmd() *cobra.Command {
 		Short: "List locks: holders, waiters, remaining TTLs, last fencing tokens",
 		Long: `ls lists the locks whose names match PATTERN, a Redis glob ("*" any characters,
 "?" one, "[abc]" a class, "\" escapes one; default: every lock), one row per
-name and kind of lock (mutex, reentrant, rwmutex, semaphore, latch): who
-holds it, how many wait, the soonest a holder expires unless renewed, and the
-last fencing token issued. A lock released recently is listed as free while
-its last token is remembered (an hour). --held lists only the locks that are
-held or waited for, and the latches still counting down (what their waiters
-wait for).
+name and kind of lock (mutex, reentrant, rwmutex, semaphore, latch, election):
+who holds it, how many wait and the longest wait, the
+soonest a holder expires unless renewed, and the last fencing token issued.
+Times are the server's. It lists the locks that are held or waited for, and
+the latches still counting down (what their waiters wait for); --all adds
+the free locks that still have state: a lock released recently is listed as
+free while its last token is remembered (an hour).
 
 Locks are found with SCAN over the key prefix (--key-prefix), on every
 master of a Cluster, which walks the keyspace in small steps and never blocks
@@ -38,7 +40,8 @@ the server; each name is then read atomically.
 --json prints a JSON array instead, one object per row:
   {"name", "kind", "last_token", "limit", "count", "ttl_ms",
    "holders": [{"owner", "info", "mode", "holds", "permits", "token", "ttl_ms"}],
-   "waiters": [{"position", "owner", "info", "mode", "permits", "lease_left_ms"}]}
+   "waiters": [{"position", "owner", "info", "mode", "permits", "lease_left_ms",
+                "waited_for_ms"}]}
 Every field is always present (0 or "" where it does not apply; times in
 milliseconds); fields are only ever added. "dlock status --json" prints the
 same objects.
@@ -49,7 +52,8 @@ keys hold something dlock did not write (the other names are still listed),
 server configured.`,
 		Example: `  dlock ls
   dlock ls 'orders:*'
-  dlock ls --held --json | jq -r '.[] | select(.waiters | length > 0) | .name'`,
+  dlock ls --all
+  dlock ls --json | jq -r '.[] | select(.waiters | length > 0) | .name'`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 1 {
 				return usageErrorf("ls takes at most one pattern, got %q (quote it so the shell does not expand it)", args)
@@ -68,7 +72,9 @@ server configured.`,
 		},
 	}
 	cmd.Flags().BoolVar(&o.json, "json", false, "print JSON instead of a table (see above)")
-	cmd.Flags().BoolVar(&o.held, "held", false, "list only locks that are held or waited for, and latches counting down")
+	cmd.Flags().BoolVar(&o.all, "all", false, "also list the free locks that still have state")
+	cmd.Flags().BoolVar(&o.held, "held", false, "list only locks that are held or waited for (the default)")
+	_ = cmd.Flags().MarkHidden("held")
 	return cmd
 }
 
@@ -82,10 +88,10 @@ func (a *app) ls(ctx context.Context, o *lsOptions, pattern string) error {
 	if listErr != nil && !errors.Is(listErr, dlock.ErrKeyConflict) {
 		return listErr
 	}
-	if o.held {
+	if !o.all {
 		kept := infos[:0]
 		for _, info := range infos {
-			if len(info.Holders) > 0 || len(info.Waiters) > 0 || (info.Kind == dlock.KindLatch && info.Count > 0) {
+			if active(info) {
 				kept = append(kept, info)
 			}
 		}
@@ -99,13 +105,14 @@ func (a *app) ls(ctx context.Context, o *lsOptions, pattern string) error {
 		fmt.Fprintln(a.stderr, "no locks found")
 	} else {
 		t := newTable()
-		t.AppendHeader(table.Row{"name", "kind", "holders", "waiting", "ttl", "last token"})
+		t.AppendHeader(table.Row{"name", "kind", "holders", "waiting", "longest wait", "ttl", "last token"})
 		for _, info := range infos {
 			waiting := fmt.Sprint(len(info.Waiters))
 			if info.Kind == dlock.KindLatch {
 				waiting = "-"
 			}
-			t.AppendRow(table.Row{info.Name, info.Kind, holdersSummary(info), waiting, formatTTL(soonestTTL(info)), formatToken(info.LastToken)})
+			t.AppendRow(table.Row{info.Name, info.Kind, holdersSummary(info), waiting,
+				formatTTL(longestWait(info)), formatTTL(soonestTTL(info)), formatToken(info.LastToken)})
 		}
 		fmt.Fprintln(a.stdout, t.Render())
 	}

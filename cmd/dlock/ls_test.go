@@ -11,9 +11,9 @@ import (
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
-// TestLsHeldKeepsLatches checks that ls --held lists a latch that is still
+// TestLsHeldKeepsLatches checks that ls lists a latch that is still
 // counting down (its waiters wait for it), and leaves out a mutex that was
-// released.
+// released unless --all asks for it.
 func TestLsHeldKeepsLatches(t *testing.T) {
 	srv := redistest.Shared(t)
 	c, err := dlock.New(srv.Client(t))
@@ -35,13 +35,13 @@ func TestLsHeldKeepsLatches(t *testing.T) {
 	}
 
 	env := map[string]string{redisURLEnv: srv.URL()}
-	r := runCLI(t, env, "ls", prefix+"*")
+	r := runCLI(t, env, "ls", "--all", prefix+"*")
 	if r.code != exitOK || !strings.Contains(r.stdout, prefix+"latch ") || !strings.Contains(r.stdout, prefix+"free ") {
-		t.Fatalf("ls: exit %d, want both locks listed:\n%s%s", r.code, r.stdout, r.stderr)
+		t.Fatalf("ls --all: exit %d, want both locks listed:\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	r = runCLI(t, env, "ls", "--held", prefix+"*")
+	r = runCLI(t, env, "ls", prefix+"*")
 	if r.code != exitOK || !strings.Contains(r.stdout, prefix+"latch ") || strings.Contains(r.stdout, prefix+"free") {
-		t.Errorf("ls --held: exit %d, want the latch and not the free mutex:\n%s%s", r.code, r.stdout, r.stderr)
+		t.Errorf("ls: exit %d, want the latch and not the free mutex:\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	if !strings.Contains(r.stdout, "count 2") {
 		t.Errorf("ls --held does not show the latch's count:\n%s", r.stdout)

@@ -135,6 +135,7 @@ run also passes its command's status on (see dlock run --help).`,
 	root.AddCommand(
 		a.runCmd(),
 		a.lsCmd(),
+		a.topCmd(),
 		a.statusCmd(),
 		a.unlockCmd(),
 		a.benchCmd(),

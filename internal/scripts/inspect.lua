@@ -15,14 +15,16 @@
 --          holders  {{member, ttl ms, permits, token, {hold id, ...}}, ...}
 --                   live holders only (the mutex's and reentrant lock's key
 --                   holds the owner value; the rw member starts with its mode);
---          waiters  {{member, lease left ms, permits asked}, ...} live waiters
---                   in queue order;
+--          waiters  {{member, lease left ms, permits asked, waited ms}, ...}
+--                   live waiters in queue order, waited since their arrival
+--                   (their score in the queue, server µs);
 --          limit    the semaphore's stored limit, 0 when none;
 --          count, pttl  the latch's count and remaining ms.
 --          Error DLOCK_CONFLICT (or WRONGTYPE) when a key holds something no
 --          dlock primitive wrote (the checks the primitives' own scripts make).
 local t = redis.call('TIME')
-local now_ms = math.floor((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000)
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now_ms = math.floor(now_us / 1000)
 
 -- check raises DLOCK_CONFLICT unless key is absent or of type want, holds a
 -- number if numeric, and has an expiry if timed; it reports whether the key
@@ -66,14 +68,17 @@ end
 -- waiting lists the live waiters of a queue (lock_lib.lua's format).
 local function waiting(queue_key, waiters_key)
   local out = {}
-  for _, member in ipairs(redis.call('ZRANGE', queue_key, 0, -1)) do
+  local queue = redis.call('ZRANGE', queue_key, 0, -1, 'WITHSCORES')
+  for i = 1, #queue, 2 do
+    local member = queue[i]
     local entry = redis.call('HGET', waiters_key, member)
     local expiry, extra
     if entry then
       expiry, extra = string.match(entry, '^(%d+) %d+ ?(.*)$')
     end
     if expiry and tonumber(expiry) > now_ms then
-      out[#out + 1] = {member, tonumber(expiry) - now_ms, tonumber(extra) or 0}
+      local waited = math.max(0, math.floor((now_us - tonumber(queue[i + 1])) / 1000))
+      out[#out + 1] = {member, tonumber(expiry) - now_ms, tonumber(extra) or 0, waited}
     end
   end
   return out

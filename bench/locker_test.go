@@ -38,29 +38,36 @@ func TestTargets(t *testing.T) {
 	}
 }
 
-func checkExclusion(t *testing.T, tg Target, addrs []string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+// lockWithTwo makes two clients of tg, closed when t ends, and takes key
+// with the first, whose commands must show on its counter.
+func lockWithTwo(ctx context.Context, t *testing.T, tg Target, addrs []string, key string) (a, b Locker, unlock Unlock) {
+	t.Helper()
 	var cnt Counter
 	a, err := tg.New(Config{Addrs: addrs, Counter: &cnt})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.Close()
-	b, err := tg.New(Config{Addrs: addrs})
+	t.Cleanup(func() { _ = a.Close() })
+	b, err = tg.New(Config{Addrs: addrs})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
-
-	key := "bench:test:" + tg.Name
-	unlock, err := a.Lock(ctx, key)
+	t.Cleanup(func() { _ = b.Close() })
+	unlock, err = a.Lock(ctx, key)
 	if err != nil {
 		t.Fatalf("Lock: %v", err)
 	}
 	if cnt.Snapshot().Commands == 0 {
 		t.Errorf("the counter saw no command")
 	}
+	return a, b, unlock
+}
+
+func checkExclusion(t *testing.T, tg Target, addrs []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := "bench:test:" + tg.Name
+	a, b, unlock := lockWithTwo(ctx, t, tg, addrs, key)
 	if _, err := b.TryLock(ctx, key); !errors.Is(err, ErrBusy) {
 		t.Errorf("TryLock on a held key: got %v, want ErrBusy", err)
 	}
@@ -103,26 +110,8 @@ func checkExclusion(t *testing.T, tg Target, addrs []string) {
 func checkSharing(t *testing.T, tg Target, addrs []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var cnt Counter
-	a, err := tg.New(Config{Addrs: addrs, Counter: &cnt})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := tg.New(Config{Addrs: addrs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-
 	key := "bench:test:" + tg.Name
-	unlockA, err := a.Lock(ctx, key)
-	if err != nil {
-		t.Fatalf("Lock: %v", err)
-	}
-	if cnt.Snapshot().Commands == 0 {
-		t.Errorf("the counter saw no command")
-	}
+	_, b, unlockA := lockWithTwo(ctx, t, tg, addrs, key)
 	unlockB, err := b.TryLock(ctx, key)
 	if err != nil {
 		t.Fatalf("TryLock beside a holder: %v", err)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/redis/go-redis/v9"
 )
 
 // ElectionResult is one run of scenario 6, dlock's Election, in three
@@ -69,31 +68,23 @@ type ElectionSpec struct {
 	HandoffCampaigners, Handoffs int
 }
 
-// electionClient is a counted go-redis client and a dlock Client on it.
-type electionClient struct {
-	rdb *redis.Client
-	c   *dlock.Client
-}
-
-func newElectionClients(srv *Servers, cnt *Counter, n int) ([]electionClient, func(), error) {
-	var out []electionClient
-	closeAll := func() {
-		for _, ec := range out {
-			_ = ec.c.Close()
-			_ = ec.rdb.Close()
-		}
-	}
+// electionClients returns n dlock Clients with the defaults, each on a
+// go-redis client of its own that counts into cnt (if not nil), as the
+// "dlock" target makes them, and a func that closes them all.
+func electionClients(srv *Servers, cnt *Counter, n int) ([]*dlock.Client, func(), error) {
+	lockers := make([]Locker, 0, n)
+	cs := make([]*dlock.Client, 0, n)
+	closeLockers := func() { _ = closeAll(lockers) }
 	for i := 0; i < n; i++ {
-		rdb := newGoredis(srv.Addrs[0], cnt)
-		c, err := dlock.New(rdb)
+		l, err := newDlock()(Config{Addrs: srv.Addrs, Counter: cnt})
 		if err != nil {
-			_ = rdb.Close()
-			closeAll()
+			closeLockers()
 			return nil, nil, err
 		}
-		out = append(out, electionClient{rdb, c})
+		lockers = append(lockers, l)
+		cs = append(cs, l.(*dlockLocker).c)
 	}
-	return out, closeAll, nil
+	return cs, closeLockers, nil
 }
 
 // RunElection runs scenario 6 on srv with dlock's defaults.
@@ -120,12 +111,12 @@ func RunElection(ctx context.Context, srv *Servers, spec ElectionSpec) (Election
 // counts the cycles completed in the window.
 func runElectionCycles(ctx context.Context, srv *Servers, spec ElectionSpec, res *ElectionResult, errs *errorLog) error {
 	var cnt Counter
-	cs, closeAll, err := newElectionClients(srv, &cnt, 1)
+	cs, closeClients, err := electionClients(srv, &cnt, 1)
 	if err != nil {
 		return err
 	}
-	defer closeAll()
-	e := cs[0].c.Election("bench:e:cycles")
+	defer closeClients()
+	e := cs[0].Election("bench:e:cycles")
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var cycles atomic.Int64
@@ -158,13 +149,13 @@ func runElectionCycles(ctx context.Context, srv *Servers, spec ElectionSpec, res
 // observers watch, and counts what that costs per second.
 func runElectionIdle(ctx context.Context, srv *Servers, spec ElectionSpec, res *ElectionResult, errs *errorLog) error {
 	var cnt Counter
-	cs, closeAll, err := newElectionClients(srv, &cnt, spec.Campaigners+1)
+	cs, closeClients, err := electionClients(srv, &cnt, spec.Campaigners+1)
 	if err != nil {
 		return err
 	}
-	defer closeAll()
+	defer closeClients()
 	const name = "bench:e:idle"
-	ld, err := cs[0].c.Election(name).Campaign(ctx, "leader")
+	ld, err := cs[0].Election(name).Campaign(ctx, "leader")
 	if err != nil {
 		return err
 	}
@@ -180,7 +171,7 @@ func runElectionIdle(ctx context.Context, srv *Servers, spec ElectionSpec, res *
 				errs.add(errors.New("a campaigner led while the leader still led"))
 				_ = l.Resign(context.Background())
 			}
-		}(cs[i].c.Election(name))
+		}(cs[i].Election(name))
 	}
 	for i := 0; i < spec.Observers; i++ {
 		wg.Add(1)
@@ -188,7 +179,7 @@ func runElectionIdle(ctx context.Context, srv *Servers, spec ElectionSpec, res *
 			defer wg.Done()
 			for range e.Observe(runCtx) {
 			}
-		}(cs[1+i%spec.Campaigners].c.Election(name))
+		}(cs[1+i%spec.Campaigners].Election(name))
 	}
 	res.IdleWindow, err = measure(ctx, srv, &cnt, spec.Warm, spec.IdleDur, nil, nil)
 	stop()
@@ -203,11 +194,11 @@ func runElectionIdle(ctx context.Context, srv *Servers, spec ElectionSpec, res *
 // campaigns again; a hand-off is timed from the Resign call to the next
 // leader's Campaign returning.
 func runElectionHandoffs(ctx context.Context, srv *Servers, spec ElectionSpec, res *ElectionResult, errs *errorLog) error {
-	cs, closeAll, err := newElectionClients(srv, nil, spec.HandoffCampaigners)
+	cs, closeClients, err := electionClients(srv, nil, spec.HandoffCampaigners)
 	if err != nil {
 		return err
 	}
-	defer closeAll()
+	defer closeClients()
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	base := time.Now()
@@ -216,7 +207,7 @@ func runElectionHandoffs(ctx context.Context, srv *Servers, spec ElectionSpec, r
 		mu         sync.Mutex
 		wg         sync.WaitGroup
 	)
-	for _, ec := range cs {
+	for _, c := range cs {
 		wg.Add(1)
 		go func(e *dlock.Election) {
 			defer wg.Done()
@@ -243,7 +234,7 @@ func runElectionHandoffs(ctx context.Context, srv *Servers, spec ElectionSpec, r
 					errs.add(err)
 				}
 			}
-		}(ec.c.Election("bench:e:handoff"))
+		}(c.Election("bench:e:handoff"))
 	}
 	wg.Wait()
 	SortDurations(res.Handoffs)

@@ -94,6 +94,12 @@ type Holder struct {
 	// TTL is the holder's remaining time as the server saw it, after which
 	// it expires unless renewed.
 	TTL time.Duration
+	// HeldFor is how long the holder has held the lock, by the server's
+	// clock; 0 until known. The watchdog records a hold's start with its
+	// first renewal a quarter of its TTL or more after the grant, so a
+	// younger hold, or one the watchdog does not renew, shows 0
+	// (docs/guide.md, "How long a holder has held a lock").
+	HeldFor time.Duration
 }
 
 // Waiter is one waiter in a primitive's queue.
@@ -160,15 +166,16 @@ func (c *Client) inspectKeys(name string) []string {
 	var keys []string
 	mutexKeys := newLockKeys(p, name)
 	keys = append(keys, mutexKeys.list()...)
-	keys = append(keys, c.ReentrantMutex(name).all...)
-	keys = append(keys, newRWKeys(p, name).all...)
-	keys = append(keys, newSemKeys(p, name).all...)
+	reentrant, rw, sem := c.ReentrantMutex(name), newRWKeys(p, name), newSemKeys(p, name)
+	keys = append(keys, reentrant.all...)
+	keys = append(keys, rw.all...)
+	keys = append(keys, sem.all...)
 	keys = append(keys, c.Latch(name).key)
 	base := electionBase(p, name)
 	electionKeys := newLockKeysAt(base)
 	keys = append(keys, electionKeys.list()...)
 	keys = append(keys, electionRecord(base))
-	return keys
+	return append(keys, mutexKeys.held, reentrant.keys.held, rw.held, sem.held, electionKeys.held)
 }
 
 func (c *Client) inspectCall(name string) *driver.Call {

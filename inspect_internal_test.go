@@ -30,6 +30,7 @@ func TestInspectKeyLayout(t *testing.T) {
 		":sem", ":sem:n", ":sem:limit", ":sem:fence", ":sem:q", ":sem:w",
 		":latch",
 		":election", ":election:fence", ":election:q", ":election:w", ":election:leader",
+		":held", ":re:held", ":rw:held", ":sem:held", ":election:held",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("inspect.lua's KEYS are\n%q\nwant\n%q\n(update inspect.lua with the primitives' keys)", got, want)

@@ -103,12 +103,12 @@ func (st *nameState) parseKind(kind Kind, part []any) bool {
 // and what a forced release needs.
 func parseHolder(kind Kind, h any) (Holder, heldBy, bool) {
 	f, ok := h.([]any)
-	if !ok || len(f) != 5 {
+	if !ok || len(f) != 6 {
 		return Holder{}, heldBy{}, false
 	}
 	member, ok1 := f[0].(string)
 	ids, ok2 := f[4].([]any)
-	v, err := protocol.Ints(f[1:4], 3)
+	v, err := protocol.Ints([]any{f[1], f[2], f[3], f[5]}, 4)
 	if !ok1 || !ok2 || err != nil {
 		return Holder{}, heldBy{}, false
 	}
@@ -130,7 +130,7 @@ func parseHolder(kind Kind, h any) (Holder, heldBy, bool) {
 		}
 		hb.holdIDs = append(hb.holdIDs, s)
 	}
-	holder := Holder{Mode: mode, Permits: int(v[1]), Token: v[2], TTL: protocol.Millis(v[0])}
+	holder := Holder{Mode: mode, Permits: int(v[1]), Token: v[2], TTL: protocol.Millis(v[0]), HeldFor: protocol.Millis(max(v[3], 0))}
 	holder.Owner, holder.Info = ownerid.Split(owner)
 	hb.owner, hb.info = holder.Owner, holder.Info
 	if kind == KindReentrant {

@@ -29,14 +29,17 @@ func TestLockKeys(t *testing.T) {
 	for _, c := range []struct{ prefix, name string }{{"dlock:", "orders:1"}, {"", "x"}, {"app:", "{cart:7}:items"}} {
 		k := newLockKeys(c.prefix, c.name)
 		base := c.prefix + "{" + c.name + "}"
-		want := []string{base, base + ":fence", base + ":q", base + ":w"}
-		got := []string{k.lock, k.fence, k.queue, k.waiters}
+		want := []string{base, base + ":fence", base + ":q", base + ":w", base + ":held"}
+		got := []string{k.lock, k.fence, k.queue, k.waiters, k.held}
+		if len(k.list()) != 4 {
+			t.Errorf("newLockKeys(%q, %q).list() = %q: want the four keys of the Mutex scripts", c.prefix, c.name, k.list())
+		}
 		for i := range want {
-			if got[i] != want[i] || k.list()[i] != want[i] {
+			if got[i] != want[i] || i < 4 && k.list()[i] != want[i] {
 				t.Errorf("newLockKeys(%q, %q): key %d = %q (list: %q), want %q", c.prefix, c.name, i, got[i], k.list()[i], want[i])
 			}
 		}
-		if at := newLockKeysAt(base); at.lock != k.lock || at.fence != k.fence || at.queue != k.queue || at.waiters != k.waiters {
+		if at := newLockKeysAt(base); at != k {
 			t.Errorf("newLockKeysAt(%q) = %+v, want %+v", base, at, k)
 		}
 	}
@@ -46,15 +49,16 @@ func TestSemAndRWKeys(t *testing.T) {
 	for _, c := range []struct{ prefix, name string }{{"dlock:", "orders:1"}, {"", "x"}, {"app:", "{cart:7}:items"}} {
 		base := c.prefix + "{" + c.name + "}"
 		s := newSemKeys(c.prefix, c.name)
-		got := []string{s.holders, s.counts, s.limit, s.fence, s.queue, s.waiters, s.calls}
-		want := []string{base + ":sem", base + ":sem:n", base + ":sem:limit", base + ":sem:fence", base + ":sem:q", base + ":sem:w", base + ":sem:calls"}
+		got := []string{s.holders, s.counts, s.limit, s.fence, s.queue, s.waiters, s.calls, s.held}
+		want := []string{base + ":sem", base + ":sem:n", base + ":sem:limit", base + ":sem:fence", base + ":sem:q", base + ":sem:w", base + ":sem:calls", base + ":sem:held"}
 		if fmt.Sprint(got) != fmt.Sprint(want) || fmt.Sprint(s.all) != fmt.Sprint(want[:6]) || cap(s.all) != 6 {
 			t.Errorf("newSemKeys(%q, %q) = %q, all %q (cap %d); want %q", c.prefix, c.name, got, s.all, cap(s.all), want)
 		}
 		r := newRWKeys(c.prefix, c.name)
-		got = []string{r.holders, r.fence, r.queue, r.waiters, r.tokens}
-		want = []string{base + ":rw", base + ":rw:fence", base + ":rw:q", base + ":rw:w", base + ":rw:tok"}
-		if fmt.Sprint(got) != fmt.Sprint(want) || fmt.Sprint(r.all) != fmt.Sprint(want) || fmt.Sprint(r.renew) != fmt.Sprint([]string{want[0], want[4]}) {
+		got = []string{r.holders, r.fence, r.queue, r.waiters, r.tokens, r.held}
+		want = []string{base + ":rw", base + ":rw:fence", base + ":rw:q", base + ":rw:w", base + ":rw:tok", base + ":rw:held"}
+		renew := []string{want[0], want[4]}
+		if fmt.Sprint(got) != fmt.Sprint(want) || fmt.Sprint(r.all) != fmt.Sprint(want[:5]) || cap(r.all) != 5 || fmt.Sprint(r.renew) != fmt.Sprint(renew) {
 			t.Errorf("newRWKeys(%q, %q) = %q, all %q, renew %q; want %q", c.prefix, c.name, got, r.all, r.renew, want)
 		}
 	}
@@ -67,9 +71,9 @@ func TestReentrantKeys(t *testing.T) {
 	for _, name := range []string{"orders:1", "x", "{cart:7}:items"} {
 		m := c.ReentrantMutex(name)
 		base := c.cfg.keyPrefix + "{" + name + "}:re"
-		want := []string{base, base + ":fence", base + ":q", base + ":w", base + ":holds"}
-		got := []string{m.keys.lock, m.keys.fence, m.keys.queue, m.keys.waiters, m.holds}
-		if fmt.Sprint(got) != fmt.Sprint(want) || fmt.Sprint(m.all) != fmt.Sprint(want) {
+		want := []string{base, base + ":fence", base + ":q", base + ":w", base + ":holds", base + ":held"}
+		got := []string{m.keys.lock, m.keys.fence, m.keys.queue, m.keys.waiters, m.holds, m.keys.held}
+		if fmt.Sprint(got) != fmt.Sprint(want) || fmt.Sprint(m.all) != fmt.Sprint(want[:5]) || cap(m.all) != 5 {
 			t.Errorf("ReentrantMutex(%q) keys %q, all %q; want %q", name, got, m.all, want)
 		}
 	}

@@ -16,28 +16,31 @@ type lockKeys struct {
 	fence   string // last fencing token issued
 	queue   string // waiting owners by arrival
 	waiters string // waiting owners' leases
+	held    string // when the holder's hold began, once a renewal recorded it
 }
 
 func newLockKeys(prefix, name string) lockKeys {
-	// All four keys are slices of one string: one allocation, not five.
+	// All five keys are slices of one string: one allocation, not six.
 	n := len(prefix) + len(name) + 2
-	s := prefix + "{" + name + "}" + prefix + "{" + name + "}:fence" + prefix + "{" + name + "}:q" + prefix + "{" + name + "}:w"
+	s := prefix + "{" + name + "}" + prefix + "{" + name + "}:fence" + prefix + "{" + name + "}:q" + prefix + "{" + name + "}:w" +
+		prefix + "{" + name + "}:held"
 	return splitLockKeys(s, n)
 }
 
 // newLockKeysAt names the keys of a queued lock whose lock key is base.
 func newLockKeysAt(base string) lockKeys {
-	return splitLockKeys(base+base+":fence"+base+":q"+base+":w", len(base))
+	return splitLockKeys(base+base+":fence"+base+":q"+base+":w"+base+":held", len(base))
 }
 
-// splitLockKeys cuts s, the four keys of a lock whose key has n bytes
+// splitLockKeys cuts s, the five keys of a lock whose key has n bytes
 // written one after the other, into its keys.
 func splitLockKeys(s string, n int) lockKeys {
 	return lockKeys{
 		lock:    s[:n],
 		fence:   s[n : 2*n+6],
 		queue:   s[2*n+6 : 3*n+8],
-		waiters: s[3*n+8:],
+		waiters: s[3*n+8 : 4*n+10],
+		held:    s[4*n+10:],
 	}
 }
 
@@ -69,7 +72,8 @@ func keyFamily(prefix, name, kind string, suffixes ...string) []string {
 	return keys
 }
 
-// array returns the keys in the order of the Mutex scripts' KEYS. It is an
+// array returns the keys in the order of the Mutex scripts' KEYS (held is
+// the renewals' only). It is an
 // array, not a slice, so that a call can keep it inside its own allocation.
 func (k *lockKeys) array() [4]string {
 	return [4]string{k.lock, k.fence, k.queue, k.waiters}

@@ -34,6 +34,10 @@ type unlocker interface {
 // Client's driver, which the watchdog pipelines (hold.BatchRenewer).
 type batchRenewer = hold.BatchRenewer
 
+// recorder is a holder that records when its holds began, for Inspect's
+// Holder.HeldFor (hold.Recorder).
+type recorder = hold.Recorder
+
 // drifter is a holder whose leases need another drift allowance than
 // hold.Drift (hold.Drifter).
 type drifter = hold.Drifter

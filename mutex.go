@@ -37,6 +37,7 @@ type Mutex struct {
 var (
 	_ queuedLock   = (*Mutex)(nil)
 	_ batchRenewer = (*Mutex)(nil)
+	_ recorder     = (*Mutex)(nil)
 )
 
 // Name returns the lock's name.
@@ -214,6 +215,10 @@ func (m *Mutex) RenewCalls(owner string, px time.Duration, shorten bool) []*driv
 }
 
 func (m *Mutex) RenewResult(calls []*driver.Call) error { return protocol.ExtendResult(calls) }
+
+func (m *Mutex) RecordCalls(owner string, age, retention time.Duration) []*driver.Call {
+	return []*driver.Call{protocol.HeldRecord(m.keys.held, owner, age, retention)}
+}
 
 func (m *Mutex) Renew(ctx context.Context, owner string, px time.Duration, shorten bool) error {
 	return renewVia(ctx, m.c.drv, m, owner, px, shorten)

@@ -90,9 +90,9 @@ func (c *Client) ReentrantMutex(name string, opts ...Option) *ReentrantMutex {
 		// expire would end the others too.
 		err = errs.Errorf("dlock: ReentrantMutex(%q): %w", name, errs.InvalidArgf("WithMinHold does not apply to a ReentrantMutex, whose holds share one key"))
 	}
-	all := keyFamily(m.cfg.keyPrefix, name, ":re", "", ":fence", ":q", ":w", ":holds")
-	m.keys = lockKeys{lock: all[0], fence: all[1], queue: all[2], waiters: all[3]}
-	m.holds, m.all, m.err = all[4], all, err
+	all := keyFamily(m.cfg.keyPrefix, name, ":re", "", ":fence", ":q", ":w", ":holds", ":held")
+	m.keys = lockKeys{lock: all[0], fence: all[1], queue: all[2], waiters: all[3], held: all[5]}
+	m.holds, m.all, m.err = all[4], all[:5:5], err
 	return m
 }
 

@@ -15,7 +15,10 @@ import (
 // renewed once for all its holds.
 type reentrantOwner ReentrantMutex
 
-var _ batchRenewer = (*reentrantOwner)(nil)
+var (
+	_ batchRenewer = (*reentrantOwner)(nil)
+	_ recorder     = (*reentrantOwner)(nil)
+)
 
 func (o *reentrantOwner) lockName() string { return o.name }
 
@@ -27,6 +30,10 @@ func (o *reentrantOwner) RenewCalls(owner string, px time.Duration, shorten bool
 }
 
 func (o *reentrantOwner) RenewResult(calls []*driver.Call) error { return protocol.ExtendResult(calls) }
+
+func (o *reentrantOwner) RecordCalls(owner string, age, retention time.Duration) []*driver.Call {
+	return []*driver.Call{protocol.HeldRecord(o.keys.held, owner, age, retention)}
+}
 
 func (o *reentrantOwner) Renew(ctx context.Context, owner string, px time.Duration, shorten bool) error {
 	return renewVia(ctx, o.c.drv, o, owner, px, shorten)

@@ -42,6 +42,7 @@ const (
 var (
 	_ queuedLock   = (*rwHalf)(nil)
 	_ batchRenewer = (*rwHalf)(nil)
+	_ recorder     = (*rwHalf)(nil)
 )
 
 // rwKeys names the keys of one read-write lock. They are the lock's own, so
@@ -52,19 +53,21 @@ type rwKeys struct {
 	queue   string // zset: waiting members by arrival
 	waiters string // hash: waiting members' leases
 	tokens  string // hash: member -> its fencing token
+	held    string // hash: member -> when its hold began (held_record.lua)
 	all     []string
 	renew   []string
 }
 
 func newRWKeys(prefix, name string) rwKeys {
-	keys := keyFamily(prefix, name, ":rw", "", ":fence", ":q", ":w", ":tok")
+	keys := keyFamily(prefix, name, ":rw", "", ":fence", ":q", ":w", ":tok", ":held")
 	return rwKeys{
 		holders: keys[0],
 		fence:   keys[1],
 		queue:   keys[2],
 		waiters: keys[3],
 		tokens:  keys[4],
-		all:     keys,
+		held:    keys[5],
+		all:     keys[:5:5],
 		renew:   []string{keys[0], keys[4]},
 	}
 }

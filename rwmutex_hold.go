@@ -80,6 +80,10 @@ func (h *rwHalf) RenewCalls(owner string, px time.Duration, shorten bool) []*dri
 
 func (h *rwHalf) RenewResult(calls []*driver.Call) error { return protocol.ExtendResult(calls) }
 
+func (h *rwHalf) RecordCalls(owner string, age, retention time.Duration) []*driver.Call {
+	return []*driver.Call{protocol.HeldRecord(h.rw.keys.held, h.member(owner), age, retention)}
+}
+
 func (h *rwHalf) Renew(ctx context.Context, owner string, px time.Duration, shorten bool) error {
 	return renewVia(ctx, h.rw.c.drv, h, owner, px, shorten)
 }

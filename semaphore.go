@@ -60,10 +60,11 @@ type semKeys struct {
 	// calls remembers AddPermits's recent call ids. Only AddPermits touches
 	// it, so it is not in all, and inspection does not read it.
 	calls string
+	held  string // owner -> when its hold began (held_record.lua)
 }
 
 func newSemKeys(prefix, name string) semKeys {
-	keys := keyFamily(prefix, name, ":sem", "", ":n", ":limit", ":fence", ":q", ":w", ":calls")
+	keys := keyFamily(prefix, name, ":sem", "", ":n", ":limit", ":fence", ":q", ":w", ":calls", ":held")
 	return semKeys{
 		holders: keys[0],
 		counts:  keys[1],
@@ -73,6 +74,7 @@ func newSemKeys(prefix, name string) semKeys {
 		waiters: keys[5],
 		all:     keys[:6:6], // calls is not among them (an append copies)
 		calls:   keys[6],
+		held:    keys[7],
 	}
 }
 

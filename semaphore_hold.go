@@ -23,6 +23,7 @@ type semAcquisition struct {
 var (
 	_ queuedLock   = (*semAcquisition)(nil)
 	_ batchRenewer = (*semAcquisition)(nil)
+	_ recorder     = (*semAcquisition)(nil)
 )
 
 func (a *semAcquisition) verbs() (try, wait string) { return "TryAcquire", "Acquire" }
@@ -104,6 +105,10 @@ func (a *semAcquisition) RenewCalls(owner string, px time.Duration, shorten bool
 // RenewResult reads sem_extend's replies, which are owned_extend's: 1
 // renewed, 0 not held.
 func (a *semAcquisition) RenewResult(calls []*driver.Call) error { return protocol.ExtendResult(calls) }
+
+func (a *semAcquisition) RecordCalls(owner string, age, retention time.Duration) []*driver.Call {
+	return []*driver.Call{protocol.HeldRecord(a.s.keys.held, owner, age, retention)}
+}
 
 func (a *semAcquisition) Renew(ctx context.Context, owner string, px time.Duration, shorten bool) error {
 	return renewVia(ctx, a.s.c.drv, a, owner, px, shorten)

@@ -31,6 +31,8 @@ type Lease struct {
 	// Lease shares its allocation with the layer above's.
 	ttl        time.Duration
 	holdUntil  time.Time // zero: no cap on the total hold
+	grantedAt  time.Time // when Start heard of the grant; zero after Init
+	recordedAt time.Time // when a renewal batch last recorded it (record.go)
 	validFrom  time.Time // start of the request that set validUntil
 	validUntil time.Time // local validity deadline, on the monotonic clock
 	nextRenew  time.Time // zero: no renewal planned
@@ -63,6 +65,9 @@ func (l *Lease) Init(wd *Watchdog, host Host, owner string, s Settings, parent *
 // count from then. Track hands it to the Watchdog.
 func (l *Lease) Start(wd *Watchdog, host Host, owner string, s Settings, from time.Time, px time.Duration) {
 	l.Init(wd, host, owner, s, nil)
+	// Not from: a waiter's from may be a poll long before its grant, and
+	// the hold's age (recordCallsLocked) must not count that wait.
+	l.grantedAt = time.Now()
 	if s.MaxHold > 0 {
 		l.holdUntil = from.Add(s.MaxHold)
 	}

@@ -22,6 +22,7 @@ func (w *Watchdog) renew(batch []*Lease) {
 	cancel()
 	w.apply(b, start)
 	w.poke()
+	w.record(b, start)
 }
 
 // renewBatch is one round of renewals.
@@ -38,6 +39,7 @@ type renewBatch struct {
 type renewItem struct {
 	l        *Lease
 	calls    []*driver.Call
+	record   []*driver.Call // when the hold began, sent after (record.go)
 	px       time.Duration
 	shorten  bool
 	result   error
@@ -63,6 +65,7 @@ func (w *Watchdog) prepare(batch []*Lease, start time.Time) *renewBatch {
 		} else {
 			b.solo = append(b.solo, i)
 		}
+		it.record = l.recordCallsLocked(start)
 		if l.validUntil.Before(b.deadline) {
 			b.deadline = l.validUntil
 		}

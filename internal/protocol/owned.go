@@ -79,6 +79,13 @@ func ExtendResult(calls []*driver.Call) error {
 	return failed
 }
 
+// HeldRecord is held_record.lua's call: it records in the held-since hash
+// key that member's hold began age ago, for retention.
+func HeldRecord(key, member string, age, retention time.Duration) *driver.Call {
+	return &driver.Call{Script: scripts.HeldRecord, Keys: []string{key},
+		Args: []any{member, max(age.Milliseconds(), 1), retention.Milliseconds()}}
+}
+
 // errNoExpiry is owned_pttl's answer for a key without an expiry.
 var errNoExpiry = fmt.Errorf("%w: the key has no expiry", errs.ErrKeyConflict)
 

@@ -7,14 +7,18 @@
 --       21    latch (latch_lib.lua)
 --       22-26 election: lock, fence, queue, waiters (lock_lib.lua), leader
 --             record (election_proclaim.lua)
+--       27-31 the held-since hashes (held_record.lua) of the mutex, reentrant,
+--             read-write, semaphore and election, in that order
 --       all under the name's hash tag.
 -- ARGV: none
 -- Returns: {mutex, reentrant, rw, semaphore, latch, election}, one part per kind:
 --          {} when none of the kind's keys exists, else
 --          {last fence, holders, waiters, limit, count, pttl} where
---          holders  {{member, ttl ms, permits, token, {hold id, ...}}, ...}
---                   live holders only (the mutex's and reentrant lock's key
---                   holds the owner value; the rw member starts with its mode);
+--          holders  {{member, ttl ms, permits, token, {hold id, ...}, held ms},
+--                   ...} live holders only (the mutex's and reentrant lock's
+--                   key holds the owner value; the rw member starts with its
+--                   mode); held ms is how long it has held, -1 until a
+--                   renewal recorded its start;
 --          waiters  {{member, lease left ms, permits asked, waited ms}, ...}
 --                   live waiters in queue order, waited since their arrival
 --                   (their score in the queue, server µs);
@@ -61,6 +65,16 @@ local function checks(first, specs)
   return any
 end
 
+-- held_for returns how long member has held, by its record in the
+-- held-since hash held_key (held_record.lua), or -1 when it has none.
+local function held_for(held_key, member)
+  local since = tonumber(string.match(redis.call('HGET', held_key, member) or '', '^(%d+) '))
+  if not since then
+    return -1
+  end
+  return math.max(0, now_ms - since)
+end
+
 local function fence(key)
   return tonumber(redis.call('GET', key) or '0') or 0
 end
@@ -85,7 +99,7 @@ local function waiting(queue_key, waiters_key)
 end
 
 -- owned is the part of a lock whose key holds its holder's owner value.
-local function owned(k, holds_key)
+local function owned(k, held_key, holds_key)
   local holders = {}
   local owner = redis.call('GET', KEYS[k])
   local last = fence(KEYS[k + 1])
@@ -96,7 +110,7 @@ local function owned(k, holds_key)
       if holds_key then
         ids = redis.call('SMEMBERS', holds_key)
       end
-      holders[1] = {owner, pttl, 0, last, ids}
+      holders[1] = {owner, pttl, 0, last, ids, held_for(held_key, owner)}
     end
   end
   return {last, holders, waiting(KEYS[k + 2], KEYS[k + 3]), 0, 0, 0}
@@ -104,7 +118,7 @@ end
 
 -- scored lists the live members of a holders zset scored by expiry, with
 -- what token_of(member) returns: permits and token.
-local function scored(key, token_of)
+local function scored(key, held_key, token_of)
   local holders = {}
   local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
   for i = 1, #entries, 2 do
@@ -112,7 +126,7 @@ local function scored(key, token_of)
     if rest > 0 then
       local permits, token = token_of(member)
       if token then
-        holders[#holders + 1] = {member, rest, permits, token, {}}
+        holders[#holders + 1] = {member, rest, permits, token, {}, held_for(held_key, member)}
       end
     end
   end
@@ -120,17 +134,20 @@ local function scored(key, token_of)
 end
 
 local reply = {{}, {}, {}, {}, {}, {}}
+for k = 27, 31 do
+  check(KEYS[k], 'hash', false, true)
+end
 
 if checks(1, {{'string', false, true}, {'string', true}, {'zset'}, {'hash'}}) then
-  reply[1] = owned(1)
+  reply[1] = owned(1, KEYS[27])
 end
 
 if checks(5, {{'string', false, true}, {'string', true}, {'zset'}, {'hash'}, {'set'}}) then
-  reply[2] = owned(5, KEYS[9])
+  reply[2] = owned(5, KEYS[28], KEYS[9])
 end
 
 if checks(10, {{'zset', false, true}, {'string', true}, {'zset'}, {'hash'}, {'hash'}}) then
-  local holders = scored(KEYS[10], function(member)
+  local holders = scored(KEYS[10], KEYS[29], function(member)
     return 0, tonumber(redis.call('HGET', KEYS[14], member) or '') or 0
   end)
   local last = fence(KEYS[11])
@@ -138,7 +155,7 @@ if checks(10, {{'zset', false, true}, {'string', true}, {'zset'}, {'hash'}, {'ha
 end
 
 if checks(15, {{'zset', false, true}, {'hash', false, true}, {'string', true, true}, {'string', true}, {'zset'}, {'hash'}}) then
-  local holders = scored(KEYS[15], function(member)
+  local holders = scored(KEYS[15], KEYS[30], function(member)
     local entry = redis.call('HGET', KEYS[16], member)
     if not entry then
       return nil -- its count was deleted by hand: the semaphore ignores it too
@@ -159,7 +176,7 @@ if check(KEYS[21], 'string', true, true) then
 end
 
 if checks(22, {{'string', false, true}, {'string', true}, {'zset'}, {'hash'}, {'hash'}}) then
-  reply[6] = owned(22)
+  reply[6] = owned(22, KEYS[31])
 end
 
 return reply

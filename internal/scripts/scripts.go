@@ -39,6 +39,8 @@ var (
 	multiAcquire string
 	//go:embed owned_extend.lua
 	ownedExtend string
+	//go:embed held_record.lua
+	heldRecord string
 	//go:embed owned_pttl.lua
 	ownedPTTL string
 	//go:embed owned_release.lua
@@ -73,6 +75,8 @@ var (
 	MultiAcquire = withLib(lockLib, multiAcquire)
 	// OwnedExtend re-arms an owned key's expiry (owned_extend.lua).
 	OwnedExtend = driver.NewScript(ownedExtend)
+	// HeldRecord records when a hold began (held_record.lua).
+	HeldRecord = driver.NewScript(heldRecord)
 	// OwnedPTTL reads an owned key's remaining time (owned_pttl.lua).
 	OwnedPTTL = driver.NewScript(ownedPTTL)
 	// OwnedRelease deletes an owned key (owned_release.lua).

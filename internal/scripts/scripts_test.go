@@ -19,7 +19,7 @@ import (
 var all = map[string]*driver.Script{
 	"MutexAcquire": MutexAcquire, "MutexRelease": MutexRelease, "MutexTransfer": MutexTransfer,
 	"ReentrantAcquire": ReentrantAcquire, "ReentrantRelease": ReentrantRelease, "ReentrantHolds": ReentrantHolds,
-	"MultiAcquire": MultiAcquire, "OwnedExtend": OwnedExtend, "OwnedPTTL": OwnedPTTL,
+	"MultiAcquire": MultiAcquire, "OwnedExtend": OwnedExtend, "OwnedPTTL": OwnedPTTL, "HeldRecord": HeldRecord,
 	"OwnedRelease": OwnedRelease, "OwnedTransfer": OwnedTransfer, "RedlockAcquire": RedlockAcquire,
 	"QueueKeep": QueueKeep, "RWAcquire": RWAcquire, "RWRelease": RWRelease, "RWExtend": RWExtend,
 	"RWPTTL": RWPTTL, "RWDowngrade": RWDowngrade, "SemAcquire": SemAcquire, "SemRelease": SemRelease,

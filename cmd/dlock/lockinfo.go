@@ -35,6 +35,9 @@ type holderJSON struct {
 	Permits   int    `json:"permits"` // semaphore: permits held
 	Token     int64  `json:"token"`   // its fencing token; 0: no longer known
 	TTLMillis int64  `json:"ttl_ms"`  // time until it expires unless renewed
+	// HeldForMillis is how long it has held the lock, by the server's
+	// clock; 0 until a renewal recorded the hold's start (dlock.Holder).
+	HeldForMillis int64 `json:"held_for_ms"`
 }
 
 type waiterJSON struct {
@@ -58,7 +61,7 @@ func toJSON(infos []dlock.LockInfo) []lockJSON {
 		for _, h := range info.Holders {
 			l.Holders = append(l.Holders, holderJSON{
 				Owner: h.Owner, Info: h.Info, Mode: h.Mode, Holds: h.Holds, Permits: h.Permits,
-				Token: h.Token, TTLMillis: h.TTL.Milliseconds(),
+				Token: h.Token, TTLMillis: h.TTL.Milliseconds(), HeldForMillis: h.HeldFor.Milliseconds(),
 			})
 		}
 		for _, w := range info.Waiters {
@@ -190,6 +193,15 @@ func formatToken(t int64) string {
 // still counting down (what its waiters wait for).
 func active(info dlock.LockInfo) bool {
 	return len(info.Holders) > 0 || len(info.Waiters) > 0 || (info.Kind == dlock.KindLatch && info.Count > 0)
+}
+
+// longestHold is the longest HeldFor among the holders.
+func longestHold(info dlock.LockInfo) time.Duration {
+	var d time.Duration
+	for _, h := range info.Holders {
+		d = max(d, h.HeldFor)
+	}
+	return d
 }
 
 // longestWait is the longest WaitedFor among the waiters.

@@ -39,7 +39,8 @@ the server; each name is then read atomically.
 
 --json prints a JSON array instead, one object per row:
   {"name", "kind", "last_token", "limit", "count", "ttl_ms",
-   "holders": [{"owner", "info", "mode", "holds", "permits", "token", "ttl_ms"}],
+   "holders": [{"owner", "info", "mode", "holds", "permits", "token", "ttl_ms",
+                "held_for_ms"}],
    "waiters": [{"position", "owner", "info", "mode", "permits", "lease_left_ms",
                 "waited_for_ms"}]}
 Every field is always present (0 or "" where it does not apply; times in
@@ -105,13 +106,13 @@ func (a *app) ls(ctx context.Context, o *lsOptions, pattern string) error {
 		fmt.Fprintln(a.stderr, "no locks found")
 	} else {
 		t := newTable()
-		t.AppendHeader(table.Row{"name", "kind", "holders", "waiting", "longest wait", "ttl", "last token"})
+		t.AppendHeader(table.Row{"name", "kind", "holders", "held for", "waiting", "longest wait", "ttl", "last token"})
 		for _, info := range infos {
 			waiting := fmt.Sprint(len(info.Waiters))
 			if info.Kind == dlock.KindLatch {
 				waiting = "-"
 			}
-			t.AppendRow(table.Row{info.Name, info.Kind, holdersSummary(info), waiting,
+			t.AppendRow(table.Row{info.Name, info.Kind, holdersSummary(info), formatTTL(longestHold(info)), waiting,
 				formatTTL(longestWait(info)), formatTTL(soonestTTL(info)), formatToken(info.LastToken)})
 		}
 		fmt.Fprintln(a.stdout, t.Render())

@@ -87,14 +87,14 @@ func writeStatus(w io.Writer, info dlock.LockInfo) {
 		return
 	}
 	t := newTable()
-	t.AppendHeader(table.Row{"  role", "#", "owner", "info", "mode", "holds", "permits", "token", "ttl", "waited", "lease left"})
+	t.AppendHeader(table.Row{"  role", "#", "owner", "info", "mode", "holds", "permits", "token", "ttl", "held", "waited", "lease left"})
 	for _, h := range info.Holders {
 		t.AppendRow(table.Row{"  holder", "", shortOwner(h.Owner), h.Info, h.Mode, count(h.Holds), count(h.Permits),
-			formatToken(h.Token), formatTTL(h.TTL), "", ""})
+			formatToken(h.Token), formatTTL(h.TTL), formatTTL(h.HeldFor), "", ""})
 	}
 	for _, wt := range info.Waiters {
 		t.AppendRow(table.Row{"  waiter", wt.Position, shortOwner(wt.Owner), wt.Info, wt.Mode, "", count(wt.Permits),
-			"", "", formatTTL(wt.WaitedFor), formatTTL(wt.LeaseLeft)})
+			"", "", "", formatTTL(wt.WaitedFor), formatTTL(wt.LeaseLeft)})
 	}
 	fmt.Fprintln(w, t.Render())
 }

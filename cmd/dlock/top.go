@@ -28,13 +28,14 @@ func (a *app) topCmd() *cobra.Command {
 		Long: `top shows the locks whose names match PATTERN (a Redis glob, as for "dlock ls";
 default: every lock) that are held or waited for, every kind (elections
 included), refreshed every --interval: kind, name, the holder's owner info,
-its TTL left, how many wait, the longest
+how long it has held the lock, its TTL left, how many wait, the longest
 current wait, and the grants per second over the last interval (from the
-fencing tokens). Times are the server's. Rows needing attention come first:
-the longest wait, then the most waiters.
+fencing tokens). Times are the server's; a hold's time shows once its first
+renewal recorded it (a third of its TTL after the grant; "-" before).
+Rows needing attention come first: the longest wait, then the most waiters.
 
 Keys: w longest wait first (the default), c most waiters first, h longest
-g most grants per second first, n by name; / filters by name
+held first, g most grants per second first, n by name; / filters by name
 (a substring; Enter applies it, Esc clears it); q or Ctrl-C quits. The
 terminal is restored on exit.
 

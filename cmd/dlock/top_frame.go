@@ -36,12 +36,13 @@ type topSort int
 const (
 	sortWait    topSort = iota // longest wait, then most waiters
 	sortWaiters                // most waiters, then longest wait
+	sortHeld                   // longest held
 	sortRate                   // most grants per second
 	sortName                   // by name
 )
 
 var sortNames = map[topSort]string{
-	sortWait: "longest wait", sortWaiters: "most waiters",
+	sortWait: "longest wait", sortWaiters: "most waiters", sortHeld: "held for",
 	sortRate: "grants/s", sortName: "name",
 }
 
@@ -66,6 +67,10 @@ func (f *topFrame) sortBy(by topSort) {
 			if wa != wb {
 				return wa > wb
 			}
+		case sortHeld:
+			if ha, hb := longestHold(a.info), longestHold(b.info); ha != hb {
+				return ha > hb
+			}
 		case sortRate:
 			if a.rate != b.rate {
 				return a.rate > b.rate
@@ -82,7 +87,7 @@ func (f *topFrame) sortBy(by topSort) {
 // contains filter.
 func (f *topFrame) render(filter string) string {
 	t := newTable()
-	t.AppendHeader(table.Row{"kind", "name", "holder", "ttl", "waiters", "longest wait", "grants/s"})
+	t.AppendHeader(table.Row{"kind", "name", "holder", "held for", "ttl", "waiters", "longest wait", "grants/s"})
 	shown := 0
 	for _, r := range f.rows {
 		if !strings.Contains(r.info.Name, filter) {
@@ -93,7 +98,7 @@ func (f *topFrame) render(filter string) string {
 		if r.info.Kind == dlock.KindLatch {
 			waiters = "-"
 		}
-		t.AppendRow(table.Row{r.info.Kind, r.info.Name, holdersSummary(r.info),
+		t.AppendRow(table.Row{r.info.Kind, r.info.Name, holdersSummary(r.info), formatTTL(longestHold(r.info)),
 			formatTTL(soonestTTL(r.info)), waiters, formatTTL(longestWait(r.info)), formatRate(r.rate)})
 		appendWaiters(t, r.info.Waiters)
 	}
@@ -114,7 +119,7 @@ func appendWaiters(t table.Writer, ws []dlock.Waiter) {
 			t.AppendRow(table.Row{"", fmt.Sprintf("  ... %d more waiting", len(ws)-i)})
 			return
 		}
-		t.AppendRow(table.Row{"", fmt.Sprintf("  waiter %d", w.Position), ownerLabel(w.Owner, w.Info), "", "",
+		t.AppendRow(table.Row{"", fmt.Sprintf("  waiter %d", w.Position), ownerLabel(w.Owner, w.Info), "", "", "",
 			formatTTL(w.WaitedFor), ""})
 	}
 }

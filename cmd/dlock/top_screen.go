@@ -128,6 +128,8 @@ func (ts *topScreen) command(r rune) bool {
 		ts.by = sortWait
 	case 'c':
 		ts.by = sortWaiters
+	case 'h':
+		ts.by = sortHeld
 	case 'g':
 		ts.by = sortRate
 	case 'n':
@@ -186,7 +188,7 @@ func (ts *topScreen) draw() {
 			y++
 		}
 	}
-	foot := "w wait  c waiters  g grants/s  n name  / filter  q quit"
+	foot := "w wait  c waiters  h held  g grants/s  n name  / filter  q quit"
 	if ts.editing {
 		foot = "filter: " + ts.typed + "_  (Enter apply, Esc clear)"
 	}

@@ -77,6 +77,8 @@ func placeTestCtx(t *testing.T) context.Context {
 }
 
 // placeKind is one primitive whose waiters each keep a place in its queue.
+// A ReentrantMutex's holds wait in their Client's local line instead, one
+// place for them all (mutex_wait.go).
 type placeKind struct {
 	name  string
 	queue func(c *Client, name string) string // the lock's queue key
@@ -110,16 +112,6 @@ var placeKinds = []placeKind{
 		},
 		wait: func(ctx context.Context, c *Client, name string, _ int, opts ...Option) (func() error, error) {
 			return leaseRelease(c.FairMutex(name, opts...).Lock(ctx))
-		},
-	},
-	{
-		name:  "ReentrantMutex",
-		queue: func(c *Client, name string) string { return c.ReentrantMutex(name).keys.queue },
-		hold: func(ctx context.Context, c *Client, name string, opts ...Option) (func() error, error) {
-			return leaseRelease(c.ReentrantMutex(name, opts...).Lock(WithOwner(ctx, "holder")))
-		},
-		wait: func(ctx context.Context, c *Client, name string, i int, opts ...Option) (func() error, error) {
-			return leaseRelease(c.ReentrantMutex(name, opts...).Lock(WithOwner(ctx, fmt.Sprintf("waiter-%d", i))))
 		},
 	},
 	{

@@ -105,29 +105,43 @@ func (s *anchorSet) join(key anchorKey) *anchor {
 }
 
 // beginRelease counts one more release in flight on a. When every hold on
-// a is then being released, any of these releases may be the owner's last:
-// a's renewals stop (waiting for one in flight) before it is sent.
+// a is then being released, any of these releases may be the owner's last
+// (last): a's renewals stop (waiting for one in flight) before it is sent.
 // endRelease resumes them when a release leaves a hold that is not being
 // released. It fails when ctx ends while a renewal in flight is waited for;
 // endRelease follows it either way.
-func (s *anchorSet) beginRelease(ctx context.Context, a *anchor) error {
+func (s *anchorSet) beginRelease(ctx context.Context, a *anchor) (last bool, err error) {
 	a.pauseMu.Lock()
 	defer a.pauseMu.Unlock()
 	s.mu.Lock()
 	a.releasing++
-	pause := !a.paused && a.releasing >= a.holds && s.anchors[a.key] == a
+	last = a.releasing >= a.holds && s.anchors[a.key] == a
+	pause := !a.paused && last
 	s.mu.Unlock()
 	if !pause {
-		return nil
+		return last, nil
 	}
-	err := a.lease.s.BeginUnlock(ctx, true)
+	err = a.lease.s.BeginUnlock(ctx, true)
 	switch {
 	case err == nil:
 		a.paused = true
 	case hold.IsRenewalPending(err):
-		return err
+		return last, err
 	}
-	return nil // lost or retired meanwhile: the release finds out
+	return last, nil // lost or retired meanwhile: the release finds out
+}
+
+// owns reports whether owner, an owner value, holds the lock (a live
+// anchor of one of its grants).
+func (s *anchorSet) owns(lock, owner string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, a := range s.anchors {
+		if k.lock == lock && isHoldOf(k.grant, owner) && a.lease.s.Lost() == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // endRelease counts a release done, and with ended (the hold is gone) or

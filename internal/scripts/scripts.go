@@ -35,6 +35,8 @@ var (
 	reentrantRelease string
 	//go:embed reentrant_holds.lua
 	reentrantHolds string
+	//go:embed reentrant_transfer.lua
+	reentrantTransfer string
 	//go:embed multi_acquire.lua
 	multiAcquire string
 	//go:embed owned_extend.lua
@@ -66,6 +68,10 @@ var (
 	// ReentrantRelease releases one hold of a reentrant lock
 	// (reentrant_release.lua).
 	ReentrantRelease = withLib(lockLib+"\n"+reentrantLib, reentrantRelease)
+	// ReentrantTransfer releases one hold of a reentrant lock and passes
+	// the lock to a hold of the holder's process when it was the last
+	// (reentrant_transfer.lua).
+	ReentrantTransfer = driver.NewScript(expand(reentrantTransfer))
 	// ReentrantHolds counts an owner's holds (reentrant_holds.lua).
 	ReentrantHolds = driver.NewScript(reentrantHolds)
 	// MultiAcquire takes several mutexes of one slot at once, all or none

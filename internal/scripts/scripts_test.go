@@ -17,7 +17,7 @@ import (
 
 // all is every script the package exports.
 var all = map[string]*driver.Script{
-	"MutexAcquire": MutexAcquire, "MutexRelease": MutexRelease, "MutexTransfer": MutexTransfer,
+	"MutexAcquire": MutexAcquire, "MutexRelease": MutexRelease, "MutexTransfer": MutexTransfer, "ReentrantTransfer": ReentrantTransfer,
 	"ReentrantAcquire": ReentrantAcquire, "ReentrantRelease": ReentrantRelease, "ReentrantHolds": ReentrantHolds,
 	"MultiAcquire": MultiAcquire, "OwnedExtend": OwnedExtend, "OwnedPTTL": OwnedPTTL,
 	"OwnedRelease": OwnedRelease, "OwnedTransfer": OwnedTransfer, "RedlockAcquire": RedlockAcquire,
@@ -139,6 +139,13 @@ func TestFenceTokens(t *testing.T) {
 			rdb.Set(ctx, "t", "old", 0)
 			return eval(MutexTransfer, []string{"t", "t:f"}, "old", "new"+strconv.Itoa(round), 10000, ret).Result()
 		}, false},
+		"ReentrantTransfer": {"rt:f", []string{"rt", "rt:h"}, func(round int) (any, error) {
+			rdb.Set(ctx, "rt", member, 0)
+			rdb.SAdd(ctx, "rt:h", member[:32])
+			rdb.PExpire(ctx, "rt:h", time.Minute)
+			next := strings.Repeat("c", 31) + strconv.Itoa(round) + "next" // a fresh hold id per round
+			return eval(ReentrantTransfer, []string{"rt", "rt:f", "rt:h"}, member, next, 10000, ret).Result()
+		}, false},
 		"ReentrantAcquire": {"re:f", []string{"re", "re:h"}, func(int) (any, error) {
 			return eval(ReentrantAcquire, []string{"re", "re:f", "re:q", "re:w", "re:h"}, member, 10000, "0", "0p", timings).Result()
 		}, false},
@@ -199,7 +206,7 @@ func TestFenceTokens(t *testing.T) {
 		if v, err := g.run(3); err == nil || !strings.Contains(err.Error(), "DLOCK_CONFLICT") {
 			t.Errorf("%s, foreign fencing key: %v, %v; want DLOCK_CONFLICT", name, v, err)
 		}
-		if n := rdb.Exists(ctx, g.keys[0]).Val(); n != 0 && name != "MutexTransfer" {
+		if n := rdb.Exists(ctx, g.keys[0]).Val(); n != 0 && name != "MutexTransfer" && name != "ReentrantTransfer" {
 			t.Errorf("%s, foreign fencing key: %s left behind", name, g.keys[0])
 		}
 		if got := rdb.Get(ctx, g.fence).Val(); got != "007" {

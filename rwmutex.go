@@ -118,7 +118,13 @@ func (rw *RWMutex) Lock(ctx context.Context) (*Lease, error) {
 	}
 	ctx, cancel := rw.cfg.boundWait(ctx)
 	defer cancel()
-	return rw.c.acquire(ctx, &rw.writer, &rw.cfg, true)
+	if rw.cfg.wait.spin {
+		return rw.c.acquire(ctx, &rw.writer, &rw.cfg, true)
+	}
+	if rw.cfg.observer != nil {
+		return observeAcquire(ctx, &rw.cfg, KindRWMutex, rw.name, "Lock", rw.lock)
+	}
+	return rw.lock(ctx)
 }
 
 // TryRLock makes one attempt to take the lock for reading, in one round

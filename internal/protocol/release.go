@@ -244,6 +244,15 @@ func ReentrantTransfer(ctx context.Context, drv driver.Driver, lock, fence, hold
 		member, next, px.Milliseconds(), retention.Milliseconds())
 }
 
+// RWTransfer runs rw_transfer.lua: it moves a write lock from member to
+// next (both with their mode byte) for px and returns next's fencing
+// token, or errs.ErrNotHeld when member no longer holds it.
+func RWTransfer(ctx context.Context, drv driver.Driver, holders, fence, tokens, member, next string, px, retention time.Duration) (int64, Release, error) {
+	token, _, r, err := transfer(ctx, drv, scripts.RWTransfer, []string{holders, fence, tokens},
+		member, next, px.Milliseconds(), retention.Milliseconds())
+	return token, r, err
+}
+
 // transfer runs a local hand-off's script, whose replies are {1, fence}
 // moved, {2} or {3, ...} not moved, {0} or {4} not held.
 func transfer(ctx context.Context, drv driver.Driver, script *driver.Script, keys []string, args ...any) (int64, bool, Release, error) {

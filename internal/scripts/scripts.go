@@ -234,6 +234,8 @@ var (
 	rwPTTL string
 	//go:embed rw_downgrade.lua
 	rwDowngrade string
+	//go:embed rw_transfer.lua
+	rwTransfer string
 
 	// RWAcquire takes a read-write lock in one mode, or joins its queue
 	// (rw_acquire.lua).
@@ -241,6 +243,9 @@ var (
 	// RWRelease releases one holder of a read-write lock and grants the
 	// waiters that unblocks, or leaves its queue (rw_release.lua).
 	RWRelease = withLib(lockLib+"\n"+rwLib, rwRelease)
+	// RWTransfer passes a write lock to a writer of the holder's process
+	// (rw_transfer.lua).
+	RWTransfer = driver.NewScript(expand(rwTransfer))
 	// RWExtend re-arms a read-write lock holder's expiry (rw_extend.lua).
 	RWExtend = withLib(lockLib+"\n"+rwLib, rwExtend)
 	// RWPTTL reads a read-write lock holder's remaining time (rw_pttl.lua).

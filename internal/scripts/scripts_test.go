@@ -21,7 +21,7 @@ var all = map[string]*driver.Script{
 	"ReentrantAcquire": ReentrantAcquire, "ReentrantRelease": ReentrantRelease, "ReentrantHolds": ReentrantHolds,
 	"MultiAcquire": MultiAcquire, "OwnedExtend": OwnedExtend, "OwnedPTTL": OwnedPTTL,
 	"OwnedRelease": OwnedRelease, "OwnedTransfer": OwnedTransfer, "RedlockAcquire": RedlockAcquire,
-	"QueueKeep": QueueKeep, "RWAcquire": RWAcquire, "RWRelease": RWRelease, "RWExtend": RWExtend,
+	"QueueKeep": QueueKeep, "RWAcquire": RWAcquire, "RWRelease": RWRelease, "RWTransfer": RWTransfer, "RWExtend": RWExtend,
 	"RWPTTL": RWPTTL, "RWDowngrade": RWDowngrade, "SemAcquire": SemAcquire, "SemRelease": SemRelease,
 	"SemSetPermits": SemSetPermits, "SemExtend": SemExtend, "SemPTTL": SemPTTL,
 	"SemAvailable": SemAvailable, "LatchTrySet": LatchTrySet, "LatchCountDown": LatchCountDown,
@@ -146,6 +146,12 @@ func TestFenceTokens(t *testing.T) {
 			next := strings.Repeat("c", 31) + strconv.Itoa(round) + "next" // a fresh hold id per round
 			return eval(ReentrantTransfer, []string{"rt", "rt:f", "rt:h"}, member, next, 10000, ret).Result()
 		}, false},
+		"RWTransfer": {"rwt:f", []string{"rwt", "rwt:t"}, func(round int) (any, error) {
+			rdb.ZAdd(ctx, "rwt", redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: "Wold"})
+			rdb.HSet(ctx, "rwt:t", "Wold", "1")
+			rdb.PExpire(ctx, "rwt", time.Hour)
+			return eval(RWTransfer, []string{"rwt", "rwt:f", "rwt:t"}, "Wold", "Wnew"+strconv.Itoa(round), 10000, ret).Result()
+		}, false},
 		"ReentrantAcquire": {"re:f", []string{"re", "re:h"}, func(int) (any, error) {
 			return eval(ReentrantAcquire, []string{"re", "re:f", "re:q", "re:w", "re:h"}, member, 10000, "0", "0p", timings).Result()
 		}, false},
@@ -206,7 +212,7 @@ func TestFenceTokens(t *testing.T) {
 		if v, err := g.run(3); err == nil || !strings.Contains(err.Error(), "DLOCK_CONFLICT") {
 			t.Errorf("%s, foreign fencing key: %v, %v; want DLOCK_CONFLICT", name, v, err)
 		}
-		if n := rdb.Exists(ctx, g.keys[0]).Val(); n != 0 && name != "MutexTransfer" && name != "ReentrantTransfer" {
+		if n := rdb.Exists(ctx, g.keys[0]).Val(); n != 0 && name != "MutexTransfer" && name != "ReentrantTransfer" && name != "RWTransfer" {
 			t.Errorf("%s, foreign fencing key: %s left behind", name, g.keys[0])
 		}
 		if got := rdb.Get(ctx, g.fence).Val(); got != "007" {

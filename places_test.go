@@ -77,13 +77,14 @@ func placeTestCtx(t *testing.T) context.Context {
 }
 
 // placeKind is one primitive whose waiters each keep a place in its queue.
-// A ReentrantMutex's holds and an RWMutex's writers wait in their
-// Client's local line instead, one place for them all (mutex_wait.go).
+// A ReentrantMutex's holds, an RWMutex's writers and a Semaphore's
+// acquisitions of every permit wait in their Client's local line instead,
+// one place for them all (mutex_wait.go).
 type placeKind struct {
 	name  string
 	queue func(c *Client, name string) string // the lock's queue key
-	// together: a release grants every waiter at once (readers), in no
-	// order the test can see.
+	// together: a release grants several waiters at once (readers,
+	// permits), in no order the test can see.
 	together bool
 	// hold takes the lock so that nobody else can; wait waits for it as
 	// the waiter i; both return the release.
@@ -129,13 +130,16 @@ var placeKinds = []placeKind{
 		},
 	},
 	{
-		name:  "Semaphore",
-		queue: func(c *Client, name string) string { return c.Semaphore(name, 1).keys.queue },
+		// One permit of two: acquisitions of every permit wait in the
+		// local line.
+		name:     "Semaphore",
+		queue:    func(c *Client, name string) string { return c.Semaphore(name, 2).keys.queue },
+		together: true,
 		hold: func(ctx context.Context, c *Client, name string, opts ...Option) (func() error, error) {
-			return permitsRelease(c.Semaphore(name, 1, opts...).Acquire(ctx, 1))
+			return permitsRelease(c.Semaphore(name, 2, opts...).Acquire(ctx, 2))
 		},
 		wait: func(ctx context.Context, c *Client, name string, _ int, opts ...Option) (func() error, error) {
-			return permitsRelease(c.Semaphore(name, 1, opts...).Acquire(ctx, 1))
+			return permitsRelease(c.Semaphore(name, 2, opts...).Acquire(ctx, 1))
 		},
 	},
 }

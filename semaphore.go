@@ -136,7 +136,13 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool) (*Permits, er
 		return nil, errs.Errorf("dlock: Semaphore(%q): %w", s.name, errs.InvalidArgf("asked for %d permits: want between 1 and the limit", n))
 	}
 	a := &semAcquisition{s: s, n: n}
-	l, err := s.c.acquire(ctx, a, &s.cfg, wait)
+	var l *Lease
+	var err error
+	if wait && a.lines() {
+		l, err = s.acquireInLine(ctx, a)
+	} else {
+		l, err = s.c.acquire(ctx, a, &s.cfg, wait)
+	}
 	if err != nil {
 		var e *errs.NotObtainedError
 		if errors.As(err, &e) {

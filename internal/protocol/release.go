@@ -253,6 +253,15 @@ func RWTransfer(ctx context.Context, drv driver.Driver, holders, fence, tokens, 
 	return token, r, err
 }
 
+// SemTransfer runs sem_transfer.lua: it moves owner's n permits to next
+// for px and returns next's fencing token; moved is false when owner
+// holds another number of permits (nothing changed), and the error
+// errs.ErrNotHeld when it holds none.
+func SemTransfer(ctx context.Context, drv driver.Driver, holders, counts, fence, owner, next string, n int, px, retention time.Duration) (token int64, moved bool, r Release, err error) {
+	return transfer(ctx, drv, scripts.SemTransfer, []string{holders, counts, fence},
+		owner, next, n, px.Milliseconds(), retention.Milliseconds())
+}
+
 // transfer runs a local hand-off's script, whose replies are {1, fence}
 // moved, {2} or {3, ...} not moved, {0} or {4} not held.
 func transfer(ctx context.Context, drv driver.Driver, script *driver.Script, keys []string, args ...any) (int64, bool, Release, error) {

@@ -263,6 +263,8 @@ var (
 	semAcquire string
 	//go:embed sem_release.lua
 	semRelease string
+	//go:embed sem_transfer.lua
+	semTransfer string
 	//go:embed sem_set_permits.lua
 	semSetPermits string
 	//go:embed sem_extend.lua
@@ -288,6 +290,9 @@ var (
 	// SemRelease gives permits back, all or some, and serves waiters, or
 	// leaves the queue (sem_release.lua).
 	SemRelease = withLib(lockLib+"\n"+semLib, semRelease)
+	// SemTransfer passes a holder's permits to a waiter of its process
+	// (sem_transfer.lua).
+	SemTransfer = driver.NewScript(expand(semTransfer))
 	// SemSetPermits sets a semaphore's limit or adds to it
 	// (sem_set_permits.lua).
 	SemSetPermits = withLib(lockLib+"\n"+semLib, semSetPermits)

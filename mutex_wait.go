@@ -100,9 +100,10 @@ func (m *Mutex) sameOwner(lineLock) bool { return false }
 
 func (m *Mutex) releaser() queuedLock { return m }
 
-// lockShared is Mutex.Lock, and ReentrantMutex.Lock for an owner that does
-// not hold the lock: take the lock at once if nobody of this Client waits
-// for it, else wait in the local line.
+// lockShared is the wait of every lineLock (Mutex.Lock, ReentrantMutex.Lock,
+// RWMutex.Lock, a Semaphore's Acquire of all its permits): take the lock
+// at once if nobody of this Client waits for it (or, for a reentrant
+// owner, if it holds the lock), else wait in the local line.
 func (c *Client) lockShared(ctx context.Context, d lineLock) (*Lease, error) {
 	key := d.lineKey()
 	cfg := d.lineCfg()

@@ -68,7 +68,10 @@ func checkOwnerID(id string) error {
 // Every Lock returns its own Lease, to be unlocked once; an owner's holds
 // share one renewal and the grant's fencing token, and are lost together.
 // Holds are counted by id, so an acquire retried after a lost reply never
-// counts twice.
+// counts twice. Waiting holds of a Client's owners share one place in the
+// queue, and an owner's last Unlock may hand the lock to the next of them,
+// a bounded number of times in a row, as a Mutex's waiters do
+// (docs/waiting.md).
 // A ReentrantMutex and a Mutex of the same name are different locks.
 type ReentrantMutex struct {
 	c     *Client

@@ -25,6 +25,9 @@ const MaxPermits = 1<<31 - 1
 // holder crashes. Waiters are served strictly in arrival order: a release
 // grants permits to the first waiter if its request fits and stops at the
 // first that does not, so a large request is never starved by smaller ones.
+// A Client's goroutines acquiring all the permits share one place in the
+// queue and may be passed them directly, a bounded number of times in a
+// row, as a Mutex's waiters are (docs/waiting.md).
 type Semaphore struct {
 	c       *Client
 	name    string

@@ -14,6 +14,13 @@ func LocalWaiters(c *Client, name string) int {
 	return n
 }
 
+// LineWaiters returns how many goroutines of c wait in its local line for
+// the lock whose key is lockKey (a ReentrantMutex's ends in ":re").
+func LineWaiters(c *Client, lockKey string) int {
+	_, n, _ := c.local.Count(func(k localQueueKey) bool { return k.lock == lockKey })
+	return n
+}
+
 // MaxLocalHandoffs is how many local hand-offs an Unlock makes in a row.
 const MaxLocalHandoffs = wait.MaxLocalHandoffs
 

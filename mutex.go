@@ -2,12 +2,10 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errs"
-	"github.com/dlock-go/dlock/internal/ownerid"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/wait"
 )
@@ -127,76 +125,20 @@ func (m *Mutex) acquire(ctx context.Context, owner string, join any) (wait.Resul
 // that waits for the lock when the local hand-off allows it (mutex_wait.go),
 // else through the lock's queue in Redis.
 func (m *Mutex) unlock(ctx context.Context, owner string) error {
-	if m.fair {
-		return m.release(ctx, owner)
-	}
-	key := m.localKey()
-	// A transfer has no WAIT of its own: with replica acks, through Redis.
-	ok := handsOver
-	if m.cfg.replicaAck > 0 {
-		ok = refusesHandoff
-	}
-	w, _ := m.c.local.Successor(key, 0, ok)
-	if w == nil {
-		return m.release(ctx, owner)
-	}
-	// A hand-off that fails ends this Client's turn: the waiter starts
-	// over, behind the first local waiter, which queues in Redis again.
-	restart := func() {
-		m.c.local.EndTurn(key, nil)
-		w.Give(mutexTurn{Restart: true})
-	}
-	next, err := ownerid.New(w.D.cfg.ownerInfo)
-	if err != nil {
-		restart()
-		return m.release(ctx, owner)
-	}
-	g := &localGrant{px: w.D.cfg.initialPX(), from: time.Now()}
-	var resent bool
-	g.fence, resent, err = m.transfer(ctx, owner, next, g.px)
-	if err != nil && errs.IsReply(err) && !resent {
-		// The script refused before writing anything: Redis at
-		// maxmemory refuses a script whose first write may grow memory,
-		// as the hand-off's INCR does, and a foreign fencing key is
-		// reported before any write. The lock is still owner's, so the
-		// waiter starts over and the release through the queue in Redis
-		// frees the lock: its first write frees memory, and it reports a
-		// foreign key after releasing.
-		// Not when the Redis client sent the script twice: the error may
-		// be the second sending's, after the first moved the lock to next.
-		restart()
-		return m.release(ctx, owner)
-	}
-	if err != nil {
-		// The waiter starts its Lock over. After a failure that leaves
-		// it unknown whether the script ran, next may hold the key, for
-		// a whole TTL, and nobody knows next: it is given back once the
-		// call is done with, as a waiter's place is after an abandoned
-		// attempt, so the lock never stays held by nobody until it
-		// expires.
-		restart()
-		if !errors.Is(err, ErrNotHeld) {
-			m.c.abandon(ctx, m, &m.cfg, next, err, nil)
+	if !m.fair {
+		if done, err := m.c.handOff(ctx, m, owner); done {
+			return err
 		}
-		return err
 	}
-	g.at = time.Now()
-	w.Give(mutexTurn{Owner: next, Grant: g})
-	return nil
+	return m.release(ctx, owner)
 }
-
-// handsOver reports whether a local hand-off may serve m's waiter: not
-// with replica acks, since a transfer has no WAIT of its own.
-func handsOver(m *Mutex) bool { return m.cfg.replicaAck == 0 }
-
-func refusesHandoff(*Mutex) bool { return false }
 
 // transfer moves the lock from owner to next for px, and returns next's
 // fencing token (mutex_transfer.lua), and whether the Redis client sent
 // the script more than once (driver.Call.Resent).
-func (m *Mutex) transfer(ctx context.Context, owner, next string, px time.Duration) (fence int64, resent bool, err error) {
+func (m *Mutex) transfer(ctx context.Context, owner, next string, px time.Duration) (fence int64, moved, resent bool, err error) {
 	fence, r, err := protocol.MutexTransfer(ctx, m.c.drv, m.keys.lock, m.keys.fence, owner, next, px, fenceRetention(m.cfg.ttl))
-	return fence, r.Resent, err
+	return fence, true, r.Resent, err
 }
 
 // release is Unlock's script, and how an abandoned waiter leaves the queue.

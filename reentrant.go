@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -67,7 +68,10 @@ func checkOwnerID(id string) error {
 // Every Lock returns its own Lease, to be unlocked once; an owner's holds
 // share one renewal and the grant's fencing token, and are lost together.
 // Holds are counted by id, so an acquire retried after a lost reply never
-// counts twice.
+// counts twice. Waiting holds of a Client's owners share one place in the
+// queue, and an owner's last Unlock may hand the lock to the next of them,
+// a bounded number of times in a row, as a Mutex's waiters do
+// (docs/waiting.md).
 // A ReentrantMutex and a Mutex of the same name are different locks.
 type ReentrantMutex struct {
 	c     *Client
@@ -165,13 +169,24 @@ func (m *ReentrantMutex) lockUnobserved(ctx context.Context, wait bool) (*Lease,
 	if err != nil {
 		return nil, err
 	}
-	hold, err := ownerid.New("") // 128 random bits in hex
+	// The queue entry, and the grant, name this hold: hold id + owner value.
+	h := &reentrantHold{m: m, owner: owner}
+	if wait && !m.cfg.wait.spin {
+		// The holds of the Client's owners wait in its local line, as a
+		// Mutex's waiters do (mutex_wait.go).
+		if err := m.c.checkOpen("Lock", m.name); err != nil {
+			return nil, err
+		}
+		if ctx.Err() != nil {
+			return nil, errs.WaitEnded(ctx, m.name, time.Now(), 0, nil)
+		}
+		return m.c.lockShared(ctx, h)
+	}
+	member, err := h.newPlace()
 	if err != nil {
 		return nil, err
 	}
-	// The queue entry, and the grant, name this hold: hold id + owner value.
-	h := &reentrantHold{m: m, owner: owner, hold: hold}
-	return m.c.acquireAs(ctx, h, &m.cfg, wait, hold+owner)
+	return m.c.acquireAs(ctx, h, &m.cfg, wait, member)
 }
 
 // isHoldOf reports whether member, a queue entry or grant of this lock,
@@ -197,7 +212,7 @@ type reentrantHold struct {
 }
 
 var (
-	_ queuedLock = (*reentrantHold)(nil)
+	_ lineLock   = (*reentrantHold)(nil)
 	_ leaseMaker = (*reentrantHold)(nil)
 )
 
@@ -232,15 +247,30 @@ func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) 
 // renewal follows the owner's last release, even when several goroutines
 // release the owner's holds at the same moment.
 func (h *reentrantHold) release(ctx context.Context, member string) error {
+	return h.end(ctx, member, false)
+}
+
+// unlock is Unlock's release: as release, but the owner's last hold may
+// hand the lock straight to a hold of another owner of this Client that
+// waits in its local line (mutex_wait.go).
+func (h *reentrantHold) unlock(ctx context.Context, member string) error {
+	return h.end(ctx, member, true)
+}
+
+func (h *reentrantHold) end(ctx context.Context, member string, handOff bool) error {
 	if !h.attached {
 		_, err := h.sendRelease(ctx, member)
 		return err
 	}
 	anchors := &h.m.c.anchors
-	err := anchors.beginRelease(ctx, h.anchor)
+	last, err := anchors.beginRelease(ctx, h.anchor)
 	ended := false
 	if err == nil {
-		ended, err = h.sendRelease(ctx, member)
+		if handOff && last {
+			ended, err = h.sendUnlock(ctx, member)
+		} else {
+			ended, err = h.sendRelease(ctx, member)
+		}
 	}
 	if ended || err != nil {
 		// Gone, or its lease ends lost with the failure (Lease.end), as
@@ -256,6 +286,15 @@ func (h *reentrantHold) release(ctx context.Context, member string) error {
 	}
 	anchors.endRelease(h.anchor, ended, failed)
 	return err
+}
+
+// sendUnlock is sendRelease by way of a local hand-off, when one serves.
+func (h *reentrantHold) sendUnlock(ctx context.Context, member string) (ended bool, err error) {
+	done, err := h.m.c.handOff(ctx, h, member)
+	if !done {
+		return h.sendRelease(ctx, member)
+	}
+	return err == nil || errors.Is(err, ErrNotHeld), err
 }
 
 // sendRelease runs the release script; ended reports that the hold is gone
@@ -314,7 +353,10 @@ func (h *reentrantHold) makeLease(ctx context.Context, cfg *config, member strin
 	// push it back), so the anchor's token, from the grant, stands in.
 	token := max(r.Fence, anchor.lease.token)
 	// The owner's other holds still queued join this one now: a grant
-	// names one hold, so nothing else would tell them before their poll.
+	// names one hold, so nothing else would tell them before their poll;
+	// those in the local line would wait behind others for a lock their
+	// owner holds.
+	m.c.local.Pluck(h.lineKey(), h.sameOwner)
 	m.c.notify.WakeMatching(m.keys.channel(), func(queued string) bool {
 		return queued != member && isHoldOf(queued, h.owner)
 	})

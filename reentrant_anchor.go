@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/hold"
+	"github.com/dlock-go/dlock/internal/ownerid"
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
@@ -51,6 +52,14 @@ func (o *reentrantOwner) release(context.Context, string) error { return nil }
 // the value the lock's key holds while it lasts (reentrantHold.grantValue).
 type anchorKey struct{ lock, grant string }
 
+// anchorOwner is a lock and one of its owner values.
+type anchorOwner struct{ lock, owner string }
+
+// owner is the owner value of k's grant (after its hold id).
+func (k anchorKey) owner() anchorOwner {
+	return anchorOwner{k.lock, k.grant[ownerid.IDLen:]}
+}
+
 // anchorSet is a Client's anchors: for each grant of a reentrant lock to an
 // owner of the Client, the internal lease the watchdog renews, and how many
 // holds hang on it. A later grant to the same owner, after the earlier one
@@ -59,6 +68,8 @@ type anchorKey struct{ lock, grant string }
 type anchorSet struct {
 	mu      sync.Mutex
 	anchors map[anchorKey]*anchor
+	// owners counts the anchors of each lock and owner value, for owns.
+	owners map[anchorOwner]int
 }
 
 type anchor struct {
@@ -93,8 +104,13 @@ func (s *anchorSet) attach(key anchorKey, create func() (*Lease, error)) (*ancho
 	s.mu.Lock()
 	if s.anchors == nil {
 		s.anchors = make(map[anchorKey]*anchor)
+		s.owners = make(map[anchorOwner]int)
+	}
+	if lost := s.anchors[key]; lost != nil {
+		s.deleteLocked(lost) // its loss's forget finds it gone
 	}
 	s.anchors[key] = a
+	s.owners[key.owner()]++
 	s.mu.Unlock()
 	l.s.OnLoss(func(error) { s.forget(a) })
 	return a, nil
@@ -112,29 +128,46 @@ func (s *anchorSet) join(key anchorKey) *anchor {
 }
 
 // beginRelease counts one more release in flight on a. When every hold on
-// a is then being released, any of these releases may be the owner's last:
-// a's renewals stop (waiting for one in flight) before it is sent.
+// a is then being released, any of these releases may be the owner's last
+// (last): a's renewals stop (waiting for one in flight) before it is sent.
 // endRelease resumes them when a release leaves a hold that is not being
 // released. It fails when ctx ends while a renewal in flight is waited for;
 // endRelease follows it either way.
-func (s *anchorSet) beginRelease(ctx context.Context, a *anchor) error {
+func (s *anchorSet) beginRelease(ctx context.Context, a *anchor) (last bool, err error) {
 	a.pauseMu.Lock()
 	defer a.pauseMu.Unlock()
 	s.mu.Lock()
 	a.releasing++
-	pause := !a.paused && a.releasing >= a.holds && s.anchors[a.key] == a
+	last = a.releasing >= a.holds && s.anchors[a.key] == a
+	pause := !a.paused && last
 	s.mu.Unlock()
 	if !pause {
-		return nil
+		return last, nil
 	}
-	err := a.lease.s.BeginUnlock(ctx, true)
+	err = a.lease.s.BeginUnlock(ctx, true)
 	switch {
 	case err == nil:
 		a.paused = true
 	case hold.IsRenewalPending(err):
-		return err
+		return last, err
 	}
-	return nil // lost or retired meanwhile: the release finds out
+	return last, nil // lost or retired meanwhile: the release finds out
+}
+
+// owns reports whether owner, an owner value, holds the lock: whether it
+// has an anchor, which a grant's first hold makes and its last retires.
+func (s *anchorSet) owns(lock, owner string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.owners[anchorOwner{lock, owner}] > 0
+}
+
+func (s *anchorSet) deleteLocked(a *anchor) {
+	delete(s.anchors, a.key)
+	o := a.key.owner()
+	if s.owners[o]--; s.owners[o] <= 0 {
+		delete(s.owners, o)
+	}
 }
 
 // endRelease counts a release done, and with ended (the hold is gone) or
@@ -157,7 +190,7 @@ func (s *anchorSet) endRelease(a *anchor, ended bool, failed error) {
 	current := s.anchors[a.key] == a
 	last := current && a.holds <= 0
 	if last {
-		delete(s.anchors, a.key)
+		s.deleteLocked(a)
 	}
 	resume := !last && a.paused && (a.holds > a.releasing || !current)
 	s.mu.Unlock()
@@ -185,6 +218,6 @@ func (s *anchorSet) forget(a *anchor) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.anchors[a.key] == a {
-		delete(s.anchors, a.key)
+		s.deleteLocked(a)
 	}
 }

@@ -547,10 +547,10 @@ func (h *heldRenewals) wantOrder(t *testing.T, want ...string) {
 	}
 }
 
-// An owner's holds that queued while another owner held the lock all join
+// An owner's holds that waited while another owner held the lock all join
 // the first of them to be granted, without waiting for a poll: a grant
-// names one hold, and with a long waiter lease the others polled only every
-// few seconds.
+// names one hold, the one that queued in Redis for the Client's line, and
+// the others wait behind it in the line.
 func TestReentrantQueuedHoldsOfOneOwnerJoinTheGrant(t *testing.T) {
 	srv := redistest.Shared(t)
 	// Polls every min(TTL, waiter lease)/3 = 10 s: far beyond the bound below.
@@ -577,8 +577,9 @@ func TestReentrantQueuedHoldsOfOneOwnerJoinTheGrant(t *testing.T) {
 		}()
 	}
 	waitFor(t, 10*time.Second, func() bool {
-		return srv.Client(t).ZCard(context.Background(), reentrantKey(name)+":q").Val() == holds
-	}, "every hold to queue")
+		return srv.Client(t).ZCard(context.Background(), reentrantKey(name)+":q").Val() == 1 &&
+			dlock.LineWaiters(c, reentrantKey(name)) == holds
+	}, "every hold to wait")
 	start := time.Now()
 	if err := held.Unlock(ctxB); err != nil {
 		t.Fatal(err)

@@ -15,9 +15,12 @@ import (
 // Waiters are served in arrival order and handed the lock on release: the
 // first writer once no holder is left, or every reader queued before the
 // next writer. It is writer-preferring: once a writer waits, new readers
-// queue behind it, so readers never starve a writer. Downgrade turns a
-// write lease into a read lease with no moment in between. As with
-// sync.RWMutex, a holder must not lock it again while it holds it.
+// queue behind it, so readers never starve a writer. A Client's writers
+// share one place in the queue and may hand the lock to each other, a
+// bounded number of times in a row, as a Mutex's waiters do
+// (docs/waiting.md). Downgrade turns a write lease into a read lease with
+// no moment in between. As with sync.RWMutex, a holder must not lock it
+// again while it holds it.
 //
 // Every holder has a Lease of its own (TTL, renewal, fencing token,
 // Unlock); tokens come from one sequence for both modes. An RWMutex and a
@@ -121,7 +124,13 @@ func (rw *RWMutex) Lock(ctx context.Context) (*Lease, error) {
 	}
 	ctx, cancel := rw.cfg.boundWait(ctx)
 	defer cancel()
-	return rw.c.acquire(ctx, &rw.writer, &rw.cfg, true)
+	if rw.cfg.wait.spin {
+		return rw.c.acquire(ctx, &rw.writer, &rw.cfg, true)
+	}
+	if rw.cfg.observer != nil {
+		return observeAcquire(ctx, &rw.cfg, KindRWMutex, rw.name, "Lock", rw.lock)
+	}
+	return rw.lock(ctx)
 }
 
 // TryRLock makes one attempt to take the lock for reading, in one round

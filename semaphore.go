@@ -25,6 +25,9 @@ const MaxPermits = 1<<31 - 1
 // holder crashes. Waiters are served strictly in arrival order: a release
 // grants permits to the first waiter if its request fits and stops at the
 // first that does not, so a large request is never starved by smaller ones.
+// A Client's goroutines acquiring all the permits share one place in the
+// queue and may be passed them directly, a bounded number of times in a
+// row, as a Mutex's waiters are (docs/waiting.md).
 type Semaphore struct {
 	c       *Client
 	name    string
@@ -138,7 +141,13 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool) (*Permits, er
 		return nil, errs.Errorf("dlock: Semaphore(%q): %w", s.name, errs.InvalidArgf("asked for %d permits: want between 1 and the limit", n))
 	}
 	a := &semAcquisition{s: s, n: n}
-	l, err := s.c.acquire(ctx, a, &s.cfg, wait)
+	var l *Lease
+	var err error
+	if wait && a.lines() {
+		l, err = s.acquireInLine(ctx, a)
+	} else {
+		l, err = s.c.acquire(ctx, a, &s.cfg, wait)
+	}
 	if err != nil {
 		var e *errs.NotObtainedError
 		if errors.As(err, &e) {

@@ -233,3 +233,57 @@ func RWDowngrade(ctx context.Context, drv driver.Driver, keys []string, writer, 
 	}
 	return fence, call.Acked, nil
 }
+
+// ReentrantTransfer runs reentrant_transfer.lua: when member's hold is its
+// owner's last, it moves the lock to next for px and returns next's
+// fencing token; moved is false when the owner holds other holds too
+// (nothing changed), and the error errs.ErrNotHeld when member no longer
+// holds the lock.
+func ReentrantTransfer(ctx context.Context, drv driver.Driver, lock, fence, holds, member, next string, px, retention time.Duration) (token int64, moved bool, r Release, err error) {
+	return transfer(ctx, drv, scripts.ReentrantTransfer, []string{lock, fence, holds},
+		member, next, px.Milliseconds(), retention.Milliseconds())
+}
+
+// RWTransfer runs rw_transfer.lua: it moves a write lock from member to
+// next (both with their mode byte) for px and returns next's fencing
+// token, or errs.ErrNotHeld when member no longer holds it.
+func RWTransfer(ctx context.Context, drv driver.Driver, holders, fence, tokens, member, next string, px, retention time.Duration) (int64, Release, error) {
+	token, _, r, err := transfer(ctx, drv, scripts.RWTransfer, []string{holders, fence, tokens},
+		member, next, px.Milliseconds(), retention.Milliseconds())
+	return token, r, err
+}
+
+// SemTransfer runs sem_transfer.lua: it moves owner's n permits to next
+// for px and returns next's fencing token; moved is false when owner
+// holds another number of permits (nothing changed), and the error
+// errs.ErrNotHeld when it holds none.
+func SemTransfer(ctx context.Context, drv driver.Driver, holders, counts, fence, owner, next string, n int, px, retention time.Duration) (token int64, moved bool, r Release, err error) {
+	return transfer(ctx, drv, scripts.SemTransfer, []string{holders, counts, fence},
+		owner, next, n, px.Milliseconds(), retention.Milliseconds())
+}
+
+// transfer runs a local hand-off's script, whose replies are {1, fence}
+// moved, {2} or {3, ...} not moved, {0} or {4} not held.
+func transfer(ctx context.Context, drv driver.Driver, script *driver.Script, keys []string, args ...any) (int64, bool, Release, error) {
+	call := &driver.Call{Script: script, Keys: keys, Args: args}
+	drv.Run(ctx, call)
+	r := Release{Resent: call.Resent}
+	if call.Err != nil {
+		return 0, false, r, call.Err
+	}
+	items, ok := call.Reply.([]any)
+	if !ok || len(items) == 0 {
+		return 0, false, r, errs.Unexpected(call.Reply)
+	}
+	switch code, _ := items[0].(int64); {
+	case code == 0, code == 4:
+		return 0, false, r, errs.ErrNotHeld
+	case code == 2, code == 3:
+		return 0, false, r, nil
+	case code == 1 && len(items) >= 2:
+		if token, ok := items[1].(int64); ok {
+			return token, true, r, nil
+		}
+	}
+	return 0, false, r, errs.Unexpected(call.Reply)
+}

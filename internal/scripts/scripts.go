@@ -35,6 +35,8 @@ var (
 	reentrantRelease string
 	//go:embed reentrant_holds.lua
 	reentrantHolds string
+	//go:embed reentrant_transfer.lua
+	reentrantTransfer string
 	//go:embed multi_acquire.lua
 	multiAcquire string
 	//go:embed owned_extend.lua
@@ -68,6 +70,10 @@ var (
 	// ReentrantRelease releases one hold of a reentrant lock
 	// (reentrant_release.lua).
 	ReentrantRelease = withLib(lockLib+"\n"+reentrantLib, reentrantRelease)
+	// ReentrantTransfer releases one hold of a reentrant lock and passes
+	// the lock to a hold of the holder's process when it was the last
+	// (reentrant_transfer.lua).
+	ReentrantTransfer = driver.NewScript(expand(reentrantTransfer))
 	// ReentrantHolds counts an owner's holds (reentrant_holds.lua).
 	ReentrantHolds = driver.NewScript(reentrantHolds)
 	// MultiAcquire takes several mutexes of one slot at once, all or none
@@ -232,6 +238,8 @@ var (
 	rwPTTL string
 	//go:embed rw_downgrade.lua
 	rwDowngrade string
+	//go:embed rw_transfer.lua
+	rwTransfer string
 
 	// RWAcquire takes a read-write lock in one mode, or joins its queue
 	// (rw_acquire.lua).
@@ -239,6 +247,9 @@ var (
 	// RWRelease releases one holder of a read-write lock and grants the
 	// waiters that unblocks, or leaves its queue (rw_release.lua).
 	RWRelease = withLib(lockLib+"\n"+rwLib, rwRelease)
+	// RWTransfer passes a write lock to a writer of the holder's process
+	// (rw_transfer.lua).
+	RWTransfer = driver.NewScript(expand(rwTransfer))
 	// RWExtend re-arms a read-write lock holder's expiry (rw_extend.lua).
 	RWExtend = withLib(lockLib+"\n"+rwLib, rwExtend)
 	// RWPTTL reads a read-write lock holder's remaining time (rw_pttl.lua).
@@ -256,6 +267,8 @@ var (
 	semAcquire string
 	//go:embed sem_release.lua
 	semRelease string
+	//go:embed sem_transfer.lua
+	semTransfer string
 	//go:embed sem_set_permits.lua
 	semSetPermits string
 	//go:embed sem_extend.lua
@@ -281,6 +294,9 @@ var (
 	// SemRelease gives permits back, all or some, and serves waiters, or
 	// leaves the queue (sem_release.lua).
 	SemRelease = withLib(lockLib+"\n"+semLib, semRelease)
+	// SemTransfer passes a holder's permits to a waiter of its process
+	// (sem_transfer.lua).
+	SemTransfer = driver.NewScript(expand(semTransfer))
 	// SemSetPermits sets a semaphore's limit or adds to it
 	// (sem_set_permits.lua).
 	SemSetPermits = withLib(lockLib+"\n"+semLib, semSetPermits)

@@ -17,12 +17,12 @@ import (
 
 // all is every script the package exports.
 var all = map[string]*driver.Script{
-	"MutexAcquire": MutexAcquire, "MutexRelease": MutexRelease, "MutexTransfer": MutexTransfer,
+	"MutexAcquire": MutexAcquire, "MutexRelease": MutexRelease, "MutexTransfer": MutexTransfer, "ReentrantTransfer": ReentrantTransfer,
 	"ReentrantAcquire": ReentrantAcquire, "ReentrantRelease": ReentrantRelease, "ReentrantHolds": ReentrantHolds,
 	"MultiAcquire": MultiAcquire, "OwnedExtend": OwnedExtend, "OwnedPTTL": OwnedPTTL, "HeldRecord": HeldRecord,
 	"OwnedRelease": OwnedRelease, "OwnedTransfer": OwnedTransfer, "RedlockAcquire": RedlockAcquire,
-	"QueueKeep": QueueKeep, "RWAcquire": RWAcquire, "RWRelease": RWRelease, "RWExtend": RWExtend,
-	"RWPTTL": RWPTTL, "RWDowngrade": RWDowngrade, "SemAcquire": SemAcquire, "SemRelease": SemRelease,
+	"QueueKeep": QueueKeep, "RWAcquire": RWAcquire, "RWRelease": RWRelease, "RWTransfer": RWTransfer, "RWExtend": RWExtend,
+	"RWPTTL": RWPTTL, "RWDowngrade": RWDowngrade, "SemAcquire": SemAcquire, "SemRelease": SemRelease, "SemTransfer": SemTransfer,
 	"SemSetPermits": SemSetPermits, "SemExtend": SemExtend, "SemPTTL": SemPTTL,
 	"SemAvailable": SemAvailable, "LatchTrySet": LatchTrySet, "LatchCountDown": LatchCountDown,
 	"LatchCount": LatchCount, "Inspect": Inspect,
@@ -139,6 +139,26 @@ func TestFenceTokens(t *testing.T) {
 			rdb.Set(ctx, "t", "old", 0)
 			return eval(MutexTransfer, []string{"t", "t:f"}, "old", "new"+strconv.Itoa(round), 10000, ret).Result()
 		}, false},
+		"ReentrantTransfer": {"rt:f", []string{"rt", "rt:h"}, func(round int) (any, error) {
+			rdb.Set(ctx, "rt", member, 0)
+			rdb.SAdd(ctx, "rt:h", member[:32])
+			rdb.PExpire(ctx, "rt:h", time.Minute)
+			next := strings.Repeat("c", 31) + strconv.Itoa(round) + "next" // a fresh hold id per round
+			return eval(ReentrantTransfer, []string{"rt", "rt:f", "rt:h"}, member, next, 10000, ret).Result()
+		}, false},
+		"RWTransfer": {"rwt:f", []string{"rwt", "rwt:t"}, func(round int) (any, error) {
+			rdb.ZAdd(ctx, "rwt", redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: "Wold"})
+			rdb.HSet(ctx, "rwt:t", "Wold", "1")
+			rdb.PExpire(ctx, "rwt", time.Hour)
+			return eval(RWTransfer, []string{"rwt", "rwt:f", "rwt:t"}, "Wold", "Wnew"+strconv.Itoa(round), 10000, ret).Result()
+		}, false},
+		"SemTransfer": {"st:f", []string{"st", "st:n"}, func(round int) (any, error) {
+			rdb.ZAdd(ctx, "st", redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: "old"})
+			rdb.HSet(ctx, "st:n", "old", "2 1")
+			rdb.PExpire(ctx, "st", time.Hour)
+			rdb.PExpire(ctx, "st:n", time.Hour)
+			return eval(SemTransfer, []string{"st", "st:n", "st:f"}, "old", "new"+strconv.Itoa(round), 2, 10000, ret).Result()
+		}, false},
 		"ReentrantAcquire": {"re:f", []string{"re", "re:h"}, func(int) (any, error) {
 			return eval(ReentrantAcquire, []string{"re", "re:f", "re:q", "re:w", "re:h"}, member, 10000, "0", "0p", timings).Result()
 		}, false},
@@ -199,7 +219,7 @@ func TestFenceTokens(t *testing.T) {
 		if v, err := g.run(3); err == nil || !strings.Contains(err.Error(), "DLOCK_CONFLICT") {
 			t.Errorf("%s, foreign fencing key: %v, %v; want DLOCK_CONFLICT", name, v, err)
 		}
-		if n := rdb.Exists(ctx, g.keys[0]).Val(); n != 0 && name != "MutexTransfer" {
+		if n := rdb.Exists(ctx, g.keys[0]).Val(); n != 0 && name != "MutexTransfer" && name != "ReentrantTransfer" && name != "RWTransfer" && name != "SemTransfer" {
 			t.Errorf("%s, foreign fencing key: %s left behind", name, g.keys[0])
 		}
 		if got := rdb.Get(ctx, g.fence).Val(); got != "007" {

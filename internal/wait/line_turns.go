@@ -185,3 +185,31 @@ func (ln *Line[K, D, G]) Count(match func(K) bool) (queues, waiters int, taken b
 
 // Key returns the key q is the queue of.
 func (q *Queue[K, D, G]) Key() K { return q.key }
+
+// Pluck takes out of the queue of key the waiters match selects, except a
+// head that contends in Redis, and tells them to start their acquire over
+// (Restart): a reentrant owner that holds the lock adds a hold at once
+// rather than wait behind others for a lock it holds.
+func (ln *Line[K, D, G]) Pluck(key K, match func(D) bool) {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	q := ln.queues[key]
+	if q == nil {
+		return
+	}
+	kept := q.waiters[:0]
+	for i, w := range q.waiters {
+		if (i == 0 && q.contending) || !match(w.D) {
+			kept = append(kept, w)
+			continue
+		}
+		w.wake <- Turn[G]{Restart: true} // behind the head, or standing by: nothing else in its channel
+	}
+	clear(q.waiters[len(kept):])
+	q.waiters = kept
+	if len(q.waiters) == 0 {
+		ln.deleteLocked(q)
+		return
+	}
+	q.standByLocked()
+}

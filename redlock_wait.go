@@ -38,10 +38,17 @@ type redlockEars struct {
 // redlockEar is one name's listener and the Lock calls that share it.
 type redlockEar struct {
 	key   string
+	id    string // the line's name on the nodes: the Redlock's lineID
 	users int
 	// l is made by the first attempt that may need to hear a release (see
 	// hear); read and set under redlockEars.mu.
 	l *redlockListener
+	// since is when the line began to wait: when its first Lock came, or
+	// when the line last took the lock from the nodes; listed: an attempt
+	// since then failed, so the nodes may list the line among those that
+	// wait (redlock_acquire.lua). Under redlockEars.mu.
+	since  time.Time
+	listed bool
 }
 
 // hear returns the ear of m's lock for one more Lock call, which must give
@@ -54,7 +61,7 @@ func (r *Redlock) hear(m *RedlockMutex) *redlockEar {
 		if r.ears.ears == nil {
 			r.ears.ears = make(map[string]*redlockEar)
 		}
-		e = &redlockEar{key: m.key}
+		e = &redlockEar{key: m.key, id: r.lineID, since: time.Now()}
 		if r.hears(m.key) {
 			// A release could be heard now: listen before the first
 			// attempt, so that one published right after it is not lost.
@@ -80,6 +87,27 @@ func (r *Redlock) unhear(e *redlockEar) {
 	if e.l != nil {
 		e.l.stop()
 	}
+}
+
+// waited is how long e's line has waited (see redlockEar.since), and
+// whether the nodes may list it.
+func (r *Redlock) waited(e *redlockEar) (time.Duration, bool) {
+	r.ears.mu.Lock()
+	defer r.ears.mu.Unlock()
+	return time.Since(e.since), e.listed
+}
+
+// attempted records the outcome of an attempt of e's line. A line that
+// took the lock starts its wait over (the nodes dropped it from their
+// lists), so that the other processes' lines, which have waited longer,
+// ask first after its release.
+func (r *Redlock) attempted(e *redlockEar, took bool) {
+	r.ears.mu.Lock()
+	if took {
+		e.since = time.Now()
+	}
+	e.listed = !took
+	r.ears.mu.Unlock()
 }
 
 // listener returns e's listener; with make, one is made now if it has

@@ -84,8 +84,9 @@ func quorumRemaining(q int, ours []time.Duration) (time.Duration, bool) {
 // attempt asks every node for the lock for owner, and gives back what it got
 // unless a quorum granted it within the validity: validity = px − elapsed −
 // drift, elapsed measured on the monotonic clock from before the first
-// request. line is the waiting Lock's line, nil for TryLock: the nodes then
-// also say whether it has waited longest (acquireResult.next).
+// request. line is the waiting Lock's line, nil for TryLock: once an
+// attempt of the line has failed, the nodes also say whether it has waited
+// longest (acquireResult.next).
 func (m *RedlockMutex) attempt(ctx context.Context, op, owner string, line *redlockEar) acquireResult {
 	countAttempt(ctx, &m.cfg)
 	r := m.r
@@ -94,11 +95,14 @@ func (m *RedlockMutex) attempt(ctx context.Context, op, owner string, line *redl
 	start := time.Now()
 	wait := min(redlockNodeTimeout(&m.cfg), valid)
 	deadline := start.Add(wait)
+	// A line is listed from its second attempt on: an uncontended Lock
+	// costs the nodes nothing more than a TryLock.
 	call, listed := protocol.RedlockAcquire(m.key, owner, px), false
 	if line != nil {
 		var waited time.Duration
-		waited, listed = r.waited(line)
-		call = protocol.RedlockAcquireWaiting(m.key, m.nextKey, owner, px, line.id, waited)
+		if waited, listed = r.waited(line); listed {
+			call = protocol.RedlockAcquireWaiting(m.key, m.nextKey, owner, px, line.id, waited)
+		}
 	}
 	calls := m.nodeCalls(nil, call)
 	// A free key is taken with a native SET NX PX, the script only when

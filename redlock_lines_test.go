@@ -33,13 +33,9 @@ func TestRedlockLongestWaitingLineIsNext(t *testing.T) {
 	ea, eb := a.hear(ma), b.hear(mb)
 	defer a.unhear(ea)
 	defer b.unhear(eb)
-	now := time.Now()
-	a.ears.mu.Lock()
-	ea.since = now.Add(-2 * time.Second)
-	a.ears.mu.Unlock()
-	b.ears.mu.Lock()
-	eb.since = now.Add(-time.Second)
-	b.ears.mu.Unlock()
+	now := time.Since(redlockEpoch)
+	ea.since.Store(int64(now - 2*time.Second))
+	eb.since.Store(int64(now - time.Second))
 	attempt := func(m *RedlockMutex, e *redlockEar) acquireResult {
 		t.Helper()
 		owner, err := ownerid.New("")
@@ -55,6 +51,21 @@ func TestRedlockLongestWaitingLineIsNext(t *testing.T) {
 			t.Cleanup(func() { _ = l.Unlock(context.Background()) })
 		}
 		return res
+	}
+	// A line's first attempt lists nothing: an uncontended Lock costs what
+	// a TryLock does.
+	for _, l := range []struct {
+		m *RedlockMutex
+		e *redlockEar
+	}{{mb, eb}, {ma, ea}} {
+		if res := attempt(l.m, l.e); res.hold != nil || !errors.Is(res.err, ErrNotObtained) || res.next {
+			t.Fatalf("first attempt: granted %v, err %v, next %v; want held by another, not next", res.hold != nil, res.err, res.next)
+		}
+	}
+	for _, s := range servers {
+		if n := s.Do(t, "EXISTS", ma.nextKey); n != int64(0) {
+			t.Errorf("%s: a first attempt listed its line", s.Addr())
+		}
 	}
 	if res := attempt(mb, eb); res.hold != nil || !errors.Is(res.err, ErrNotObtained) || !res.next {
 		t.Fatalf("b alone: granted %v, err %v, next %v; want held by another, b next", res.hold != nil, res.err, res.next)

@@ -172,7 +172,7 @@ func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
 		opt(&cfg)
 	}
 	m := &RedlockMutex{r: r, name: name, cfg: cfg, key: newLockKeys(cfg.keyPrefix, name).lock}
-	m.nextKey = m.key + ":lines"
+	m.linesKey = m.key + ":lines"
 	if err := checkName(name); err != nil {
 		m.err = errs.Errorf("dlock: Redlock.Mutex: %w", err)
 	} else if err := cfg.err(); err != nil {
@@ -246,19 +246,19 @@ func (r *Redlock) checkOpen(op, name string) error {
 //
 // Waiters do not queue on the nodes, so grants do not follow arrival order
 // across processes; the nodes only say which process has waited longest,
-// and it asks first after a release. Its leases carry no fencing token (Lease.Token returns
-// 0). Unlock returns once a quorum of the nodes, and every node that answers,
-// released the key; a node that does not answer is released in the
-// background. See docs/redlock.md.
+// and it asks first after a release. Its leases carry no fencing token
+// (Lease.Token returns 0). Unlock returns once a quorum of the nodes, and
+// every node that answers, released the key; a node that does not answer
+// is released in the background. See docs/redlock.md.
 type RedlockMutex struct {
 	r    *Redlock
 	name string
 	key  string
-	// nextKey names, on each node, the line that has waited longest for
-	// the lock (redlock_acquire.lua): it asks first after a release.
-	nextKey string
-	cfg     config
-	err     error // invalid name or option, reported by TryLock and Lock
+	// linesKey lists, on each node, the processes' lines waiting for the
+	// lock (redlock_acquire.lua): the longest waiting asks first.
+	linesKey string
+	cfg      config
+	err      error // invalid name or option, reported by TryLock and Lock
 }
 
 var _ Locker = (*RedlockMutex)(nil)

@@ -100,8 +100,8 @@ func (m *RedlockMutex) attempt(ctx context.Context, op, owner string, line *redl
 	call, listed := protocol.RedlockAcquire(m.key, owner, px), false
 	if line != nil {
 		var waited time.Duration
-		if waited, listed = r.waited(line); listed {
-			call = protocol.RedlockAcquireWaiting(m.key, m.nextKey, owner, px, line.id, waited)
+		if waited, listed = line.waited(); listed {
+			call = protocol.RedlockAcquireWaiting(m.key, m.linesKey, owner, px, line.id, waited)
 		}
 	}
 	calls := m.nodeCalls(nil, call)
@@ -122,7 +122,7 @@ func (m *RedlockMutex) attempt(ctx context.Context, op, owner string, line *redl
 	t.count(replies)
 	verdict := judgeAcquire(len(r.nodes), t.granted, t.failed, elapsed, valid)
 	if line != nil {
-		r.attempted(line, verdict == verdictGranted)
+		line.attempted(verdict == verdictGranted)
 	}
 	hold := &redlockHold{m: m, tail: tail, replies: replies, deadline: deadline}
 	if verdict == verdictGranted {

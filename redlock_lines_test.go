@@ -63,7 +63,7 @@ func TestRedlockLongestWaitingLineIsNext(t *testing.T) {
 		}
 	}
 	for _, s := range servers {
-		if n := s.Do(t, "EXISTS", ma.nextKey); n != int64(0) {
+		if n := s.Do(t, "EXISTS", ma.linesKey); n != int64(0) {
 			t.Errorf("%s: a first attempt listed its line", s.Addr())
 		}
 	}
@@ -80,10 +80,10 @@ func TestRedlockLongestWaitingLineIsNext(t *testing.T) {
 		t.Fatalf("a TryLock while held: %v", err)
 	}
 	for _, s := range servers {
-		if n := s.Do(t, "HLEN", ma.nextKey); n != int64(2) {
+		if n := s.Do(t, "HLEN", ma.linesKey); n != int64(2) {
 			t.Errorf("%s: %v lines, want a's and b's (a TryLock joins none)", s.Addr(), n)
 		}
-		if pttl, _ := s.Do(t, "PTTL", ma.nextKey).(int64); pttl <= 0 || time.Duration(pttl)*time.Millisecond > redlockPX(&ma.cfg)/2+time.Millisecond {
+		if pttl, _ := s.Do(t, "PTTL", ma.linesKey).(int64); pttl <= 0 || time.Duration(pttl)*time.Millisecond > redlockPX(&ma.cfg)/2+time.Millisecond {
 			t.Errorf("%s: the lines expire in %vms, want within half the TTL", s.Addr(), pttl)
 		}
 	}
@@ -98,7 +98,7 @@ func TestRedlockLongestWaitingLineIsNext(t *testing.T) {
 		t.Fatalf("b once a holds: granted %v, next %v; want held, b next", res.hold != nil, res.next)
 	}
 	for _, s := range servers {
-		if n := s.Do(t, "HEXISTS", ma.nextKey, a.lineID); n != int64(0) {
+		if n := s.Do(t, "HEXISTS", ma.linesKey, a.lineID); n != int64(0) {
 			t.Errorf("%s: a's line is still waiting after a took the lock", s.Addr())
 		}
 	}

@@ -97,7 +97,7 @@ func (r *Redlock) unhear(e *redlockEar) {
 
 // waited is how long e's line has waited (see redlockEar.since), and
 // whether the nodes may list it.
-func (r *Redlock) waited(e *redlockEar) (time.Duration, bool) {
+func (e *redlockEar) waited() (time.Duration, bool) {
 	return time.Since(redlockEpoch) - time.Duration(e.since.Load()), e.listed.Load()
 }
 
@@ -105,7 +105,7 @@ func (r *Redlock) waited(e *redlockEar) (time.Duration, bool) {
 // took the lock starts its wait over (the nodes dropped it from their
 // lists), so that the other processes' lines, which have waited longer,
 // ask first after its release.
-func (r *Redlock) attempted(e *redlockEar, took bool) {
+func (e *redlockEar) attempted(took bool) {
 	if took {
 		e.since.Store(int64(time.Since(redlockEpoch)))
 	}

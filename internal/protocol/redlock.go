@@ -20,11 +20,11 @@ func RedlockAcquire(lock, owner string, px time.Duration) *Call {
 
 // RedlockAcquireWaiting is RedlockAcquire for a Lock that waits in the line
 // called line, which has waited for waited: a node that finds the lock held
-// records in next the line that has waited longest, and its reply says
-// whether that is line.
-func RedlockAcquireWaiting(lock, next, owner string, px time.Duration, line string, waited time.Duration) *Call {
+// lists line in lines, the hash of the lines waiting for lock, and its reply
+// says whether line has waited longest of them.
+func RedlockAcquireWaiting(lock, lines, owner string, px time.Duration, line string, waited time.Duration) *Call {
 	c := ownedCall(scripts.RedlockAcquire, lock, owner, px.Milliseconds())
-	c.keys[1], c.Keys = next, c.keys[:2]
+	c.keys[1], c.Keys = lines, c.keys[:2]
 	c.next = line
 	c.setArgs(&c.member, &c.n, &c.next, waited.Milliseconds())
 	return c

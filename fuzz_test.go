@@ -183,8 +183,8 @@ func FuzzRedlockReply(f *testing.F) {
 		// A malformed reply may yield any holder TTL (it only shapes an
 		// error message and a retry delay); it must not panic, and a grant
 		// carries none.
-		if ok, ttl, _, err := protocol.RedlockAcquireReply(reply); err == nil && ok && ttl != 0 {
-			t.Fatalf("RedlockAcquireReply(%#v): granted with a holder TTL %v", reply, ttl)
+		if ok, held, err := protocol.RedlockAcquireReply(reply); err == nil && ok && held != (protocol.RedlockHeld{}) {
+			t.Fatalf("RedlockAcquireReply(%#v): granted with %+v", reply, held)
 		}
 		_, _ = protocol.Ints(reply, 3)
 	})

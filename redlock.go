@@ -38,6 +38,9 @@ type Redlock struct {
 	workers *workers.Pool
 	line    redlockLine // Lock calls waiting, one line per name (redlock_wait.go)
 	ears    redlockEars // their listeners, one per name
+	// lineID names this Redlock's lines on the nodes, where the line that
+	// has waited longest asks first after a release (redlock_wait.go).
+	lineID string
 }
 
 type redlockNode struct {
@@ -99,6 +102,11 @@ func NewRedlock(nodes []RedisClient, opts ...Option) (*Redlock, error) {
 		cfg.logger.Warn("dlock: a Redlock over an even number of nodes survives no more node failures than one over a node fewer; use an odd number (3 or 5)",
 			slog.Int("nodes", n), slog.Int("quorum", quorum(n)), slog.Int("failures_tolerated", n-quorum(n)))
 	}
+	lineID, err := ownerid.CallID()
+	if err != nil {
+		return nil, err
+	}
+	r.lineID = lineID
 	r.wd = hold.NewWatchdog(nil)
 	r.line.HandToHead = true // no queue on the nodes orders the waiters
 	for i := range r.nodes {
@@ -164,7 +172,7 @@ func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
 		opt(&cfg)
 	}
 	m := &RedlockMutex{r: r, name: name, cfg: cfg, key: newLockKeys(cfg.keyPrefix, name).lock}
-	m.keys = []string{m.key}
+	m.linesKey = m.key + ":lines"
 	if err := checkName(name); err != nil {
 		m.err = errs.Errorf("dlock: Redlock.Mutex: %w", err)
 	} else if err := cfg.err(); err != nil {
@@ -237,17 +245,20 @@ func (r *Redlock) checkOpen(op, name string) error {
 // descriptor, safe for concurrent use, and cheap to create per call.
 //
 // Waiters do not queue on the nodes, so grants do not follow arrival order
-// across processes. Its leases carry no fencing token (Lease.Token returns
-// 0). Unlock returns once a quorum of the nodes, and every node that answers,
-// released the key; a node that does not answer is released in the
-// background. See docs/redlock.md.
+// across processes; the nodes only say which process has waited longest,
+// and it asks first after a release. Its leases carry no fencing token
+// (Lease.Token returns 0). Unlock returns once a quorum of the nodes, and
+// every node that answers, released the key; a node that does not answer
+// is released in the background. See docs/redlock.md.
 type RedlockMutex struct {
 	r    *Redlock
 	name string
 	key  string
-	keys []string // {key}, shared by every call's Keys
-	cfg  config
-	err  error // invalid name or option, reported by TryLock and Lock
+	// linesKey lists, on each node, the processes' lines waiting for the
+	// lock (redlock_acquire.lua): the longest waiting asks first.
+	linesKey string
+	cfg      config
+	err      error // invalid name or option, reported by TryLock and Lock
 }
 
 var _ Locker = (*RedlockMutex)(nil)
@@ -284,7 +295,7 @@ func (m *RedlockMutex) tryLock(ctx context.Context) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := m.attempt(ctx, "TryLock", owner)
+	res := m.attempt(ctx, "TryLock", owner, nil)
 	switch {
 	case res.hold != nil:
 		return m.lease(ctx, owner, res)

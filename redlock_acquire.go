@@ -22,7 +22,8 @@ type acquireResult struct {
 	err       error
 	holderTTL time.Duration
 	permanent bool
-	held      int // the most nodes one other owner holds
+	held      int  // the most nodes one other owner holds
+	next      bool // most nodes that answered "held" say this line waited longest
 	// spent: a give-back of the attempt may still reach a node, at any
 	// time; the attempt's owner value must not be used again.
 	spent bool
@@ -83,8 +84,10 @@ func quorumRemaining(q int, ours []time.Duration) (time.Duration, bool) {
 // attempt asks every node for the lock for owner, and gives back what it got
 // unless a quorum granted it within the validity: validity = px − elapsed −
 // drift, elapsed measured on the monotonic clock from before the first
-// request.
-func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireResult {
+// request. line is the waiting Lock's line, nil for TryLock: once an
+// attempt of the line has failed, the nodes also say whether it has waited
+// longest (acquireResult.next).
+func (m *RedlockMutex) attempt(ctx context.Context, op, owner string, line *redlockEar) acquireResult {
 	countAttempt(ctx, &m.cfg)
 	r := m.r
 	px := redlockPX(&m.cfg)
@@ -92,15 +95,25 @@ func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireRes
 	start := time.Now()
 	wait := min(redlockNodeTimeout(&m.cfg), valid)
 	deadline := start.Add(wait)
-	calls := m.nodeCalls(nil, protocol.RedlockAcquire(m.key, owner, px))
+	// A line is listed from its second attempt on: an uncontended Lock
+	// costs the nodes nothing more than a TryLock.
+	call, listed := protocol.RedlockAcquire(m.key, owner, px), false
+	if line != nil {
+		var waited time.Duration
+		if waited, listed = line.waited(); listed {
+			call = protocol.RedlockAcquireWaiting(m.key, m.linesKey, owner, px, line.id, waited)
+		}
+	}
+	calls := m.nodeCalls(nil, call)
 	// A free key is taken with a native SET NX PX, the script only when
 	// the key exists (goredis.Driver.SetNX): a third less work per node.
 	// Not while this process listens for the lock's releases on the node
 	// (it waited for the lock within the subscription's linger): the key
 	// is likely taken then, and the script answers a taken key in one
-	// round trip where the SET would add one.
+	// round trip where the SET would add one. Nor for a line the nodes
+	// may list as waiting: only the script takes it off the list.
 	setNX := func(ctx context.Context, i int, c *driver.Call) bool {
-		return !r.nodes[i].notify.Confirmed(m.key) && r.nodes[i].drv.SetNX(ctx, c, m.key, owner, px)
+		return !listed && !r.nodes[i].notify.Confirmed(m.key) && r.nodes[i].drv.SetNX(ctx, c, m.key, owner, px)
 	}
 	replies, tail := r.fanoutFirst(ctx, deadline, calls, r.acquireDecided, setNX)
 	elapsed := time.Since(start)
@@ -108,6 +121,9 @@ func (m *RedlockMutex) attempt(ctx context.Context, op, owner string) acquireRes
 	var t acquireTally
 	t.count(replies)
 	verdict := judgeAcquire(len(r.nodes), t.granted, t.failed, elapsed, valid)
+	if line != nil {
+		line.attempted(verdict == verdictGranted)
+	}
 	hold := &redlockHold{m: m, tail: tail, replies: replies, deadline: deadline}
 	if verdict == verdictGranted {
 		// Nodes that had not answered when the quorum did are not failures
@@ -146,7 +162,7 @@ func (r *Redlock) acquireDecided(replies []nodeReply) bool {
 	for _, rep := range replies {
 		if rep.done {
 			answered++
-			if ok, _, _, err := readAcquire(rep); err == nil && ok {
+			if ok, _, err := readAcquire(rep); err == nil && ok {
 				granted++
 			}
 		}
@@ -165,6 +181,7 @@ type acquireTally struct {
 	permanent int // answered with an error that retrying cannot fix
 	holders   []time.Duration
 	held      int    // the most nodes one other owner holds
+	next      int    // nodes that say this line waited longest
 	release   []bool // may hold our share: give it back
 	grantedBy []bool
 }
@@ -175,7 +192,7 @@ func (t *acquireTally) count(replies []nodeReply) {
 	t.grantedBy = make([]bool, len(replies))
 	heldBy := make(map[string]int, 1) // nodes per other owner
 	for i, rep := range replies {
-		ok, pttl, holder, err := readAcquire(rep)
+		ok, held, err := readAcquire(rep)
 		switch {
 		case !rep.done || err != nil:
 			t.failed++
@@ -192,8 +209,11 @@ func (t *acquireTally) count(replies []nodeReply) {
 			t.release[i] = true
 			t.grantedBy[i] = true
 		default:
-			t.holders = append(t.holders, pttl)
-			heldBy[holder]++
+			t.holders = append(t.holders, held.TTL)
+			heldBy[held.Holder]++
+			if held.Next {
+				t.next++
+			}
 		}
 	}
 	for holder, nodes := range heldBy {
@@ -208,7 +228,7 @@ func (t *acquireTally) count(replies []nodeReply) {
 func (r *Redlock) attemptFailures(ctx context.Context, replies []nodeReply, wait time.Duration) nodeErrors {
 	var failed nodeErrors
 	for i, rep := range replies {
-		_, _, _, err := readAcquire(rep)
+		_, _, err := readAcquire(rep)
 		switch {
 		case !rep.done && !rep.late: // left early: silent
 			failed = append(failed, r.silentError(ctx, i))
@@ -238,18 +258,19 @@ func (m *RedlockMutex) explainFailure(res *acquireResult, op string, verdict acq
 	default:
 		res.holderTTL = quorumFreeIn(q-t.granted, t.holders)
 		res.held = t.held
+		res.next = 2*t.next > len(t.holders)
 		res.err = &errs.NotObtainedError{Name: m.name, HolderTTL: res.holderTTL, Last: failed.orNil()}
 	}
 }
 
 // readAcquire reads one node's reply to an attempt: rep.err, or what
 // protocol.RedlockAcquireReply makes of a reply; nothing for a node that did not answer.
-func readAcquire(rep nodeReply) (granted bool, holderTTL time.Duration, holder string, err error) {
+func readAcquire(rep nodeReply) (granted bool, held protocol.RedlockHeld, err error) {
 	if !rep.done {
-		return false, 0, "", nil
+		return false, held, nil
 	}
 	if rep.err != nil {
-		return false, 0, "", rep.err
+		return false, held, rep.err
 	}
 	return protocol.RedlockAcquireReply(rep.reply)
 }

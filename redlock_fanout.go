@@ -16,7 +16,7 @@ import (
 
 // nodeCalls makes a copy of c for each node, or for the nodes set in which
 // when it is not nil (nil elsewhere: fanout skips those). The calls share
-// one key slice and c's arguments, which drivers only read, and one
+// c's keys and arguments, which drivers only read, and one
 // backing array: a fan-out costs a few allocations, not a few per node.
 func (m *RedlockMutex) nodeCalls(which []bool, c *protocol.Call) []*driver.Call {
 	n := len(m.r.nodes)
@@ -24,7 +24,7 @@ func (m *RedlockMutex) nodeCalls(which []bool, c *protocol.Call) []*driver.Call 
 	calls := make([]*driver.Call, n)
 	for i := range calls {
 		if which == nil || which[i] {
-			backing[i] = driver.Call{Script: c.Script, Keys: m.keys, Args: c.Args}
+			backing[i] = driver.Call{Script: c.Script, Keys: c.Keys, Args: c.Args}
 			calls[i] = &backing[i]
 		}
 	}

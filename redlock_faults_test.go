@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -402,8 +403,13 @@ func acquireReplyHook(node int, replies chan<- acquireReply) afterCmd {
 			fmt.Sprint(args[1]) != scripts.RedlockAcquire.Hash() {
 			return
 		}
+		// The owner value is the first argument after the keys.
+		numKeys, _ := strconv.Atoi(fmt.Sprint(args[2]))
+		if len(args) < 4+numKeys {
+			return
+		}
 		select {
-		case replies <- acquireReply{node: node, key: scriptKey(cmd), owner: fmt.Sprint(args[4])}:
+		case replies <- acquireReply{node: node, key: scriptKey(cmd), owner: fmt.Sprint(args[3+numKeys])}:
 		default:
 		}
 	}

@@ -108,6 +108,9 @@ func (m *RedlockMutex) contend(ctx context.Context, q *redlockQueue, w *redlockW
 		if l, done, err := run.sleep(st.delay, st.wake); done {
 			return l, err
 		}
+		if l, done, err := run.yield(); done {
+			return l, err
+		}
 	}
 }
 

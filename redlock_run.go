@@ -23,6 +23,9 @@ type redlockRun struct {
 	holderTTL time.Duration
 	last      error
 	timer     *time.Timer // made when the Lock first waits
+	// next: the last attempt's nodes said this line has waited longest;
+	// heard: the last sleep ended with a release heard.
+	next, heard bool
 }
 
 func (w *redlockRun) stop() {
@@ -78,7 +81,8 @@ func (w *redlockRun) step(releasing bool) redlockStep {
 	if wait.l != nil {
 		wait.l.drain()
 	}
-	res := m.attempt(w.ctx, "Lock", w.owner)
+	res := m.attempt(w.ctx, "Lock", w.owner, w.ear)
+	w.next = res.next
 	switch {
 	case res.hold != nil:
 		l, err := m.lease(w.ctx, w.owner, res)
@@ -125,8 +129,10 @@ func (w *redlockRun) sleep(delay time.Duration, wake bool) (*Lease, bool, error)
 		w.timer.Reset(delay)
 	}
 	defer wait.StopTimer(w.timer)
+	w.heard = false
 	select {
 	case <-signal:
+		w.heard = true
 	case t := <-w.w.Outcome():
 		return w.takeHandoff(t)
 	case <-w.timer.C:
@@ -136,6 +142,19 @@ func (w *redlockRun) sleep(delay time.Duration, wake bool) (*Lease, bool, error)
 		return nil, true, w.ended(true)
 	}
 	return nil, false, nil
+}
+
+// yield lets the line that has waited longest ask first after a release,
+// and so keeps a process from losing race after race to the others: a
+// line that the nodes did not name as that line at its last attempt waits
+// a tenth of the minimum retry delay before it asks (an attempt's round
+// trip on a LAN, many times over). A hand-off or the end of ctx still ends
+// the wait; done ends the Lock.
+func (w *redlockRun) yield() (*Lease, bool, error) {
+	if !w.heard || w.next {
+		return nil, false, nil
+	}
+	return w.sleep(w.m.cfg.retryMin/10, false)
 }
 
 // takeHandoff takes the outcome of a hand-off to the head: the lease

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/notify"
@@ -38,11 +39,22 @@ type redlockEars struct {
 // redlockEar is one name's listener and the Lock calls that share it.
 type redlockEar struct {
 	key   string
+	id    string // the line's name on the nodes: the Redlock's lineID
 	users int
 	// l is made by the first attempt that may need to hear a release (see
 	// hear); read and set under redlockEars.mu.
 	l *redlockListener
+	// since is when the line began to wait (on the monotonic clock, from
+	// redlockEpoch): when its first Lock came, or when the line last took
+	// the lock from the nodes; listed: an attempt since then failed, so the
+	// next ones list the line among those that wait (redlock_acquire.lua).
+	// Atomic: every attempt reads them.
+	since  atomic.Int64
+	listed atomic.Bool
 }
+
+// redlockEpoch is the origin of redlockEar.since.
+var redlockEpoch = time.Now()
 
 // hear returns the ear of m's lock for one more Lock call, which must give
 // it back with unhear.
@@ -54,7 +66,8 @@ func (r *Redlock) hear(m *RedlockMutex) *redlockEar {
 		if r.ears.ears == nil {
 			r.ears.ears = make(map[string]*redlockEar)
 		}
-		e = &redlockEar{key: m.key}
+		e = &redlockEar{key: m.key, id: r.lineID}
+		e.since.Store(int64(time.Since(redlockEpoch)))
 		if r.hears(m.key) {
 			// A release could be heard now: listen before the first
 			// attempt, so that one published right after it is not lost.
@@ -80,6 +93,23 @@ func (r *Redlock) unhear(e *redlockEar) {
 	if e.l != nil {
 		e.l.stop()
 	}
+}
+
+// waited is how long e's line has waited (see redlockEar.since), and
+// whether the nodes may list it.
+func (e *redlockEar) waited() (time.Duration, bool) {
+	return time.Since(redlockEpoch) - time.Duration(e.since.Load()), e.listed.Load()
+}
+
+// attempted records the outcome of an attempt of e's line. A line that
+// took the lock starts its wait over (the nodes dropped it from their
+// lists), so that the other processes' lines, which have waited longer,
+// ask first after its release.
+func (e *redlockEar) attempted(took bool) {
+	if took {
+		e.since.Store(int64(time.Since(redlockEpoch)))
+	}
+	e.listed.Store(!took)
 }
 
 // listener returns e's listener; with make, one is made now if it has

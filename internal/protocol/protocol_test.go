@@ -104,15 +104,24 @@ func TestPTTLReply(t *testing.T) {
 }
 
 func TestRedlockAcquireReply(t *testing.T) {
-	if ok, ttl, _, err := RedlockAcquireReply(int64(1)); !ok || ttl != 0 || err != nil {
-		t.Fatalf("granted: %v %v %v", ok, ttl, err)
+	if ok, held, err := RedlockAcquireReply(int64(1)); !ok || held != (RedlockHeld{}) || err != nil {
+		t.Fatalf("granted: %v %+v %v", ok, held, err)
 	}
-	ok, ttl, holder, err := RedlockAcquireReply([]any{int64(0), int64(250), "them"})
-	if ok || ttl != 250*time.Millisecond || holder != "them" || err != nil {
-		t.Fatalf("held: %v %v %q %v", ok, ttl, holder, err)
+	for _, tc := range []struct {
+		reply any
+		want  RedlockHeld
+	}{
+		{[]any{int64(0), int64(250), "them", int64(1)}, RedlockHeld{TTL: 250 * time.Millisecond, Holder: "them", Next: true}},
+		{[]any{int64(0), int64(250), "them", int64(0)}, RedlockHeld{TTL: 250 * time.Millisecond, Holder: "them"}},
+		{[]any{int64(0), int64(250), "them"}, RedlockHeld{TTL: 250 * time.Millisecond, Holder: "them"}}, // an older script
+	} {
+		ok, held, err := RedlockAcquireReply(tc.reply)
+		if ok || held != tc.want || err != nil {
+			t.Errorf("RedlockAcquireReply(%#v) = %v %+v %v, want %+v", tc.reply, ok, held, err, tc.want)
+		}
 	}
 	for _, reply := range []any{int64(2), []any{int64(0)}, []any{int64(3), int64(1)}, nil} {
-		if _, _, _, err := RedlockAcquireReply(reply); err == nil {
+		if _, _, err := RedlockAcquireReply(reply); err == nil {
 			t.Errorf("RedlockAcquireReply(%#v): no error", reply)
 		}
 	}

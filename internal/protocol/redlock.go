@@ -18,29 +18,55 @@ func RedlockAcquire(lock, owner string, px time.Duration) *Call {
 	return ownedCall(scripts.RedlockAcquire, lock, owner, px.Milliseconds())
 }
 
-// RedlockAcquireReply reads redlock_acquire's reply: granted, or the other
-// owner's remaining time and value (empty from an older dlock's script,
-// which did not send it).
-func RedlockAcquireReply(reply any) (granted bool, holderTTL time.Duration, holder string, err error) {
+// RedlockAcquireWaiting is RedlockAcquire for a Lock that waits in the line
+// called line, which has waited for waited: a node that finds the lock held
+// lists line in lines, the hash of the lines waiting for lock, and its reply
+// says whether line has waited longest of them.
+func RedlockAcquireWaiting(lock, lines, owner string, px time.Duration, line string, waited time.Duration) *Call {
+	c := ownedCall(scripts.RedlockAcquire, lock, owner, px.Milliseconds())
+	c.keys[1], c.Keys = lines, c.keys[:2]
+	c.next = line
+	c.setArgs(&c.member, &c.n, &c.next, waited.Milliseconds())
+	return c
+}
+
+// RedlockHeld is what redlock_acquire's reply says of a lock held by
+// another owner: its remaining time, its owner value (empty from an older
+// dlock's script, which did not send it), and whether the asking line has
+// waited longest (Next).
+type RedlockHeld struct {
+	TTL    time.Duration
+	Holder string
+	Next   bool
+}
+
+// RedlockAcquireReply reads redlock_acquire's reply: granted, or what it
+// says of the other owner.
+func RedlockAcquireReply(reply any) (granted bool, held RedlockHeld, err error) {
 	if reply == int64(1) {
-		return true, 0, "", nil
+		return true, held, nil
 	}
 	items, ok := reply.([]any)
 	if !ok || len(items) == 0 {
-		return false, 0, "", errs.Unexpected(reply)
+		return false, held, errs.Unexpected(reply)
 	}
 	switch code, _ := items[0].(int64); code {
 	case 0:
 		if len(items) >= 2 {
 			if ttl, ok := items[1].(int64); ok {
+				held.TTL = Millis(ttl)
 				if len(items) > 2 {
-					holder, _ = items[2].(string)
+					held.Holder, _ = items[2].(string)
 				}
-				return false, Millis(ttl), holder, nil
+				if len(items) > 3 {
+					next, _ := items[3].(int64)
+					held.Next = next == 1
+				}
+				return false, held, nil
 			}
 		}
 	}
-	return false, 0, "", errs.Unexpected(reply)
+	return false, held, errs.Unexpected(reply)
 }
 
 // OwnedRelease is owned_release.lua's call: it deletes lock if owner holds

@@ -79,13 +79,25 @@ func TestRedlockLongestWaitingLineIsNext(t *testing.T) {
 	if _, err := holder.Mutex(name).TryLock(ctx); !errors.Is(err, ErrNotObtained) {
 		t.Fatalf("a TryLock while held: %v", err)
 	}
+	// An attempt returns once a quorum of nodes has answered, and those
+	// listed its line; a node whose request came late, or not at all on a
+	// loaded machine, may list less.
+	listed := 0
 	for _, s := range servers {
-		if n := s.Do(t, "HLEN", ma.linesKey); n != int64(2) {
-			t.Errorf("%s: %v lines, want a's and b's (a TryLock joins none)", s.Addr(), n)
+		n, _ := s.Do(t, "HLEN", ma.linesKey).(int64)
+		if n > 2 {
+			t.Errorf("%s: %v lines, want at most a's and b's (a TryLock joins none)", s.Addr(), n)
 		}
+		if n == 0 {
+			continue
+		}
+		listed++
 		if pttl, _ := s.Do(t, "PTTL", ma.linesKey).(int64); pttl <= 0 || time.Duration(pttl)*time.Millisecond > redlockPX(&ma.cfg)/2+time.Millisecond {
 			t.Errorf("%s: the lines expire in %vms, want within half the TTL", s.Addr(), pttl)
 		}
+	}
+	if listed < quorum(len(servers)) {
+		t.Errorf("lines listed on %d nodes, want a quorum", listed)
 	}
 
 	if err := held.Unlock(ctx); err != nil {
@@ -97,9 +109,14 @@ func TestRedlockLongestWaitingLineIsNext(t *testing.T) {
 	if res := attempt(mb, eb); res.hold != nil || !res.next {
 		t.Fatalf("b once a holds: granted %v, next %v; want held, b next", res.hold != nil, res.next)
 	}
+	// The quorum that granted a dropped its line (a listed it on a quorum).
+	gone := 0
 	for _, s := range servers {
-		if n := s.Do(t, "HEXISTS", ma.linesKey, a.lineID); n != int64(0) {
-			t.Errorf("%s: a's line is still waiting after a took the lock", s.Addr())
+		if s.Do(t, "HEXISTS", ma.linesKey, a.lineID) == int64(0) {
+			gone++
 		}
+	}
+	if gone < quorum(len(servers)) {
+		t.Errorf("a's line is still listed on %d of %d nodes after a took the lock", len(servers)-gone, len(servers))
 	}
 }

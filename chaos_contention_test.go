@@ -94,8 +94,11 @@ func TestChaosRenewalRacesRelease(t *testing.T) {
 			name = "mutex"
 		}
 		t.Run(name, func(t *testing.T) {
-			c := runContention(t, chaosSpec{Kind: kind, Reads: 50, TTL: 300 * time.Millisecond, Sections: chaos.Pick(4, 20),
-				Hold: 150 * time.Millisecond, HoldRand: true, Beat: 10 * time.Millisecond})
+			// The short tier runs beside the whole suite, where a 300 ms
+			// TTL can lapse while the process waits for a core: a lost
+			// lease is a failure here, so its times are doubled there.
+			c := runContention(t, chaosSpec{Kind: kind, Reads: 50, TTL: chaos.Pick(600*time.Millisecond, 300*time.Millisecond),
+				Sections: chaos.Pick(4, 20), Hold: chaos.Pick(300*time.Millisecond, 150*time.Millisecond), HoldRand: true, Beat: 10 * time.Millisecond})
 			c.check(t)
 			renewals := c.h.Count(chaos.Cmd, func(e chaos.Event) bool { return e.Note == "renew" })
 			if renewals == 0 {

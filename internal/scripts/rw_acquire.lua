@@ -47,6 +47,30 @@ if rw_foreign(KEYS[1]) then
   return redis.error_reply('DLOCK_CONFLICT ' .. KEYS[1] .. ' holds a value with no expiry that no lock wrote')
 end
 local now_us, now_ms = rw_time()
+
+-- The common waiting case, at the cost of mutex_acquire.lua's: a writer
+-- holds the lock and its hold has not expired. A writer holds alone, so
+-- nobody can be granted and no holder needs pruning: member (not that
+-- writer) only stays in the queue, as the full path below would leave it.
+-- Dead waiters ahead of member stay for the release's grant to drop, as in
+-- the Mutex's queue. Every key this path reads or writes is checked before
+-- HSET, its first write: holders by rw_foreign above and ZRANGE (WRONGTYPE),
+-- the fencing key and the tokens hash here (a foreign one sends the call
+-- to the full path, which reports it), the queue by ZSCORE and the waiters
+-- by HSET itself (WRONGTYPE, see dlock_enqueue).
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #first == 2 and string.sub(first[1], 1, 1) == 'W' and first[1] ~= member and tonumber(first[2]) > now_ms then
+  local fence = redis.pcall('GET', KEYS[2])
+  local tokens = redis.call('TYPE', KEYS[5]).ok
+  if type(fence) ~= 'table' and (not fence or dlock_counter(fence)) and (tokens == 'none' or tokens == 'hash') then
+    local position = 0
+    if ARGV[3] == '1' then
+      position = dlock_enqueue(KEYS[3], KEYS[4], member, now_us, ARGV[4], ARGV[5])
+    end
+    return {0, tonumber(first[2]) - now_ms, position, 0, tonumber(fence or '0')}
+  end
+end
+
 rw_check_keys(KEYS)
 rw_prune(KEYS, now_ms)
 

@@ -45,8 +45,60 @@ if n <= tonumber(ARGV[3]) and redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KE
   end
 end
 --@lib
-sem_check(6)
 local now_us, now_ms = sem_now()
+
+-- The common waiting case, at the cost of mutex_acquire.lua's: no limit
+-- stored, no holder expired, owner not among the holders, and every permit
+-- held or the live waiter at the head of the queue asking for more than is
+-- free. Grants go in arrival order and stop at that head, so nobody can be
+-- granted and no holder needs pruning: owner only stays in the queue, as
+-- the full path below would leave it. Anything else (a holder's entry that
+-- does not parse, a dead head with permits free) goes to the full path.
+-- Every key this path reads or writes is checked before HSET, its first
+-- write: holders and counts by PTTL (no expiry: no semaphore wrote them)
+-- and by ZRANGE and HGET (WRONGTYPE), the limit by EXISTS, the fencing key
+-- here (a foreign one goes to the full path, which reports it), the queue
+-- by ZRANGE or ZSCORE and the waiters by HGET or HSET (WRONGTYPE).
+if n <= tonumber(ARGV[3]) and redis.call('EXISTS', KEYS[3]) == 0
+    and redis.call('PTTL', KEYS[1]) > 0 and redis.call('PTTL', KEYS[2]) > 0 then
+  local limit = tonumber(ARGV[3])
+  local holders = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+  local used = 0
+  local waiting = #holders > 0 and tonumber(holders[2]) > now_ms
+  for i = 1, #holders, 2 do
+    local held = waiting and holders[i] ~= owner and sem_held(redis.call('HGET', KEYS[2], holders[i]))
+    if not held then
+      waiting = false
+      break
+    end
+    used = used + held
+  end
+  -- Every permit held: no request fits (each asks for one at least), and a
+  -- dead or oversized head waits for the next grant to drop it, as a dead
+  -- one does in the Mutex's queue. Otherwise the head decides.
+  local full = waiting and used >= limit
+  if waiting and not full then
+    local head = redis.call('ZRANGE', KEYS[5], 0, 0)
+    local live, _, extra = false, nil, nil
+    if #head == 1 then
+      live, _, extra = dlock_waiter(KEYS[6], head[1], now_ms)
+    end
+    local ask = live and tonumber(extra)
+    full = ask and ask <= limit and used + ask > limit
+  end
+  if full then
+    local fence = redis.pcall('GET', KEYS[4])
+    if type(fence) ~= 'table' and (not fence or tonumber(fence)) then
+      local position = 0
+      if ARGV[6] == '1' then
+        position = dlock_enqueue(KEYS[5], KEYS[6], owner, now_us, ARGV[7], ARGV[8], ARGV[2])
+      end
+      return {0, tonumber(holders[2]) - now_ms, position, limit - used, tonumber(fence or '0')}
+    end
+  end
+end
+
+sem_check(6)
 local limit = sem_limit(ARGV[3], ARGV[4])
 sem_drop_expired(now_ms)
 

@@ -97,7 +97,7 @@ func (m *Mutex) channel() string { return m.keys.channel() }
 // place serves a FairMutex's waiters, and a MultiLock's, each with a place
 // of its own (a Mutex's share one: mutex_wait.go).
 func (m *Mutex) place(owner string) wait.Place {
-	return wait.Place{Queue: m.keys.queue, Waiters: m.keys.waiters, Member: owner}
+	return wait.Place{Queue: m.keys.queue, Waiters: m.keys.waiters, Member: owner, Lock: m.keys.lock}
 }
 
 // flagNewOwner is Mutex.acquire's join for an owner value never queued

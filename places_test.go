@@ -18,10 +18,11 @@ import (
 	"github.com/dlock-go/dlock/internal/wait"
 )
 
-// scriptCounter counts the script calls (EVALSHA, EVAL) a client sends;
-// while refuseKeep is set, it fails queue_keep's calls without sending them.
+// scriptCounter counts the script calls (EVALSHA, EVAL) a client sends,
+// and among them queue_keep's; while refuseKeep is set, it fails
+// queue_keep's calls without sending them.
 type scriptCounter struct {
-	n          atomic.Int64
+	n, keeps   atomic.Int64
 	refuseKeep atomic.Bool
 }
 
@@ -60,10 +61,13 @@ func (h *scriptCounter) refused(cmd redis.Cmder) bool {
 		return false
 	}
 	h.n.Add(1)
-	if args := cmd.Args(); h.refuseKeep.Load() && len(args) > 1 {
+	if args := cmd.Args(); len(args) > 1 {
 		if a := fmt.Sprint(args[1]); a == scripts.QueueKeep.Hash() || a == scripts.QueueKeep.Source() {
-			cmd.SetErr(errKeepRefused)
-			return true
+			h.keeps.Add(1)
+			if h.refuseKeep.Load() {
+				cmd.SetErr(errKeepRefused)
+				return true
+			}
 		}
 	}
 	return false
@@ -162,6 +166,12 @@ const placeTestLease = 600 * time.Millisecond
 // other, each once the one before is queued.
 func startPlaceWaiters(t *testing.T, srv *redistest.Server, k placeKind, name string, n int) *placeWaiters {
 	t.Helper()
+	return startPlaceWaitersLeased(t, srv, k, name, n, placeTestLease)
+}
+
+// startPlaceWaitersLeased is startPlaceWaiters with a waiter lease of lease.
+func startPlaceWaitersLeased(t *testing.T, srv *redistest.Server, k placeKind, name string, n int, lease time.Duration) *placeWaiters {
+	t.Helper()
 	rdb := srv.Client(t)
 	w := &placeWaiters{counter: &scriptCounter{}, order: make(chan int, n)}
 	rdb.AddHook(w.counter)
@@ -180,7 +190,7 @@ func startPlaceWaiters(t *testing.T, srv *redistest.Server, k placeKind, name st
 		w.wg.Add(1)
 		go func(i int) {
 			defer w.wg.Done()
-			release, err := k.wait(ctx, c, name, i, WithWaiterLease(placeTestLease))
+			release, err := k.wait(ctx, c, name, i, WithWaiterLease(lease))
 			if err != nil {
 				if ctx.Err() == nil {
 					t.Errorf("waiter %d: %v", i, err)
@@ -354,6 +364,71 @@ func TestWaitersKeepTheirPlacesTogether(t *testing.T) {
 	}
 }
 
+// TestLeaderKeepsItsOwnPlace: the leader of a FairMutex's waiters, whose
+// lock key shows whether the lock is held, renews its own place in its
+// keep and does not attempt while the lock stays held: one call per
+// refresh for the whole group.
+func TestLeaderKeepsItsOwnPlace(t *testing.T) {
+	srv := redistest.Shared(t)
+	k := placeKinds[0] // FairMutex
+	name := "places-leader-keeps-itself"
+	release := holdFromAnotherClient(t, srv, k, name)
+	const n = 4
+	// A refresh of a second, so that followers asking for themselves
+	// (a keep half a refresh late) stay rare on a loaded machine.
+	w := startPlaceWaitersLeased(t, srv, k, name, n, 3*time.Second)
+	queue := k.queue(w.c, name)
+	w.waitKept(t, queue, 1, 1)
+	calls, keeps := w.counter.n.Load(), w.counter.keeps.Load()
+	const rounds = 6
+	w.waitKept(t, queue, 1, rounds)
+	keeps = w.counter.keeps.Load() - keeps
+	attempts := w.counter.n.Load() - calls - keeps
+	t.Logf("%d rounds of keeps: %d keeps, %d other script calls", rounds, keeps, attempts)
+	// An attempt per round besides the keep would be rounds.
+	if attempts > rounds/2 {
+		t.Errorf("%d script calls other than keeps in %d rounds; want at most %d", attempts, rounds, rounds/2)
+	}
+	release()
+	w.wantArrivalOrder(t, 0, n)
+}
+
+// TestLeaderSeesALockFreedSilently: a FairMutex's key that goes without a
+// release (a holder dead, a grant's claim window lapsed) publishes nothing;
+// the leader's keep reads it gone and the leader attempts, well before the
+// holder's TTL it last saw would run out.
+func TestLeaderSeesALockFreedSilently(t *testing.T) {
+	srv := redistest.Shared(t)
+	k := placeKinds[0] // FairMutex
+	name := "places-freed-silently"
+	holder, err := New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Close() })
+	l, err := holder.FairMutex(name, WithTTL(5*time.Minute), WithAutoRenew(false)).Lock(placeTestCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3
+	w := startPlaceWaiters(t, srv, k, name, n)
+	queue := k.queue(w.c, name)
+	w.waitKept(t, queue, 1, 1)
+	srv.Do(t, "DEL", holder.FairMutex(name).m.keys.lock)
+	select {
+	case i := <-w.order:
+		if i != 0 {
+			t.Fatalf("waiter %d granted first; want 0", i)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("no waiter granted within a minute of the lock's key going; the holder's TTL was 5 minutes")
+	}
+	w.wantArrivalOrder(t, 1, n-1)
+	if err := l.Unlock(context.Background()); err == nil {
+		t.Error("the holder whose key was deleted released without an error")
+	}
+}
+
 // TestPlacesKeptAfterTheLeaderLeaves: when the waiter that keeps the
 // others' places gives up, the next one keeps them from its next refresh
 // on, and nobody loses a place.
@@ -494,6 +569,24 @@ func checkQueueKeep(t *testing.T, c *Client, srv *redistest.Server) {
 	}
 	if pttl, _ := srv.Do(t, "PTTL", queue).(int64); pttl < 50000 {
 		t.Errorf("queue PTTL %d ms; want at least the lease", pttl)
+	}
+
+	// With a lock key, the reply ends with its PTTL.
+	lock := "dlock:{keep-test}"
+	srv.Do(t, "SET", lock, "holder", "PX", "40000")
+	call = &driver.Call{Script: scripts.QueueKeep, Keys: []string{queue, waiters, lock}, Args: []any{int64(60000), "a", "gone"}}
+	c.drv.Run(ctx, call)
+	reply, _ := call.Reply.([]any)
+	if call.Err != nil || len(reply) != 3 || fmt.Sprint(reply[:2]) != "[1 0]" {
+		t.Fatalf("reply %v, %v; want [1 0 <the lock's PTTL>]", call.Reply, call.Err)
+	}
+	if pttl, _ := reply[2].(int64); pttl < 30000 || pttl > 40000 {
+		t.Errorf("the lock's PTTL in the reply %v; want about 40000", reply[2])
+	}
+	srv.Do(t, "DEL", lock)
+	c.drv.Run(ctx, call)
+	if fmt.Sprint(call.Reply) != "[1 0 -2]" {
+		t.Errorf("reply %v; want [1 0 -2] once the lock key is gone", call.Reply)
 	}
 }
 

@@ -1,11 +1,16 @@
 -- queue_keep.lua: renew the leases of several waiters of one queued lock,
 -- those still in its queue: one call per Client and lock per refresh,
 -- instead of one poll per waiter (see places.go).
--- KEYS: 1 queue, 2 waiters (see lock_lib.lua)
+-- KEYS: 1 queue, 2 waiters (see lock_lib.lua), 3 (optional) the lock key,
+--       for a lock whose key exists exactly while someone holds it (a
+--       FairMutex's, a MultiLock name's)
 -- ARGV: 1 waiter lease ms, 2... the waiters' queue members
 -- Returns: an array with, for each member in ARGV's order, 1 when its
 --          lease was renewed, 0 when it is no longer queued (granted, or
---          dropped after its lease lapsed): that waiter asks for itself.
+--          dropped after its lease lapsed): that waiter asks for itself;
+--          then, with KEYS[3], that key's PTTL: the leader of the waiters
+--          asks again at once when it is not positive (nobody holds the
+--          lock, and a grant may be due), else when it runs out.
 -- It never queues anyone: a member that left the queue (a waiter that gave
 -- up, a grant) stays out. The entry's grant px and extra field are kept.
 -- A fixed number of commands, whatever the number of members: each member
@@ -36,5 +41,8 @@ if #renewed > 0 then
   redis.call('HSET', KEYS[2], unpack(renewed))
   dlock_keep(KEYS[1], ARGV[1])
   dlock_keep(KEYS[2], ARGV[1])
+end
+if KEYS[3] then
+  kept[#kept + 1] = redis.call('PTTL', KEYS[3])
 end
 return kept

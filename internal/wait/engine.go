@@ -229,6 +229,10 @@ func (w *run) sleep(delay time.Duration) (r Result, from time.Time, err error, d
 				w.timer.Reset(LookAgainIn(w.refresh/2, 0)) // the leader keeps the place
 				continue
 			}
+			if d, ok := w.keepSelf(); ok {
+				w.timer.Reset(d)
+				continue
+			}
 			return
 		case <-gone:
 			return // no longer queued: granted, or the place lapsed
@@ -249,6 +253,22 @@ func (w *run) sleep(delay time.Duration) (r Result, from time.Time, err error, d
 			return Result{}, time.Time{}, errors.Join(errs.ErrClosed, w.ended()), true
 		}
 	}
+}
+
+// keepSelf renews, instead of an attempt, the places of a leader whose
+// lock's key shows whether it is held (Places.KeepSelf), and returns the
+// delay before its next look; ok is false when the leader must attempt.
+func (w *run) keepSelf() (time.Duration, bool) {
+	if w.member == nil || !w.c.Places.Leads(w.member) {
+		return 0, false
+	}
+	pttl, ok := w.c.Places.KeepSelf(w.ctx, w.c.Driver, w.cfg.WaiterLease, w.cfg.Logger, w.member)
+	if !ok {
+		return 0, false
+	}
+	w.lastKeep = time.Now()
+	w.holderTTL = pttl
+	return w.cfg.pollDelay(pttl, nil), true
 }
 
 // heard takes a grant heard by pub/sub; ok is false for one that came

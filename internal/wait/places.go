@@ -42,12 +42,21 @@ import (
 // from its next check on.
 //
 // Redis then sees two calls per Client, lock and refresh, however many of
-// the Client's goroutines wait.
+// the Client's goroutines wait. For a lock whose key exists exactly while
+// someone holds it (Place.Lock: a FairMutex's, a MultiLock name's), the
+// leader also renews its own lease in the keep, which reads that key's
+// PTTL: it attempts again only when the key is gone (a holder died, or a
+// grant's claim window lapsed: no wake-up is published then) or when the
+// keep fails, so Redis sees one call per Client and refresh.
 
 // Place names a waiter's place in a lock's queue.
 type Place struct {
 	Queue, Waiters string // the lock's queue keys, in one Cluster slot
 	Member         string // the waiter's entry in them
+	// Lock, when set, is the lock's key, in the same slot, which exists
+	// exactly while someone holds the lock: the leader then keeps its own
+	// place too (KeepSelf).
+	Lock string
 }
 
 // placeKey identifies the waiters that can be kept together: the same
@@ -65,9 +74,9 @@ type Places struct {
 }
 
 type group struct {
-	key     placeKey
-	waiters string
-	members []*Member // members[0] leads
+	key           placeKey
+	waiters, lock string
+	members       []*Member // members[0] leads
 }
 
 // Member is one waiting goroutine's place in its group.
@@ -97,7 +106,7 @@ func (p *Places) Join(spec Place, lease, refresh time.Duration) *Member {
 		if p.groups == nil {
 			p.groups = make(map[placeKey]*group)
 		}
-		g = &group{key: key, waiters: spec.Waiters}
+		g = &group{key: key, waiters: spec.Waiters, lock: spec.Lock}
 		p.groups[key] = g
 	}
 	m := &Member{g: g, member: spec.Member, Gone: make(chan struct{}, 1)} // keptAt: see kept
@@ -148,10 +157,30 @@ const maxKeptPerCall = 500
 // failure is only logged: the members then ask for themselves once their
 // lease has gone unrenewed too long (stale).
 func (p *Places) Keep(ctx context.Context, drv driver.Driver, lease time.Duration, logger *slog.Logger, leader *Member) {
-	members := p.followers(leader)
-	if len(members) == 0 {
-		return
+	if members := p.followers(leader); len(members) > 0 {
+		p.keep(ctx, drv, lease, logger, leader, members, "")
 	}
+}
+
+// KeepSelf is Keep with the leader's own place renewed in the same call,
+// for a group whose Place names its Lock. ok reports that the leader is
+// still queued with its lease renewed and that the lock is held for pttl
+// more; otherwise the leader must attempt now.
+func (p *Places) KeepSelf(ctx context.Context, drv driver.Driver, lease time.Duration, logger *slog.Logger, leader *Member) (pttl time.Duration, ok bool) {
+	if leader.g.lock == "" {
+		return 0, false
+	}
+	members := append([]*Member{leader}, p.followers(leader)...)
+	kept, err := p.keep(ctx, drv, lease, logger, leader, members, leader.g.lock)
+	if err != nil || !kept.Has(0) || kept.LockPTTL <= 0 {
+		return 0, false
+	}
+	return kept.LockPTTL, true
+}
+
+// keep renews members' leases, maxKeptPerCall to a call, and returns the
+// first call's reply, which reads lock's PTTL when lock is set.
+func (p *Places) keep(ctx context.Context, drv driver.Driver, lease time.Duration, logger *slog.Logger, leader *Member, members []*Member, lock string) (protocol.Kept, error) {
 	var (
 		chunks [][]*Member // the members of each call
 		calls  []*driver.Call
@@ -159,14 +188,22 @@ func (p *Places) Keep(ctx context.Context, drv driver.Driver, lease time.Duratio
 	for start := 0; start < len(members); start += maxKeptPerCall {
 		chunk := members[start:min(start+maxKeptPerCall, len(members))]
 		chunks = append(chunks, chunk)
-		calls = append(calls, protocol.QueueKeep(leader.g.key.queue, leader.g.waiters, lease, len(chunk),
+		calls = append(calls, protocol.QueueKeep(leader.g.key.queue, leader.g.waiters, lock, lease, len(chunk),
 			func(i int) string { return chunk[i].member }))
+		lock = "" // read once
 	}
 	sent := time.Now()
 	drv.Run(ctx, calls...)
+	var (
+		first    protocol.Kept
+		firstErr error
+	)
 	for i, call := range calls {
 		chunk := chunks[i]
 		kept, err := protocol.QueueKeepReply(call, len(chunk))
+		if i == 0 {
+			first, firstErr = kept, err
+		}
 		if err != nil {
 			logger.Debug("dlock: renewing waiters' places failed; each asks for itself", slog.String("queue", leader.g.key.queue), slog.Any("error", err))
 			continue
@@ -174,8 +211,13 @@ func (p *Places) Keep(ctx context.Context, drv driver.Driver, lease time.Duratio
 		for j, m := range chunk {
 			if kept.Has(j) {
 				p.Kept(m, sent)
-				m.keptByLeader.Add(1)
+				if m != leader {
+					m.keptByLeader.Add(1)
+				}
 				continue
+			}
+			if m == leader {
+				continue // KeepSelf's caller attempts at once
 			}
 			select {
 			case m.Gone <- struct{}{}:
@@ -183,6 +225,7 @@ func (p *Places) Keep(ctx context.Context, drv driver.Driver, lease time.Duratio
 			}
 		}
 	}
+	return first, firstErr
 }
 
 // Kept records that m's lease was renewed by a call sent at.

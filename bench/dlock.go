@@ -7,8 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
 )
 
 // dlockLocker drives one of dlock's primitives through its public API: one

@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 
-	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
 )
 
 func init() {

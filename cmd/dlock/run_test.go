@@ -19,9 +19,10 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
-	"golang.org/x/sys/unix"
 )
 
 // lockedBuffer is a bytes.Buffer safe for a process's output and a test

@@ -200,7 +200,7 @@ func startPlaceWaitersLeased(t *testing.T, srv *redistest.Server, k placeKind, n
 			w.order <- i
 			// Granted after waiting many waiter leases, and so many
 			// claim windows: the lease must still hold (a grant heard
-			// by a kept waiter once came with its validity over).
+			// by a kept waiter must leave time to claim it).
 			if err := release(); err != nil {
 				t.Errorf("waiter %d: releasing: %v", i, err)
 			}
@@ -331,7 +331,8 @@ func (w *placeWaiters) wantArrivalOrder(t *testing.T, first, n int) {
 // others' places in one call per refresh. Their places survive many
 // waiter leases (the lock is granted in arrival order), and the Client
 // sends a fraction of the script calls one poll per waiter and refresh
-// would (before: 16 waiters sent at least 16 calls in each refresh).
+// would (16 waiters polling for themselves send at least 16 calls in
+// each refresh).
 func TestWaitersKeepTheirPlacesTogether(t *testing.T) {
 	srv := redistest.Shared(t)
 	for _, k := range placeKinds {

@@ -37,7 +37,7 @@ import (
 // dropped), after which each asks for itself. Every half refresh a member
 // checks, without a call, that the leader renewed its lease lately; one
 // not renewed for half a refresh longer than the leader's pace (the leader
-// is slow, or its calls fail) asks for itself again, as before, with at
+// is slow, or its calls fail) asks for itself again, with at
 // least half its lease left. When the leader leaves, the next member leads
 // from its next check on.
 //

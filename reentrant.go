@@ -78,7 +78,7 @@ type ReentrantMutex struct {
 	name  string
 	cfg   config
 	keys  lockKeys
-	holds string   // the set of the holder's hold ids
+	holds string   // the set of the holder's hold ids, from its second hold on
 	all   []string // the scripts' KEYS: the lock's keys, then holds
 	err   error
 }

@@ -109,6 +109,9 @@ local function owned(k, held_key, holds_key)
       local ids = {}
       if holds_key then
         ids = redis.call('SMEMBERS', holds_key)
+        if #ids == 0 then
+          ids = {string.sub(owner, 1, 32)} -- no holds set: the grant's own hold alone (reentrant_acquire.lua)
+        end
       end
       holders[1] = {owner, pttl, 0, last, ids, held_for(held_key, owner)}
     end

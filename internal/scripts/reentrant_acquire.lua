@@ -2,7 +2,7 @@
 -- owner already holds it, or wait in its queue.
 -- KEYS: 1 lock (the grant: the hold id that took it, then the holder's owner
 --       value; PX), 2 fence, 3 queue, 4 waiters (see lock_lib.lua), 5 holds
---       (set of the holder's hold ids, same PX)
+--       (set of the holder's hold ids, same PX; see below)
 -- ARGV: 1 member: the hold id (32 hex digits) followed by the owner value,
 --       2 ttl ms, 3 "1" to join (or stay in) the queue when not granted,
 --       "0" not to, 4 mode and 5 timings, as mutex_acquire.lua's (the first
@@ -16,39 +16,54 @@
 --          took this grant of the lock.
 --          {0, holder pttl, position, fence}: another owner holds it;
 --          fence is the last token issued (see mutex_acquire.lua).
--- Holds are ids in a set, not a counter: an acquire retried after a lost
--- reply adds nothing, so it never counts twice (Redisson issue #7367).
+-- The holds: while the holds set is absent, the owner holds the lock once,
+-- with the hold that took the grant (the lock's value names it), so the
+-- common single hold writes nothing but the lock. A second hold creates the
+-- set with both ids; from then on the set alone counts, until its last id
+-- is removed with the lock. Holds are ids, not a counter: an acquire
+-- retried after a lost reply adds nothing, so it never counts twice
+-- (Redisson issue #7367).
 -- The key names the grant, not only the owner: a renewal or a TTL of an
 -- earlier grant of the same owner (deleted by ForceUnlock, evicted, or
 -- expired while its process was paused) compares the whole value, and so
 -- never acts on a newer grant.
-local member = ARGV[1]
-local hold, owner = string.sub(member, 1, 32), string.sub(member, 33)
 
 -- The common case first, before the helpers are even defined (that costs
 -- more than this whole path, see mutex_acquire.lua): the lock free, nobody
--- queued and no holds set left. The fencing key is the one key read; its
--- INCR under pcall writes nothing when it fails (a foreign value, an ACL),
--- and the lock just set is deleted again within this atomic script: the
--- full path below then reports what it found.
-if redis.call('EXISTS', KEYS[3], KEYS[5]) == 0 and redis.call('SET', KEYS[1], member, 'NX', 'PX', ARGV[2]) then
+-- queued and no holds set left (one would count for the new grant). The
+-- fencing key is the one key read; its INCR under pcall writes nothing when
+-- it fails (a foreign value, an ACL), and the lock just set is deleted
+-- again within this atomic script: the full path below then reports what
+-- it found.
+if redis.call('EXISTS', KEYS[3], KEYS[5]) == 0 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   --@fence(KEYS[2], string.match(ARGV[5], '(%d+)$'))
   if type(token) == 'number' then
-    redis.call('SADD', KEYS[5], hold)
-    redis.call('PEXPIRE', KEYS[5], ARGV[2])
     return token
   end
   redis.call('DEL', KEYS[1])
 end
+local member = ARGV[1]
+local hold, owner = string.sub(member, 1, 32), string.sub(member, 33)
 --@lib
 local lease_ms, grant_px, retention_ms = string.match(ARGV[5], '^(%d+) (%d+) (%d+)$')
 local publish = string.sub(ARGV[4], 2) == 's' and 'SPUBLISH' or 'PUBLISH'
 
+-- hold_on counts this hold on the owner's grant, which the hold `grant`
+-- took, for pttl ms: the grant's own hold needs no set while it is alone.
 local function hold_on(pttl, grant)
-  redis.call('SADD', KEYS[5], hold)
-  redis.call('PEXPIRE', KEYS[5], pttl)
+  local holds = 1
+  local counted = redis.call('EXISTS', KEYS[5]) == 1
+  if counted or grant ~= hold then
+    if counted then
+      redis.call('SADD', KEYS[5], hold)
+    else
+      redis.call('SADD', KEYS[5], grant, hold) -- the grant's hold is live: the set is absent
+    end
+    redis.call('PEXPIRE', KEYS[5], pttl)
+    holds = redis.call('SCARD', KEYS[5])
+  end
   dlock_dequeue(KEYS[3], KEYS[4], member)
-  return {1, dlock_last_fence(KEYS[2]), pttl, redis.call('SCARD', KEYS[5]), grant}
+  return {1, dlock_last_fence(KEYS[2]), pttl, holds, grant}
 end
 
 local cur = redis.call('GET', KEYS[1])
@@ -78,9 +93,7 @@ if not cur then
     local token = dlock_issue_fence(KEYS[2], retention_ms)
     dlock_dequeue(KEYS[3], KEYS[4], member)
     redis.call('SET', KEYS[1], member, 'PX', ARGV[2])
-    redis.call('DEL', KEYS[5])
-    redis.call('SADD', KEYS[5], hold)
-    redis.call('PEXPIRE', KEYS[5], ARGV[2])
+    redis.call('DEL', KEYS[5]) -- a set left by an earlier grant would count for this one
     return {1, token, tonumber(ARGV[2]), 1, hold}
   end
   -- Free, but others queued first: the head gets it.

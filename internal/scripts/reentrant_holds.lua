@@ -5,6 +5,10 @@
 -- Returns: the owner's hold count, 0 when another owner or nobody holds it.
 local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 33) == ARGV[1] then
-  return redis.call('SCARD', KEYS[2])
+  local n = redis.call('SCARD', KEYS[2])
+  if n == 0 then
+    return 1 -- no holds set: the grant's own hold alone
+  end
+  return n
 end
 return 0

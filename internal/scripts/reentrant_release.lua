@@ -12,11 +12,21 @@
 --          {1}: released the last hold and the lock; the queue had nobody live;
 --          {2, fence, px, next}: released the lock and handed it to the waiter `next`.
 local member = ARGV[1]
+local cur = redis.call('GET', KEYS[1])
+
+-- The common case first, before anything else is computed: the hold that
+-- took the grant, with no holds set (so it is the owner's one hold, see
+-- reentrant_acquire.lua), and nobody queued (so it has no queue entry
+-- either).
+if cur == member and redis.call('EXISTS', KEYS[3], KEYS[5]) == 0 then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
 local hold, owner = string.sub(member, 1, 32), string.sub(member, 33)
 
 -- All but the hand-off runs before the helpers are defined (defining them
--- costs more than the common case's commands, see mutex_acquire.lua): a
--- hold that leaves the queue, or the owner's hold released.
+-- costs more than these commands, see mutex_acquire.lua): a hold that
+-- leaves the queue, or one of the owner's holds released.
 -- The hold's queue entry goes first, as dlock_dequeue does it (pcall: a
 -- foreign queue or waiters key cannot hold it, and is left for the
 -- hand-off to report). Without a queue there is nothing to remove.
@@ -24,20 +34,21 @@ local queued = redis.call('EXISTS', KEYS[3]) == 1
 if queued and redis.pcall('ZREM', KEYS[3], member) == 1 then
   redis.pcall('HDEL', KEYS[4], member)
 end
-local cur = redis.call('GET', KEYS[1])
 if not cur or string.sub(cur, 33) ~= owner then
   return {0}
 end
-if redis.call('SREM', KEYS[5], hold) == 0 then
+local holds = 0 -- the grant's own hold, alone while no set counts the holds
+if redis.call('SREM', KEYS[5], hold) == 1 then
+  holds = redis.call('SCARD', KEYS[5])
+elseif cur ~= member or redis.call('EXISTS', KEYS[5]) == 1 then
   return {4}
 end
-local holds = redis.call('SCARD', KEYS[5])
 if holds > 0 then
   return {3, holds}
 end
 if not queued or redis.call('EXISTS', KEYS[3]) == 0 then
   redis.call('DEL', KEYS[1])
-  return 1 -- the common case: the last hold, nobody waiting
+  return 1 -- the last hold, nobody waiting
 end
 --@lib
 do

@@ -6,10 +6,11 @@
 -- ARGV: 1 member (hold id followed by the owner value), 2 the next member
 --       (a fresh hold id followed by its owner value), 3 px for the next
 --       member, 4 fence retention ms
--- Returns: {1, fence}: the next member holds the lock with its one hold for
---          px ms, with this fencing token (also when this same call, sent
---          again by the client after a lost reply, finds the lock already
---          moved: the next hold id is fresh, so nothing else can have set it).
+-- Returns: {1, fence}: the next member holds the lock with its one hold
+--          (the grant's own, no holds set) for px ms, with this fencing
+--          token (also when this same call, sent again by the client after
+--          a lost reply, finds the lock already moved: the next hold id is
+--          fresh, so nothing else can have set it).
 --          {3, holds}: the owner holds the lock `holds` times, this hold
 --          among them; nothing was changed (reentrant_release.lua releases
 --          the hold).
@@ -28,12 +29,17 @@ if not cur or string.sub(cur, 33) ~= owner then
   return {0}
 end
 -- Reads first: the fencing counter's INCR is the first write, so a refusal
--- leaves the hold in place for the release through the queue.
-if redis.call('SISMEMBER', KEYS[3], hold) == 0 then
-  return {4}
-end
+-- leaves the hold in place for the release through the queue. Without a
+-- holds set the hold that took the grant is the owner's one hold (see
+-- reentrant_acquire.lua).
 local holds = redis.call('SCARD', KEYS[3])
-if holds > 1 then
+if holds == 0 then
+  if cur ~= member then
+    return {4}
+  end
+elseif redis.call('SISMEMBER', KEYS[3], hold) == 0 then
+  return {4}
+elseif holds > 1 then
   return {3, holds}
 end
 --@fence(KEYS[2], ARGV[4])
@@ -46,7 +52,7 @@ if type(token) ~= 'number' then
   return token -- the server refused INCR itself (OOM at maxmemory, an ACL), in its own words
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-redis.call('DEL', KEYS[3])
-redis.call('SADD', KEYS[3], string.sub(ARGV[2], 1, 32))
-redis.call('PEXPIRE', KEYS[3], ARGV[3])
+if holds > 0 then
+  redis.call('DEL', KEYS[3]) -- the next member's hold is the grant's own
+end
 return {1, token}

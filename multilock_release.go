@@ -20,13 +20,12 @@ import (
 // mutex_release.lua, which hands the lock over in Redis or reports it not
 // held), so the Mutex's release logic stays in one place.
 func (m *MultiLock) releaseAll(ctx context.Context, parts []*Lease) error {
-	const op, lost = "Unlock", "it expired or was taken over before Unlock"
 	rctx, cancel := detach(ctx, m.cfg.releaseTimeout)
 	defer cancel()
 	u := partUnlock{results: make([]error, len(parts)), sent: make([]time.Time, len(parts))}
 	var batch []int // parts to release with multi_release.lua
 	for i, p := range parts {
-		if err := p.beginEnd(ctx, rctx, op); err != nil {
+		if err := p.beginEnd(ctx, rctx, unlockOp); err != nil {
 			u.results[i] = err
 			continue
 		}
@@ -36,8 +35,12 @@ func (m *MultiLock) releaseAll(ctx context.Context, parts []*Lease) error {
 		case p.minHoldLeft() > 0:
 			// WithMinHold: the key stays, unrenewed, until the hold's end.
 			u.finish(ctx, p, i, p.h.Renew(rctx, p.s.Owner(), p.minHoldLeft(), true))
-		case !isMutex:
-			u.finish(ctx, p, i, p.h.release(rctx, p.s.Owner()))
+		case !isMutex: // not a lock of m's: released as its own Unlock would
+			if un, ok := p.h.(unlocker); ok {
+				u.finish(ctx, p, i, un.unlock(rctx, p.s.Owner()))
+			} else {
+				u.finish(ctx, p, i, p.h.release(rctx, p.s.Owner()))
+			}
 		default:
 			if done, err := m.c.handOff(rctx, mu, p.s.Owner()); done {
 				u.finish(ctx, p, i, err) // to a waiter of this Client
@@ -55,6 +58,12 @@ func (m *MultiLock) releaseAll(ctx context.Context, parts []*Lease) error {
 	return errs.Join(u.results...)
 }
 
+// unlockOp and unlockLost are what Lease.Unlock passes to Lease.end.
+const (
+	unlockOp   = "Unlock"
+	unlockLost = "it expired or was taken over before Unlock"
+)
+
 // partUnlock collects the outcome of releaseAll per part: the error its
 // Unlock returns, and when its release was sent.
 type partUnlock struct {
@@ -65,7 +74,7 @@ type partUnlock struct {
 // finish ends part i by err, the answer of its release (Lease.finishEnd).
 // Calls for different parts may run concurrently.
 func (u *partUnlock) finish(ctx context.Context, p *Lease, i int, err error) {
-	u.results[i] = p.finishEnd(ctx, "Unlock", "it expired or was taken over before Unlock", u.sent[i], err)
+	u.results[i] = p.finishEnd(ctx, unlockOp, unlockLost, u.sent[i], err)
 }
 
 // releaseTogether releases group, indexes of parts that share an owner
@@ -80,6 +89,10 @@ func (m *MultiLock) releaseTogether(ctx, rctx context.Context, parts []*Lease, g
 	for j, i := range group {
 		mu := parts[i].h.(*Mutex)
 		keys[j], keys[n+j] = mu.keys.lock, mu.keys.queue
+	}
+	sent := time.Now()
+	for _, i := range group {
+		u.sent[i] = sent
 	}
 	left, resent, err := protocol.MultiRelease(rctx, m.c.drv, keys, owner)
 	if err != nil {
@@ -99,6 +112,9 @@ func (m *MultiLock) releaseTogether(ctx, rctx context.Context, parts []*Lease, g
 	}
 	forEach(len(left), func(k int) {
 		i := group[left[k]]
+		if !resent {
+			u.sent[i] = time.Now() // else the multi release's own sending may be the release
+		}
 		err := parts[i].h.(*Mutex).release(rctx, owner)
 		if resent && errors.Is(err, ErrNotHeld) {
 			// The first sending of the multi release may have released it.

@@ -58,8 +58,8 @@ func MultiAcquire(ctx context.Context, drv driver.Driver, keys []string, n int, 
 		return MultiTake{Busy: int(busy), HolderTTL: Millis(ttl)}, nil
 	}
 	fences, err := Ints(items, n)
-	if err != nil || len(items) != n {
-		return MultiTake{}, errs.Unexpected(call.Reply)
+	if err != nil {
+		return MultiTake{}, err
 	}
 	return MultiTake{Fences: fences, Acked: call.Acked}, nil
 }

@@ -37,14 +37,9 @@ func (l *Lease) Unlock(ctx context.Context) error {
 // end is Unlock, and Permits.Release: op names the call in errors, and lost
 // says what ErrNotHeld means for this kind of lease.
 func (l *Lease) end(ctx context.Context, op, lost string) error {
-	name := l.Name()
 	rctx, cancel := detach(ctx, l.cfg.releaseTimeout)
 	defer cancel()
-	if err := l.s.BeginUnlock(rctx, false); err != nil {
-		err = errs.Errorf("dlock: %s %q: %w", op, name, err)
-		if hold.IsRenewalPending(err) {
-			l.observeRelease(ctx, err) // it ended the lease, as a failed release does
-		}
+	if err := l.beginEnd(ctx, rctx, op); err != nil {
 		return err
 	}
 	sent := time.Now()
@@ -58,6 +53,28 @@ func (l *Lease) end(ctx context.Context, op, lost string) error {
 	} else {
 		err = l.h.release(rctx, l.s.Owner())
 	}
+	return l.finishEnd(ctx, op, lost, sent, err)
+}
+
+// beginEnd is end's first step: it stops the lease's renewal and waits,
+// within rctx, for a renewal in flight (hold.Lease.BeginUnlock). A non-nil
+// error is end's answer; the lease is then not to be released.
+func (l *Lease) beginEnd(ctx, rctx context.Context, op string) error {
+	err := l.s.BeginUnlock(rctx, false)
+	if err == nil {
+		return nil
+	}
+	err = errs.Errorf("dlock: %s %q: %w", op, l.Name(), err)
+	if hold.IsRenewalPending(err) {
+		l.observeRelease(ctx, err) // it ended the lease, as a failed release does
+	}
+	return err
+}
+
+// finishEnd is end's last step: it ends the lease by err, the answer of
+// the release sent at sent, and returns the error end reports.
+func (l *Lease) finishEnd(ctx context.Context, op, lost string, sent time.Time, err error) error {
+	name := l.Name()
 	// Read only on this rare path, after the release: renewals move a
 	// validity deadline only later, and a lease past it is lost for good,
 	// so they still tell whether the lease was valid when the release went

@@ -242,10 +242,11 @@ func (m *MultiLock) waitEach(ctx context.Context, owner string) ([]*Lease, error
 func (m *MultiLock) takeAtOnce(ctx context.Context, owner string) (parts []*Lease, unreachable bool, err error) {
 	for _, group := range m.slotGroups() {
 		start := time.Now()
-		var keys []string
-		for _, mu := range group {
-			keys = append(keys, mu.keys.list()...)
+		locks := make([][4]string, len(group))
+		for i, mu := range group {
+			locks[i] = mu.keys.array()
 		}
+		keys := protocol.MultiKeys(locks)
 		countAttempt(ctx, &m.cfg)
 		t, err := protocol.MultiAcquire(ctx, m.c.drv, keys, len(group), owner,
 			m.cfg.initialPX(), fenceRetention(m.cfg.ttl), m.cfg.ack())

@@ -13,21 +13,6 @@ import (
 	"github.com/dlock-go/dlock/internal/hold"
 )
 
-// releaseAll unlocks parts concurrently, detached from ctx.
-func (m *MultiLock) releaseAll(ctx context.Context, parts []*Lease) error {
-	list := make([]error, len(parts))
-	var wg sync.WaitGroup
-	for i, l := range parts {
-		wg.Add(1)
-		go func(i int, l *Lease) {
-			defer wg.Done()
-			list[i] = l.Unlock(ctx)
-		}(i, l)
-	}
-	wg.Wait()
-	return errs.Join(list...)
-}
-
 // combineValid is combine for leases just granted: unless one of them is
 // already lost or past its validity (this process stalled after the
 // grants, or a lock was force-released meanwhile). Then it gives the others

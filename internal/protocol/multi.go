@@ -27,8 +27,8 @@ type MultiTake struct {
 }
 
 // MultiAcquire runs multi_acquire.lua: it takes n mutexes of one slot for
-// owner, all or none, for px; keys are each lock's four keys in turn, and
-// retention is how long the fencing keys last.
+// owner, all or none, for px; keys are the n locks' keys by kind (MultiKeys
+// lays them out), and retention is how long the fencing keys last.
 func MultiAcquire(ctx context.Context, drv driver.Driver, keys []string, n int, owner string, px, retention time.Duration, ack Ack) (MultiTake, error) {
 	call := &driver.Call{
 		Script: scripts.MultiAcquire,
@@ -46,16 +46,67 @@ func MultiAcquire(ctx context.Context, drv driver.Driver, keys []string, n int, 
 	if !ok || len(items) == 0 {
 		return MultiTake{}, errs.Unexpected(call.Reply)
 	}
-	if code, _ := items[0].(int64); code == 0 {
-		_, busy, ttl, err := Reply3(call.Reply)
-		if err != nil || busy < 1 || int(busy) > n {
+	if mark, _ := items[0].(string); mark == "busy" {
+		busy, ttl := int64(0), int64(-1)
+		if len(items) == 3 {
+			busy, _ = items[1].(int64)
+			ttl, _ = items[2].(int64)
+		}
+		if busy < 1 || int(busy) > n || ttl < 0 {
 			return MultiTake{}, errs.Unexpected(call.Reply)
 		}
 		return MultiTake{Busy: int(busy), HolderTTL: Millis(ttl)}, nil
 	}
-	v, err := Ints(items, n+1)
+	fences, err := Ints(items, n)
 	if err != nil {
 		return MultiTake{}, err
 	}
-	return MultiTake{Fences: v[1:], Acked: call.Acked}, nil
+	return MultiTake{Fences: fences, Acked: call.Acked}, nil
+}
+
+// MultiKeys lays out the keys of n locks (each lock's lock, fence, queue
+// and waiters keys, in turn) as multi_acquire.lua takes them: by kind.
+func MultiKeys(locks [][4]string) []string {
+	n := len(locks)
+	keys := make([]string, 4*n)
+	for i, k := range locks {
+		for j, key := range k {
+			keys[j*n+i] = key
+		}
+	}
+	return keys
+}
+
+// MultiRelease runs multi_release.lua for owner on n locks of one slot:
+// keys are their lock keys, then their queue keys, in the same order. It
+// releases every lock owner holds that nobody waits for, and returns the
+// indexes (0-based) of the locks it left for MutexRelease: none when it
+// released them all. resent reports that the Redis client sent the script
+// more than once (driver.Call.Resent), so a lock left as not owner's may
+// be one its first sending released.
+func MultiRelease(ctx context.Context, drv driver.Driver, keys []string, owner string) (left []int, resent bool, err error) {
+	c := newCall(scripts.MultiRelease, keys, owner)
+	c.setArgs(&c.member)
+	c.run(ctx, drv, Ack{})
+	if c.Err != nil {
+		return nil, c.Resent, c.Err
+	}
+	if code, ok := c.Reply.(int64); ok && code == 1 {
+		return nil, c.Resent, nil
+	}
+	n := len(keys) / 2
+	items, ok := c.Reply.([]any)
+	if !ok || len(items) != n {
+		return nil, c.Resent, errs.Unexpected(c.Reply)
+	}
+	for i, v := range items {
+		switch r, _ := v.(int64); r {
+		case 0:
+			left = append(left, i)
+		case 1:
+		default:
+			return nil, c.Resent, errs.Unexpected(c.Reply)
+		}
+	}
+	return left, c.Resent, nil
 }

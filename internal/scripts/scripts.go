@@ -39,6 +39,8 @@ var (
 	reentrantTransfer string
 	//go:embed multi_acquire.lua
 	multiAcquire string
+	//go:embed multi_release.lua
+	multiRelease string
 	//go:embed owned_extend.lua
 	ownedExtend string
 	//go:embed held_record.lua
@@ -79,6 +81,9 @@ var (
 	// MultiAcquire takes several mutexes of one slot at once, all or none
 	// (multi_acquire.lua).
 	MultiAcquire = withLib(lockLib, multiAcquire)
+	// MultiRelease releases several mutexes of one slot and one owner at
+	// once, those that nobody waits for (multi_release.lua).
+	MultiRelease = driver.NewScript(multiRelease)
 	// OwnedExtend re-arms an owned key's expiry (owned_extend.lua).
 	OwnedExtend = driver.NewScript(ownedExtend)
 	// HeldRecord records when a hold began (held_record.lua).

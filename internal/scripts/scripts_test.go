@@ -19,7 +19,7 @@ import (
 var all = map[string]*driver.Script{
 	"MutexAcquire": MutexAcquire, "MutexRelease": MutexRelease, "MutexTransfer": MutexTransfer, "ReentrantTransfer": ReentrantTransfer,
 	"ReentrantAcquire": ReentrantAcquire, "ReentrantRelease": ReentrantRelease, "ReentrantHolds": ReentrantHolds,
-	"MultiAcquire": MultiAcquire, "OwnedExtend": OwnedExtend, "OwnedPTTL": OwnedPTTL, "HeldRecord": HeldRecord,
+	"MultiAcquire": MultiAcquire, "MultiRelease": MultiRelease, "OwnedExtend": OwnedExtend, "OwnedPTTL": OwnedPTTL, "HeldRecord": HeldRecord,
 	"OwnedRelease": OwnedRelease, "OwnedTransfer": OwnedTransfer, "RedlockAcquire": RedlockAcquire,
 	"QueueKeep": QueueKeep, "RWAcquire": RWAcquire, "RWRelease": RWRelease, "RWTransfer": RWTransfer, "RWExtend": RWExtend,
 	"RWPTTL": RWPTTL, "RWDowngrade": RWDowngrade, "SemAcquire": SemAcquire, "SemRelease": SemRelease, "SemTransfer": SemTransfer,
@@ -122,6 +122,8 @@ func TestFenceTokens(t *testing.T) {
 	token := func(v any) any {
 		if a, ok := v.([]any); ok && len(a) >= 2 {
 			return a[1]
+		} else if ok && len(a) == 1 { // MultiAcquire's {fence_1}
+			return a[0]
 		}
 		return v
 	}
@@ -170,6 +172,12 @@ func TestFenceTokens(t *testing.T) {
 		}, false},
 		"MultiAcquire": {"ml:f", []string{"ml"}, func(int) (any, error) {
 			return eval(MultiAcquire, []string{"ml", "ml:f", "ml:q", "ml:w"}, "o", 10000, ret).Result()
+		}, false},
+		// A queue with a waiter whose lease has expired: the full path.
+		"MultiAcquireFullPath": {"mlf:f", []string{"mlf", "mlf:q", "mlf:w"}, func(int) (any, error) {
+			rdb.ZAdd(ctx, "mlf:q", redis.Z{Score: 1, Member: "gone"})
+			rdb.HSet(ctx, "mlf:w", "gone", "1 5000")
+			return eval(MultiAcquire, []string{"mlf", "mlf:f", "mlf:q", "mlf:w"}, "o", 10000, ret).Result()
 		}, true},
 		// A free lock with a waiter whose lease has expired: the full path,
 		// which issues through dlock_issue_fence.

@@ -1,0 +1,187 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/keyslot"
+	"github.com/dlock-go/dlock/internal/protocol"
+)
+
+// releaseAll ends parts, leases of m's locks, as each one's Unlock would
+// (Lease.end), detached from ctx, and returns their errors joined. The
+// locks that nobody waits for are released together, with one
+// multi_release.lua call per owner and hash slot; the others go through
+// their Mutex's own release (Mutex.unlock: a local hand-off, or
+// mutex_release.lua, which hands the lock over in Redis or reports it not
+// held), so the Mutex's release logic stays in one place.
+func (m *MultiLock) releaseAll(ctx context.Context, parts []*Lease) error {
+	rctx, cancel := detach(ctx, m.cfg.releaseTimeout)
+	defer cancel()
+	u := partUnlock{results: make([]error, len(parts)), sent: make([]time.Time, len(parts))}
+	var batch []int // parts to release with multi_release.lua
+	for i, p := range parts {
+		if err := p.beginEnd(ctx, rctx, unlockOp); err != nil {
+			u.results[i] = err
+			continue
+		}
+		u.sent[i] = time.Now()
+		mu, isMutex := p.h.(*Mutex)
+		switch {
+		case p.minHoldLeft() > 0:
+			// WithMinHold: the key stays, unrenewed, until the hold's end.
+			u.finish(ctx, p, i, p.h.Renew(rctx, p.s.Owner(), p.minHoldLeft(), true))
+		case !isMutex: // not a lock of m's: released as its own Unlock would
+			if un, ok := p.h.(unlocker); ok {
+				u.finish(ctx, p, i, un.unlock(rctx, p.s.Owner()))
+			} else {
+				u.finish(ctx, p, i, p.h.release(rctx, p.s.Owner()))
+			}
+		default:
+			if done, err := m.c.handOff(rctx, mu, p.s.Owner()); done {
+				u.finish(ctx, p, i, err) // to a waiter of this Client
+				continue
+			}
+			batch = append(batch, i)
+		}
+	}
+	groups := m.releaseGroups(parts, batch)
+	if len(groups) == 1 {
+		m.releaseTogether(ctx, rctx, parts, groups[0], &u)
+	} else {
+		forEach(len(groups), func(g int) { m.releaseTogether(ctx, rctx, parts, groups[g], &u) })
+	}
+	return errs.Join(u.results...)
+}
+
+// unlockOp and unlockLost are what Lease.Unlock passes to Lease.end.
+const (
+	unlockOp   = "Unlock"
+	unlockLost = "it expired or was taken over before Unlock"
+)
+
+// partUnlock collects the outcome of releaseAll per part: the error its
+// Unlock returns, and when its release was sent.
+type partUnlock struct {
+	results []error
+	sent    []time.Time
+}
+
+// finish ends part i by err, the answer of its release (Lease.finishEnd).
+// Calls for different parts may run concurrently.
+func (u *partUnlock) finish(ctx context.Context, p *Lease, i int, err error) {
+	u.results[i] = p.finishEnd(ctx, unlockOp, unlockLost, u.sent[i], err)
+}
+
+// releaseTogether releases group, indexes of parts that share an owner
+// and a hash slot, with one multi_release.lua call, then each lock it left
+// (waiters queued, or not the owner's) through its Mutex's release. A
+// failed call fails every part of the group: it may have released any of
+// them, so each lease ends lost and Unlock may be called again.
+func (m *MultiLock) releaseTogether(ctx, rctx context.Context, parts []*Lease, group []int, u *partUnlock) {
+	owner := parts[group[0]].s.Owner()
+	n := len(group)
+	keys := make([]string, 2*n)
+	for j, i := range group {
+		mu := parts[i].h.(*Mutex)
+		keys[j], keys[n+j] = mu.keys.lock, mu.keys.queue
+	}
+	sent := time.Now()
+	for _, i := range group {
+		u.sent[i] = sent
+	}
+	left, resent, err := protocol.MultiRelease(rctx, m.c.drv, keys, owner)
+	if err != nil {
+		for _, i := range group {
+			u.finish(ctx, parts[i], i, err)
+		}
+		return
+	}
+	rest := make([]bool, n)
+	for _, j := range left {
+		rest[j] = true
+	}
+	for j, i := range group {
+		if !rest[j] {
+			u.finish(ctx, parts[i], i, nil)
+		}
+	}
+	forEach(len(left), func(k int) {
+		i := group[left[k]]
+		if !resent {
+			u.sent[i] = time.Now() // else the multi release's own sending may be the release
+		}
+		err := parts[i].h.(*Mutex).release(rctx, owner)
+		if resent && errors.Is(err, ErrNotHeld) {
+			// The first sending of the multi release may have released it.
+			err = errResentRelease
+		}
+		u.finish(ctx, parts[i], i, err)
+	})
+}
+
+// releaseGroups splits batch, indexes of parts whose holders are m's
+// Mutexes, into the groups one multi_release.lua call can release: one
+// owner, and on a Cluster one hash slot. Groups keep batch's order.
+func (m *MultiLock) releaseGroups(parts []*Lease, batch []int) [][]int {
+	if len(batch) == 0 {
+		return nil
+	}
+	s, sharded := m.c.drv.(driver.Sharded)
+	sharded = sharded && s.Sharded()
+	if !sharded && sameOwner(parts, batch) {
+		return [][]int{batch} // the common case, without the map
+	}
+	type groupKey struct {
+		owner string
+		slot  int
+	}
+	var groups [][]int
+	index := map[groupKey]int{}
+	for _, i := range batch {
+		k := groupKey{owner: parts[i].s.Owner()}
+		if sharded {
+			k.slot = keyslot.Of(parts[i].h.(*Mutex).keys.lock)
+		}
+		g, ok := index[k]
+		if !ok {
+			g = len(groups)
+			index[k] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
+}
+
+// sameOwner reports whether the parts at batch share one owner.
+func sameOwner(parts []*Lease, batch []int) bool {
+	for _, i := range batch[1:] {
+		if parts[i].s.Owner() != parts[batch[0]].s.Owner() {
+			return false
+		}
+	}
+	return true
+}
+
+// forEach runs f(0) ... f(n-1) concurrently and waits for them; a single
+// call runs in the caller.
+func forEach(n int, f func(i int)) {
+	if n == 1 {
+		f(0)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			f(i)
+		}(i)
+	}
+	wg.Wait()
+}

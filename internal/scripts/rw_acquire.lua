@@ -28,11 +28,14 @@ local member = ARGV[1]
 -- The common case first, before the helpers are even defined (that costs
 -- more than this whole path, see mutex_acquire.lua): nobody holds the lock
 -- or waits for it, so it is free for either mode, and member takes it in
--- the solo form (rw_lib.lua), as a Mutex is taken. SET NX writes nothing
--- over a key that exists, whatever it holds; the queue and waiters keys
--- are not read, so they cannot be foreign here. A fencing key Redis will
--- not INCR (a foreign value, an ACL) undoes the SET within this same
--- atomic script, and the full path below reports what it found.
+-- the solo form (rw_lib.lua), as a Mutex is taken. The queue is checked
+-- so that a newcomer never goes past a waiter (a reader past a queued
+-- writer); a foreign queue key exists, and goes to the full path. SET NX
+-- writes nothing over a key that exists, whatever it holds; the waiters
+-- and tokens keys are not read here, so they cannot be foreign for it (the
+-- holder's release never reads them either). A fencing key Redis will not
+-- INCR (a foreign value, an ACL) undoes the SET within this same atomic
+-- script, and the full path below reports what it found.
 if redis.call('EXISTS', KEYS[3]) == 0 and redis.call('SET', KEYS[1], member, 'NX', 'PX', ARGV[2]) then
   -- A used counter's expiry stays: this path returns its token itself.
   --@fence(KEYS[2], string.match(ARGV[4], '(%d+)$'))

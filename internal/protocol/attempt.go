@@ -118,13 +118,36 @@ type Timings struct {
 }
 
 // RWAcquire runs rw_acquire.lua for member (mode byte, then owner value)
-// on an RWMutex's keys; channel is where its grants are announced.
-func RWAcquire(ctx context.Context, drv driver.Driver, keys []string, member string, queue bool, t *Timings, channel *string, ack Ack) (Attempt, error) {
+// on an RWMutex's keys: px is the hold's time in ms, timings the waiting
+// timings as the scripts take them (mutex_acquire.lua's).
+func RWAcquire(ctx context.Context, drv driver.Driver, keys []string, member string, px *int64, queue bool, timings *string, ack Ack) (Attempt, error) {
 	c := newCall(scripts.RWAcquire, keys, member)
-	c.setArgs(&c.member, &t.TTL, Join(queue), &t.WaiterLease,
-		&t.ClaimWindow, &t.FenceRetention, publishArg(drv), channel)
+	c.setArgs(&c.member, px, rwFlags(drv, queue), timings)
 	c.run(ctx, drv, ack)
-	return c.attempt(t.TTL, true)
+	return c.attempt(*px, true)
+}
+
+// Pre-boxed flags of rw_acquire.lua (ARGV[3]): join the queue or not, then
+// grants announced with PUBLISH or SPUBLISH.
+var (
+	rwJoin        any = "1p"
+	rwJoinSharded any = "1s"
+	rwStay        any = "0p"
+	rwStaySharded any = "0s"
+)
+
+// rwFlags is rw_acquire.lua's flags argument.
+func rwFlags(drv driver.Driver, queue bool) any {
+	s := sharded(drv)
+	switch {
+	case queue && s:
+		return rwJoinSharded
+	case queue:
+		return rwJoin
+	case s:
+		return rwStaySharded
+	}
+	return rwStay
 }
 
 // SemAcquire runs sem_acquire.lua for owner's n permits of a Semaphore

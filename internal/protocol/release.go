@@ -154,10 +154,11 @@ func MutexTransfer(ctx context.Context, drv driver.Driver, lock, fence, owner, n
 // RWRelease runs rw_release.lua for member (mode byte, then owner value):
 // it releases the holder and grants the waiters that unblocks, or takes
 // member out of the queue. It returns errs.ErrNotHeld when member neither
-// held nor waited.
-func RWRelease(ctx context.Context, drv driver.Driver, keys []string, member string, t *Timings, channel *string, deliver Deliver) (Release, error) {
+// held nor waited. timings are the waiting timings as the scripts take
+// them (mutex_acquire.lua's); grants are announced on the holders key.
+func RWRelease(ctx context.Context, drv driver.Driver, keys []string, member string, timings *string, deliver Deliver) (Release, error) {
 	c := newCall(scripts.RWRelease, keys, member)
-	c.setArgs(&c.member, &t.FenceRetention, publishArg(drv), channel)
+	c.setArgs(&c.member, LockMode(drv, false), timings)
 	c.run(ctx, drv, Ack{})
 	r := Release{Resent: c.Resent}
 	if c.Err != nil {

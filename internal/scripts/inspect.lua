@@ -149,11 +149,27 @@ if checks(5, {{'string', false, true}, {'string', true}, {'zset'}, {'hash'}, {'s
   reply[2] = owned(5, KEYS[28], KEYS[9])
 end
 
-if checks(10, {{'zset', false, true}, {'string', true}, {'zset'}, {'hash'}, {'hash'}}) then
-  local holders = scored(KEYS[10], KEYS[29], function(member)
-    return 0, tonumber(redis.call('HGET', KEYS[14], member) or '') or 0
-  end)
+-- A lone read-write holder may be a string under the holders key, its
+-- member, with its hold's expiry and the fencing key's token (the solo
+-- form, rw_lib.lua); any other string there is foreign.
+local rw_solo = redis.pcall('GET', KEYS[10])
+if type(rw_solo) == 'string' and not string.match(rw_solo, '^[WR]') then
+  error('DLOCK_CONFLICT ' .. KEYS[10] .. ' holds a string that dlock did not write')
+end
+rw_solo = type(rw_solo) == 'string' and rw_solo
+if checks(10, {{rw_solo and 'string' or 'zset', false, true}, {'string', true}, {'zset'}, {'hash'}, {'hash'}}) then
   local last = fence(KEYS[11])
+  local holders = {}
+  if rw_solo then
+    local pttl = redis.call('PTTL', KEYS[10])
+    if pttl > 0 then -- -2: expired since GET (servers whose clock moves inside a script)
+      holders[1] = {rw_solo, pttl, 0, last, {}, held_for(KEYS[29], rw_solo)}
+    end
+  else
+    holders = scored(KEYS[10], KEYS[29], function(member)
+      return 0, tonumber(redis.call('HGET', KEYS[14], member) or '') or 0
+    end)
+  end
   reply[3] = {last, holders, waiting(KEYS[12], KEYS[13]), 0, 0, 0}
 end
 

@@ -1,9 +1,13 @@
 -- rw_acquire.lua: take a read-write lock in one mode, or wait in its queue.
 -- KEYS: 1 holders, 2 fence, 3 queue, 4 waiters, 5 tokens (see rw_lib.lua)
 -- ARGV: 1 member (mode "W" or "R", then the owner value), 2 ttl ms,
---       3 "1" to join (or stay in) the queue when not granted, "0" not to,
---       4 waiter lease ms, 5 grant px (the claim window a hand-off gives
---       this member), 6 fence retention ms, 7 publish command, 8 channel
+--       3 flags: two characters, "1" to join (or stay in) the queue when
+--       not granted or "0" not to, then "s" when grants are announced with
+--       SPUBLISH or "p" for PUBLISH, 4 timings: "<waiter lease ms> <grant
+--       px> <fence retention ms>" (as mutex_acquire.lua's). The lock's
+--       channel is its holders key. Few arguments: the server pays for each
+--       on every call, and the fast path reads the first two and, for a
+--       fresh fencing counter, the last.
 -- Returns: fence alone: the fast path below took the free lock for ttl ms.
 --          {1, fence, pttl}: member holds the lock now (taken by this call,
 --          or handed over earlier while it waited); pttl is its remaining ms.
@@ -23,29 +27,29 @@ local member = ARGV[1]
 
 -- The common case first, before the helpers are even defined (that costs
 -- more than this whole path, see mutex_acquire.lua): nobody holds the lock
--- or waits for it, so it is free for either mode. The keys that do not
--- exist cannot be foreign; the fencing key is the one read, and its INCR
--- under pcall writes nothing when it fails (a foreign value, an ACL,
--- maxmemory): the full path below then reports what it found.
-if redis.call('EXISTS', KEYS[1], KEYS[3], KEYS[4], KEYS[5]) == 0 then
+-- or waits for it, so it is free for either mode, and member takes it in
+-- the solo form (rw_lib.lua), as a Mutex is taken. The queue is checked
+-- so that a newcomer never goes past a waiter (a reader past a queued
+-- writer); a foreign queue key exists, and goes to the full path. SET NX
+-- writes nothing over a key that exists, whatever it holds; the waiters
+-- and tokens keys are not read here, so they cannot be foreign for it (the
+-- holder's release never reads them either). A fencing key Redis will not
+-- INCR (a foreign value, an ACL) undoes the SET within this same atomic
+-- script, and the full path below reports what it found.
+if redis.call('EXISTS', KEYS[3]) == 0 and redis.call('SET', KEYS[1], member, 'NX', 'PX', ARGV[2]) then
   -- A used counter's expiry stays: this path returns its token itself.
-  --@fence(KEYS[2], ARGV[6])
+  --@fence(KEYS[2], string.match(ARGV[4], '(%d+)$'))
   if type(token) == 'number' then
-    local t = redis.call('TIME')
-    local px = tonumber(ARGV[2])
-    local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    redis.call('ZADD', KEYS[1], string.format('%.0f', now_ms + px), member)
-    redis.call('HSET', KEYS[5], member, string.format('%.0f', token))
-    redis.call('PEXPIRE', KEYS[1], px)
-    redis.call('PEXPIRE', KEYS[5], px)
     return token -- bare: the caller knows px
   end
+  redis.call('DEL', KEYS[1])
 end
 --@lib
 local mode = string.sub(member, 1, 1)
-if rw_foreign(KEYS[1]) then
-  return redis.error_reply('DLOCK_CONFLICT ' .. KEYS[1] .. ' holds a value with no expiry that no lock wrote')
-end
+local join = string.sub(ARGV[3], 1, 1) == '1'
+local publish = string.sub(ARGV[3], 2) == 's' and 'SPUBLISH' or 'PUBLISH'
+local lease_ms, grant_px, retention_ms = string.match(ARGV[4], '^(%d+) (%d+) (%d+)$')
+local solo, solo_pttl = rw_solo(KEYS[1])
 local now_us, now_ms = rw_time()
 
 -- The common waiting case, at the cost of mutex_acquire.lua's: a writer
@@ -54,31 +58,42 @@ local now_us, now_ms = rw_time()
 -- writer) only stays in the queue, as the full path below would leave it.
 -- Dead waiters ahead of member stay for the release's grant to drop, as in
 -- the Mutex's queue. Every key this path reads or writes is checked before
--- HSET, its first write: holders by rw_foreign above and ZRANGE (WRONGTYPE),
+-- HSET, its first write: holders by rw_solo above and ZRANGE (WRONGTYPE),
 -- the fencing key and the tokens hash here (a foreign one sends the call
 -- to the full path, which reports it), the queue by ZSCORE and the waiters
 -- by HSET itself (WRONGTYPE, see dlock_enqueue).
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if #first == 2 and string.sub(first[1], 1, 1) == 'W' and first[1] ~= member and tonumber(first[2]) > now_ms then
+local writer, writer_pttl
+if solo then
+  writer, writer_pttl = solo, solo_pttl
+else
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if #first == 2 then
+    writer, writer_pttl = first[1], tonumber(first[2]) - now_ms
+  end
+end
+if writer and string.sub(writer, 1, 1) == 'W' and writer ~= member and writer_pttl > 0 then
   local fence = redis.pcall('GET', KEYS[2])
   local tokens = redis.call('TYPE', KEYS[5]).ok
   if type(fence) ~= 'table' and (not fence or dlock_counter(fence)) and (tokens == 'none' or tokens == 'hash') then
     local position = 0
-    if ARGV[3] == '1' then
-      position = dlock_enqueue(KEYS[3], KEYS[4], member, now_us, ARGV[4], ARGV[5])
+    if join then
+      position = dlock_enqueue(KEYS[3], KEYS[4], member, now_us, lease_ms, grant_px)
     end
-    return {0, tonumber(first[2]) - now_ms, position, 0, tonumber(fence or '0')}
+    return {0, writer_pttl, position, 0, tonumber(fence or '0')}
   end
 end
 
 rw_check_keys(KEYS)
+if solo then
+  rw_unsolo(KEYS, solo, solo_pttl, now_ms)
+end
 rw_prune(KEYS, now_ms)
 
 local score = redis.call('ZSCORE', KEYS[1], member)
 if not score then
   -- Hand the lock to the queue's head if it is free for it now (a holder
   -- expired, a waiter left); member itself, at the head, gets its full TTL.
-  rw_grant_heads(KEYS, now_us, now_ms, ARGV[6], ARGV[7], ARGV[8], member, ARGV[2])
+  rw_grant_heads(KEYS, now_us, now_ms, retention_ms, publish, KEYS[1], member, ARGV[2])
   score = redis.call('ZSCORE', KEYS[1], member)
 end
 if score then
@@ -88,13 +103,13 @@ end
 
 -- Not queued ahead of anyone live, or the queue would have granted member.
 if redis.call('EXISTS', KEYS[3]) == 0 and rw_free_for(KEYS, mode) then
-  local token = rw_hold(KEYS, member, ARGV[2], now_us, now_ms, ARGV[6])
+  local token = rw_hold(KEYS, member, ARGV[2], now_us, now_ms, retention_ms)
   return {1, token, tonumber(ARGV[2])}
 end
 
 local position = 0
-if ARGV[3] == '1' then
-  position = dlock_enqueue(KEYS[3], KEYS[4], member, now_us, ARGV[4], ARGV[5])
+if join then
+  position = dlock_enqueue(KEYS[3], KEYS[4], member, now_us, lease_ms, grant_px)
 end
 local pttl = 0
 local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')

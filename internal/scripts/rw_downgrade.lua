@@ -10,11 +10,16 @@
 --          this same call, sent again by the client after a lost reply,
 --          finds the downgrade done: the reader member is new, so only this
 --          call can have made it a holder (its grants were published then).
-if rw_foreign(KEYS[1]) then
-  return {0}
+local ok, solo, solo_pttl = pcall(rw_solo, KEYS[1])
+if not ok then
+  return {0} -- a foreign holders key holds nobody
 end
 local now_us, now_ms = rw_time()
 rw_check_keys(KEYS)
+if solo then
+  -- A DEL first: Redis allows it at maxmemory (see rw_unsolo).
+  rw_unsolo(KEYS, solo, solo_pttl, now_ms)
+end
 rw_prune(KEYS, now_ms)
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   if redis.call('ZSCORE', KEYS[1], ARGV[2]) then

@@ -4,6 +4,21 @@
 -- KEYS: 1 holders, 2 tokens (see rw_lib.lua)
 -- ARGV: 1 member, 2 ttl ms, 3 (optional) any value: may shorten
 -- Returns: 1 extended, 0 not held by member (as owned_extend.lua).
+-- A solo holder (rw_lib.lua) is renewed here, before the helpers are
+-- defined, as owned_extend.lua renews a Mutex: its key expires with its
+-- hold, so GET finds member only while it holds. PEXPIRE grows nothing, so
+-- Redis allows it at maxmemory.
+local cur = redis.pcall('GET', KEYS[1])
+if type(cur) ~= 'table' then -- not a zset: a solo holder, or nobody
+  if cur ~= ARGV[1] then
+    return 0
+  end
+  if ARGV[3] or redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
+  return 1
+end
+--@lib
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not score then
   return 0

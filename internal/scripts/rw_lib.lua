@@ -4,7 +4,8 @@
 --
 -- A read-write lock N keeps these keys, all under one hash tag, and every rw
 -- script takes them as KEYS in this order:
---   1 holders  zset    holder member -> its expiry (server ms)
+--   1 holders  zset    holder member -> its expiry (server ms); or, for a
+--                      solo holder, a string (below); also the channel
 --   2 fence    string  the last fencing token issued, for both modes
 --   3 queue    zset    waiting members, scored by arrival (server µs)
 --   4 waiters  hash    member -> "<lease expiry, server ms> <grant px>"
@@ -15,17 +16,19 @@
 -- first drops the holders whose expiry has passed (by the server clock), so
 -- a crashed holder's share frees itself then; extend and pttl treat such a
 -- holder as gone and never revive it.
+--
+-- The solo form: the acquire's fast path takes a lock nobody holds or waits
+-- for as a Mutex does, with SET holders <member> NX PX <ttl>, and no tokens
+-- entry (the token is the fencing key's, see rw_unsolo). Its release is a
+-- DEL, its renewal a PEXPIRE, its hand-off within the process
+-- (rw_transfer.lua) a SET. Every other path first turns it into the zset
+-- form with rw_unsolo. A string under holders without an expiry, or whose
+-- value is not a member, is foreign.
 
 -- rw_time returns the server clock in µs and in ms.
 local function rw_time()
   local now_us = dlock_now_us()
   return now_us, math.floor(now_us / 1000)
-end
-
--- rw_foreign reports whether the holders key exists without an expiry: no
--- rw script ever leaves it so, so someone else wrote it.
-local function rw_foreign(holders_key)
-  return redis.call('PTTL', holders_key) == -1
 end
 
 -- rw_check_keys raises DLOCK_CONFLICT when the fencing counter or the
@@ -41,6 +44,51 @@ local function rw_check_keys(keys)
   if tokens ~= 'none' and tokens ~= 'hash' then
     error('DLOCK_CONFLICT ' .. keys[5] .. ' holds a ' .. tokens .. ' that no read-write lock wrote')
   end
+end
+
+-- rw_solo returns the member of a solo holder and its remaining ms, or nil
+-- when holders is absent or a zset. It raises DLOCK_CONFLICT, writing
+-- nothing, when holders has no expiry or holds a string that is not a
+-- member: no rw script writes either.
+local function rw_solo(holders_key)
+  local pttl = redis.call('PTTL', holders_key)
+  if pttl == -1 then
+    error('DLOCK_CONFLICT ' .. holders_key .. ' holds a value with no expiry that no lock wrote')
+  end
+  local member = redis.pcall('GET', holders_key) -- a zset raises: not solo
+  if type(member) ~= 'string' then
+    return nil
+  end
+  local mode = string.sub(member, 1, 1)
+  if mode ~= 'W' and mode ~= 'R' then
+    error('DLOCK_CONFLICT ' .. holders_key .. ' holds a string that no read-write lock wrote')
+  end
+  if pttl < 0 then
+    return nil -- expired since PTTL: only servers whose clock moves inside a script
+  end
+  return member, pttl
+end
+
+-- rw_unsolo turns a solo holder into the zset form, with the same member
+-- and expiry, so that the zset paths see every holder; it changes nothing
+-- else. Call it after rw_check_keys (its HSET must not meet a foreign
+-- tokens key) and rw_solo (which raises for a foreign string).
+-- The holder's token is the fencing key's value: a solo holder is written
+-- only on a lock nobody else holds, with the token the counter has just
+-- issued (the acquire's fast path, rw_transfer.lua), and every other grant
+-- runs this first (acquire's full path, release, downgrade), so no grant
+-- can have counted on since. The counter outlives its last grant by its
+-- retention (an hour at least): a solo holder renewed past that reads 0
+-- here, as a Mutex's holder does in inspect.lua; its Lease keeps its own.
+-- Its first write is DEL, which Redis allows at maxmemory (unlike ZADD, see
+-- rw_extend.lua), so that a downgrade or release still runs there.
+local function rw_unsolo(keys, member, pttl, now_ms)
+  local token = redis.call('GET', keys[2]) or '0'
+  redis.call('DEL', keys[1])
+  redis.call('ZADD', keys[1], string.format('%.0f', now_ms + pttl), member)
+  redis.call('HSET', keys[5], member, token)
+  redis.call('PEXPIRE', keys[1], pttl)
+  dlock_keep(keys[5], pttl)
 end
 
 -- rw_prune drops the holders whose expiry has passed. On a key of another

@@ -16,16 +16,32 @@
 --          or the server's own error when it refused INCR (OOM at
 --          maxmemory); nothing was changed either way.
 -- A writer never shares the lock, so the member is its only live holder,
--- and the next writer is too.
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
-redis.call('HGET', KEYS[3], ARGV[1]) -- a foreign tokens key raises before any write
-if not expiry or tonumber(expiry) <= now_ms then
-  if redis.call('ZSCORE', KEYS[1], ARGV[2]) then
-    return {1, tonumber(redis.call('HGET', KEYS[3], ARGV[2]))}
+-- and the next writer is too. A solo writer (rw_lib.lua) passes the lock
+-- on as a Mutex does (mutex_transfer.lua), and the next writer holds it
+-- solo, its token the fencing key's; a writer in the zset form passes it
+-- on in that form.
+local cur = redis.pcall('GET', KEYS[1])
+local solo = type(cur) ~= 'table' -- a string, or nobody
+local expiry
+if solo then
+  if cur ~= ARGV[1] then
+    if cur == ARGV[2] then
+      return {1, tonumber(redis.call('GET', KEYS[2]))}
+    end
+    return {0}
   end
-  return {0}
+else
+  local t = redis.call('TIME')
+  local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
+  redis.call('HGET', KEYS[3], ARGV[1]) -- a foreign tokens key raises before any write
+  if not expiry or tonumber(expiry) <= now_ms then
+    if redis.call('ZSCORE', KEYS[1], ARGV[2]) then
+      return {1, tonumber(redis.call('HGET', KEYS[3], ARGV[2]))}
+    end
+    return {0}
+  end
+  expiry = now_ms + tonumber(ARGV[3])
 end
 --@fence(KEYS[2], ARGV[4])
 if type(token) ~= 'number' then
@@ -36,9 +52,13 @@ if type(token) ~= 'number' then
   end
   return token -- the server refused INCR itself (OOM at maxmemory, an ACL), in its own words
 end
+if solo then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return {1, token}
+end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
-redis.call('ZADD', KEYS[1], string.format('%.0f', now_ms + tonumber(ARGV[3])), ARGV[2])
+redis.call('ZADD', KEYS[1], string.format('%.0f', expiry), ARGV[2])
 redis.call('HSET', KEYS[3], ARGV[2], string.format('%.0f', token))
 -- Both keys live at least as long as their latest member (rw_lib.lua).
 for _, key in ipairs({KEYS[1], KEYS[3]}) do

@@ -165,7 +165,7 @@ func TestFenceTokens(t *testing.T) {
 			return eval(ReentrantAcquire, []string{"re", "re:f", "re:q", "re:w", "re:h"}, member, 10000, "0", "0p", timings).Result()
 		}, false},
 		"RWAcquire": {"rw:f", []string{"rw", "rw:t"}, func(int) (any, error) {
-			return eval(RWAcquire, []string{"rw", "rw:f", "rw:q", "rw:w", "rw:t"}, "Wo", 10000, "0", 30000, 5000, ret, "PUBLISH", "rw").Result()
+			return eval(RWAcquire, []string{"rw", "rw:f", "rw:q", "rw:w", "rw:t"}, "Wo", 10000, "0p", timings).Result()
 		}, false},
 		"SemAcquire": {"s:f", []string{"s", "s:c"}, func(int) (any, error) {
 			return eval(SemAcquire, []string{"s", "s:c", "s:l", "s:f", "s:q", "s:w"}, "o", 1, 2, 60000, 10000, "0", 30000, 5000, ret, "PUBLISH", "s").Result()

@@ -166,7 +166,7 @@ func TestFenceTokens(t *testing.T) {
 			return eval(RWAcquire, []string{"rw", "rw:f", "rw:q", "rw:w", "rw:t"}, "Wo", 10000, "0", 30000, 5000, ret, "PUBLISH", "rw").Result()
 		}, false},
 		"SemAcquire": {"s:f", []string{"s", "s:c"}, func(int) (any, error) {
-			return eval(SemAcquire, []string{"s", "s:c", "s:l", "s:f", "s:q", "s:w"}, "o", 1, 2, 60000, 10000, "0", 30000, 5000, ret, "PUBLISH", "s").Result()
+			return eval(SemAcquire, []string{"s", "s:c", "s:l", "s:f", "s:q", "s:w"}, "o", 1, 10000, "0+", "2 60000 30000 5000 "+ret+" PUBLISH").Result()
 		}, false},
 		"MultiAcquire": {"ml:f", []string{"ml"}, func(int) (any, error) {
 			return eval(MultiAcquire, []string{"ml", "ml:f", "ml:q", "ml:w"}, "o", 10000, ret).Result()

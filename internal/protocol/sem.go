@@ -75,9 +75,14 @@ func semJoin(queue, fits bool) any {
 // sem_release.lua take them, in one argument: its permits (the limit when
 // none is stored), the timings in ms, and drv's publish command.
 func SemSettings(drv driver.Driver, permits int, t *Timings) string {
-	return strconv.Itoa(permits) + " " + strconv.FormatInt(t.LimitRetention, 10) + " " +
-		strconv.FormatInt(t.WaiterLease, 10) + " " + strconv.FormatInt(t.ClaimWindow, 10) + " " +
-		strconv.FormatInt(t.FenceRetention, 10) + " " + drv.PublishCommand()
+	b := make([]byte, 0, 96) // one allocation: the string
+	b = strconv.AppendInt(b, int64(permits), 10)
+	for _, v := range [...]int64{t.LimitRetention, t.WaiterLease, t.ClaimWindow, t.FenceRetention} {
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, v, 10)
+	}
+	b = append(b, ' ')
+	return string(append(b, drv.PublishCommand()...))
 }
 
 // SemRelease runs sem_release.lua: it gives owner's permits back, all or

@@ -24,9 +24,9 @@
 -- A solo holder (sem_lib.lua) is read, and passed on, in that form: the
 -- next owner is the only holder after it as the holder was before.
 local solo = redis.pcall('GET', KEYS[1])
-local entry
+local held -- the permits the holder holds
 if type(solo) == 'string' then
-  local holder, _, fence = string.match(solo, '^(.+) (%d+) (%d+)$')
+  local holder, n, fence = string.match(solo, '^(.+) (%d+) (%d+)$')
   if not holder or redis.call('PTTL', KEYS[1]) == -1 then
     return redis.error_reply('DLOCK_CONFLICT ' .. KEYS[1] .. ' holds a string that no semaphore wrote')
   elseif holder == ARGV[2] then
@@ -34,13 +34,13 @@ if type(solo) == 'string' then
   elseif holder ~= ARGV[1] then
     return {0}
   end
-  entry = solo
+  held = n
 else
   solo = nil
   local t = redis.call('TIME')
   local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
-  entry = redis.call('HGET', KEYS[2], ARGV[1])
+  local entry = redis.call('HGET', KEYS[2], ARGV[1])
   if not expiry or not entry or tonumber(expiry) <= now_ms then
     if redis.call('ZSCORE', KEYS[1], ARGV[2]) then
       local fence = string.match(redis.call('HGET', KEYS[2], ARGV[2]) or '', '^%d+ (%d+)$')
@@ -48,8 +48,9 @@ else
     end
     return {0}
   end
+  held = string.match(entry, '^(%d+) ')
 end
-if tonumber(string.match(entry, '^(%d+) ')) ~= tonumber(ARGV[3]) then
+if tonumber(held) ~= tonumber(ARGV[3]) then
   return {2}
 end
 --@fence(KEYS[3], ARGV[5])

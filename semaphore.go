@@ -34,8 +34,11 @@ type Semaphore struct {
 	permits int
 	cfg     config
 	ms      protocol.Timings // computed with the descriptor: calls point at them
-	keys    semKeys
-	err     error // invalid name, permits or option, reported on first use
+	// settings are permits and timings as the acquire and release scripts
+	// take them (protocol.SemSettings), built once with the descriptor.
+	settings string
+	keys     semKeys
+	err      error // invalid name, permits or option, reported on first use
 }
 
 // queueTimings are a queued lock's timings for cfg as its scripts take
@@ -99,6 +102,7 @@ func (c *Client) Semaphore(name string, permits int, opts ...Option) *Semaphore 
 		err = errs.Errorf("dlock: Semaphore(%q): %w", name, errs.InvalidArgf("%d permits: want between 1 and %d", permits, MaxPermits))
 	}
 	s.ms, s.keys, s.err = queueTimings(&s.cfg), newSemKeys(s.cfg.keyPrefix, name), err
+	s.settings = protocol.SemSettings(c.drv, permits, &s.ms)
 	return s
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -152,15 +153,14 @@ func TestSemaphoreKeysAndPermits(t *testing.T) {
 		t.Errorf("N() = %d, Name() = %q", p.N(), p.Name())
 	}
 	rdb := srv.Client(t)
-	holders := rdb.ZRangeWithScores(ctx, semKey(name), 0, -1).Val()
-	if len(holders) != 1 || !strings.HasSuffix(holders[0].Member.(string), ";worker-7") {
-		t.Fatalf("holders = %v, want one owner value ending in ;worker-7", holders)
+	// The only holder is held in the solo form: "<owner> <permits> <token>".
+	solo := rdb.Get(ctx, semKey(name)).Val()
+	suffix := fmt.Sprintf(";worker-7 2 %d", p.Token())
+	if !strings.HasSuffix(solo, suffix) {
+		t.Fatalf("holders = %q, want an owner value ending in %q", solo, suffix)
 	}
-	owner := holders[0].Member.(string)
-	if got, want := rdb.HGet(ctx, semKey(name)+":n", owner).Val(), fmt.Sprintf("2 %d", p.Token()); got != want {
-		t.Errorf("count entry %q, want %q", got, want)
-	}
-	for _, k := range []string{semKey(name), semKey(name) + ":n", semKey(name) + ":fence"} {
+	owner := strings.TrimSuffix(solo, fmt.Sprintf(" 2 %d", p.Token()))
+	for _, k := range []string{semKey(name), semKey(name) + ":fence"} {
 		if d := rdb.PTTL(ctx, k).Val(); d < 9*time.Second {
 			t.Errorf("%s: PTTL %v, want at least the 10s TTL", k, d)
 		}
@@ -186,6 +186,19 @@ func TestSemaphoreKeysAndPermits(t *testing.T) {
 	}
 	if q.Token() <= p.Token() {
 		t.Errorf("token %d after %d", q.Token(), p.Token())
+	}
+	// A second holder: both are in the zset form, with their counts.
+	holders := rdb.ZRange(ctx, semKey(name), 0, -1).Val()
+	if len(holders) != 2 || !slices.Contains(holders, owner) {
+		t.Fatalf("holders = %v, want two, %q among them", holders, owner)
+	}
+	if got, want := rdb.HGet(ctx, semKey(name)+":n", owner).Val(), fmt.Sprintf("2 %d", p.Token()); got != want {
+		t.Errorf("count entry %q, want %q", got, want)
+	}
+	for _, k := range []string{semKey(name), semKey(name) + ":n"} {
+		if d := rdb.PTTL(ctx, k).Val(); d < 9*time.Second {
+			t.Errorf("%s: PTTL %v, want at least the 10s TTL", k, d)
+		}
 	}
 	// Release with a cancelled context still releases.
 	cancelled, cancel := context.WithCancel(ctx)

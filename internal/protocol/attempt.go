@@ -151,17 +151,15 @@ func rwFlags(drv driver.Driver, queue bool) any {
 }
 
 // SemAcquire runs sem_acquire.lua for owner's n permits of a Semaphore
-// whose limit is permits unless one is stored; channel is where its grants
-// are announced. A request over the limit in force is a *LimitError.
-func SemAcquire(ctx context.Context, drv driver.Driver, keys []string, owner string, n, permits int, queue bool, t *Timings, channel *string, ack Ack) (Attempt, error) {
+// given permits; settings is its ARGV[5] (SemSettings), and keys[0] its
+// channel. A request over the limit in force is a *LimitError.
+func SemAcquire(ctx context.Context, drv driver.Driver, keys []string, owner string, n, permits int, queue bool, ttl *int64, settings *string, ack Ack) (Attempt, error) {
 	c := newCall(scripts.SemAcquire, keys, owner)
-	c.setArgs(&c.member, n, permits, &t.LimitRetention,
-		&t.TTL, Join(queue), &t.WaiterLease,
-		&t.ClaimWindow, &t.FenceRetention,
-		publishArg(drv), channel)
+	c.n = int64(n)
+	c.setArgs(&c.member, &c.n, ttl, semJoin(queue, n <= permits), settings)
 	c.run(ctx, drv, ack)
 	if err := limitError(c.Err, "DLOCK_LIMIT "); err != nil {
 		return Attempt{}, err
 	}
-	return c.attempt(t.TTL, true)
+	return c.attempt(*ttl, true)
 }

@@ -139,3 +139,31 @@ func TestExtendCallsAllocateOnce(t *testing.T) {
 		t.Fatalf("OwnedExtend: %v allocations, want 1", n)
 	}
 }
+
+// The Semaphore's settings are one argument, built in one allocation, and
+// its acquire tells the script whether n fits the permits given.
+func TestSemSettingsAndJoin(t *testing.T) {
+	d := &replyDriver{reply: int64(9)}
+	tm := &Timings{TTL: 30000, WaiterLease: 30000, ClaimWindow: 5000, FenceRetention: 3600000, LimitRetention: 604800000}
+	var got string
+	if n := testing.AllocsPerRun(20, func() { got = SemSettings(d, 8, tm) }); n > 1 {
+		t.Errorf("SemSettings: %v allocations, want 1", n)
+	}
+	if want := "8 604800000 30000 5000 3600000 PUBLISH"; got != want {
+		t.Errorf("SemSettings = %q, want %q", got, want)
+	}
+	for _, tc := range []struct {
+		n     int
+		queue bool
+		want  any
+	}{{1, true, "1+"}, {8, false, "0+"}, {9, true, "1-"}, {9, false, "0-"}} {
+		d.calls = nil
+		a, err := SemAcquire(context.Background(), d, []string{"h", "c", "l", "f", "q", "w"}, "o", tc.n, 8, tc.queue, &tm.TTL, &got, Ack{})
+		if err != nil || !a.Granted || a.Fence != 9 {
+			t.Fatalf("SemAcquire(%d): %+v, %v", tc.n, a, err)
+		}
+		if args := d.calls[0].Args; len(args) != 5 || args[3] != tc.want || *args[4].(*string) != got {
+			t.Errorf("SemAcquire(%d of 8, queue %v) args %v, want the flag %q and the settings", tc.n, tc.queue, args, tc.want)
+		}
+	}
+}

@@ -49,16 +49,53 @@ func limitError(err error, marker string) error {
 	return e
 }
 
+// Pre-boxed sem_acquire.lua ARGV[4]: join the queue or not, then "+" when
+// n is at most the permits the caller gave.
+var (
+	semJoinFits any = "1+"
+	semJoinOver any = "1-"
+	semOnlyFits any = "0+"
+	semOnlyOver any = "0-"
+)
+
+// semJoin is sem_acquire.lua's ARGV[4].
+func semJoin(queue, fits bool) any {
+	switch {
+	case queue && fits:
+		return semJoinFits
+	case queue:
+		return semJoinOver
+	case fits:
+		return semOnlyFits
+	}
+	return semOnlyOver
+}
+
+// SemSettings is a Semaphore's settings as sem_acquire.lua and
+// sem_release.lua take them, in one argument: its permits (the limit when
+// none is stored), the timings in ms, and drv's publish command.
+func SemSettings(drv driver.Driver, permits int, t *Timings) string {
+	b := make([]byte, 0, 96) // one allocation: the string
+	b = strconv.AppendInt(b, int64(permits), 10)
+	for _, v := range [...]int64{t.LimitRetention, t.WaiterLease, t.ClaimWindow, t.FenceRetention} {
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, v, 10)
+	}
+	b = append(b, ' ')
+	return string(append(b, drv.PublishCommand()...))
+}
+
 // SemRelease runs sem_release.lua: it gives owner's permits back, all or
 // all but keep (0: none kept), and serves the waiters that fit, or takes
-// owner out of the queue. Release.Held is what owner holds afterwards. It
-// returns errs.ErrNotHeld when owner held no permits.
-func SemRelease(ctx context.Context, drv driver.Driver, keys []string, owner string, permits, keep int, t *Timings, channel *string, deliver Deliver) (Release, error) {
+// owner out of the queue; settings is SemSettings's. Release.Held is what
+// owner holds afterwards. It returns errs.ErrNotHeld when owner held no
+// permits.
+func SemRelease(ctx context.Context, drv driver.Driver, keys []string, owner string, settings *string, keep int, deliver Deliver) (Release, error) {
 	c := newCall(scripts.SemRelease, keys, owner)
-	c.setArgs(&c.member, permits, &t.LimitRetention, &t.FenceRetention,
-		publishArg(drv), channel)
+	c.setArgs(&c.member, settings)
 	if keep > 0 {
-		c.Args = append(c.Args, keep)
+		c.n = int64(keep)
+		c.Args = append(c.Args, &c.n)
 	}
 	c.run(ctx, drv, Ack{})
 	r := Release{Resent: c.Resent}

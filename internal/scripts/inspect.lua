@@ -173,8 +173,32 @@ if checks(10, {{rw_solo and 'string' or 'zset', false, true}, {'string', true}, 
   reply[3] = {last, holders, waiting(KEYS[12], KEYS[13]), 0, 0, 0}
 end
 
-if checks(15, {{'zset', false, true}, {'hash', false, true}, {'string', true, true}, {'string', true}, {'zset'}, {'hash'}}) then
-  local holders = scored(KEYS[15], KEYS[30], function(member)
+-- sem_solo lists a semaphore's solo holder, the string sem_acquire.lua's
+-- fast path writes under the holders key ("<owner> <permits> <token>",
+-- sem_lib.lua), as scored lists a zset's; nil when that key is no string.
+local function sem_solo(key, held_key)
+  local kind = redis.call('TYPE', key)
+  if (type(kind) == 'table' and kind['ok'] or kind) ~= 'string' then
+    return nil
+  end
+  local v, pttl = redis.call('GET', key), redis.call('PTTL', key)
+  if not v or pttl <= -2 then
+    return {} -- expired since TYPE (servers whose clock moves inside a script)
+  end
+  local owner, n, token = string.match(v, '^(.+) (%d+) (%d+)$')
+  if not n or pttl == -1 then
+    error('DLOCK_CONFLICT ' .. key .. ' holds a string that dlock did not write')
+  end
+  return {{owner, pttl, tonumber(n), tonumber(token), {}, held_for(held_key, owner)}}
+end
+
+local sem_holders = sem_solo(KEYS[15], KEYS[30])
+local sem_found = checks(16, {{'hash', false, true}, {'string', true, true}, {'string', true}, {'zset'}, {'hash'}})
+if not sem_holders and check(KEYS[15], 'zset', false, true) then
+  sem_found = true
+end
+if sem_holders or sem_found then
+  local holders = sem_holders or scored(KEYS[15], KEYS[30], function(member)
     local entry = redis.call('HGET', KEYS[16], member)
     if not entry then
       return nil -- its count was deleted by hand: the semaphore ignores it too

@@ -2,6 +2,7 @@ package scripts
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -161,6 +162,11 @@ func TestFenceTokens(t *testing.T) {
 			rdb.PExpire(ctx, "st:n", time.Hour)
 			return eval(SemTransfer, []string{"st", "st:n", "st:f"}, "old", "new"+strconv.Itoa(round), 2, 10000, ret).Result()
 		}, false},
+		// A solo holder (sem_lib.lua) passed on in its form.
+		"SemTransferSolo": {"sts:f", []string{"sts"}, func(round int) (any, error) {
+			rdb.Set(ctx, "sts", "0123old 2 5", time.Hour)
+			return eval(SemTransfer, []string{"sts", "sts:n", "sts:f"}, "0123old", "new"+strconv.Itoa(round), 2, 10000, ret).Result()
+		}, false},
 		"ReentrantAcquire": {"re:f", []string{"re", "re:h"}, func(int) (any, error) {
 			return eval(ReentrantAcquire, []string{"re", "re:f", "re:q", "re:w", "re:h"}, member, 10000, "0", "0p", timings).Result()
 		}, false},
@@ -168,7 +174,7 @@ func TestFenceTokens(t *testing.T) {
 			return eval(RWAcquire, []string{"rw", "rw:f", "rw:q", "rw:w", "rw:t"}, "Wo", 10000, "0p", timings).Result()
 		}, false},
 		"SemAcquire": {"s:f", []string{"s", "s:c"}, func(int) (any, error) {
-			return eval(SemAcquire, []string{"s", "s:c", "s:l", "s:f", "s:q", "s:w"}, "o", 1, 2, 60000, 10000, "0", 30000, 5000, ret, "PUBLISH", "s").Result()
+			return eval(SemAcquire, []string{"s", "s:c", "s:l", "s:f", "s:q", "s:w"}, "o", 1, 10000, "0+", "2 60000 30000 5000 "+ret+" PUBLISH").Result()
 		}, false},
 		"MultiAcquire": {"ml:f", []string{"ml"}, func(int) (any, error) {
 			return eval(MultiAcquire, []string{"ml", "ml:f", "ml:q", "ml:w"}, "o", 10000, ret).Result()
@@ -227,11 +233,51 @@ func TestFenceTokens(t *testing.T) {
 		if v, err := g.run(3); err == nil || !strings.Contains(err.Error(), "DLOCK_CONFLICT") {
 			t.Errorf("%s, foreign fencing key: %v, %v; want DLOCK_CONFLICT", name, v, err)
 		}
-		if n := rdb.Exists(ctx, g.keys[0]).Val(); n != 0 && name != "MutexTransfer" && name != "ReentrantTransfer" && name != "RWTransfer" && name != "SemTransfer" {
+		if n := rdb.Exists(ctx, g.keys[0]).Val(); n != 0 && name != "MutexTransfer" && name != "ReentrantTransfer" && name != "RWTransfer" && name != "SemTransfer" && name != "SemTransferSolo" {
 			t.Errorf("%s, foreign fencing key: %s left behind", name, g.keys[0])
 		}
 		if got := rdb.Get(ctx, g.fence).Val(); got != "007" {
 			t.Errorf("%s: the foreign fencing key changed to %q", name, got)
 		}
+	}
+}
+
+// sem_transfer.lua passes a solo holder (sem_lib.lua) on in its form: the
+// next owner's value with a new token, for px; the same call sent again
+// answers that token; another count or holder changes nothing; a string
+// that is no solo holder's is a conflict.
+func TestSemTransferSolo(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	keys := []string{"s", "s:n", "s:f"}
+	transfer := func(owner, next string, n int) (any, error) {
+		return rdb.Eval(ctx, SemTransfer.Source(), keys, owner, next, n, 10000, 3600000).Result()
+	}
+	rdb.Set(ctx, "s", "7a-old 2 5", time.Minute)
+	rdb.Set(ctx, "s:f", "5", time.Hour)
+	if v, err := transfer("7a-old", "7a-new", 3); err != nil || fmt.Sprint(v) != "[2]" {
+		t.Errorf("another count: %v, %v; want [2]", v, err)
+	}
+	if v, err := transfer("7a-other", "7a-new", 2); err != nil || fmt.Sprint(v) != "[0]" {
+		t.Errorf("another holder: %v, %v; want [0]", v, err)
+	}
+	if got := rdb.Get(ctx, "s").Val(); got != "7a-old 2 5" {
+		t.Fatalf("refused transfers changed the holder to %q", got)
+	}
+	for i := 0; i < 2; i++ { // the second: the same call sent again
+		if v, err := transfer("7a-old", "7a-new", 2); err != nil || fmt.Sprint(v) != "[1 6]" {
+			t.Errorf("transfer %d: %v, %v; want [1 6]", i+1, v, err)
+		}
+	}
+	if got, pttl := rdb.Get(ctx, "s").Val(), rdb.PTTL(ctx, "s").Val(); got != "7a-new 2 6" || pttl <= 9*time.Second {
+		t.Errorf("holders %q for %v, want \"7a-new 2 6\" for the 10s given", got, pttl)
+	}
+	if n := rdb.Exists(ctx, "s:n").Val(); n != 0 {
+		t.Error("a counts hash written for a solo holder")
+	}
+	rdb.Set(ctx, "s", "7a-new 2 6", 0) // no expiry: not a semaphore's
+	if _, err := transfer("7a-new", "7a-next", 2); err == nil || !strings.Contains(err.Error(), "DLOCK_CONFLICT") {
+		t.Errorf("a solo value without an expiry: %v, want DLOCK_CONFLICT", err)
 	}
 }

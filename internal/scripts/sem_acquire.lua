@@ -1,12 +1,17 @@
 -- sem_acquire.lua: take n permits of a semaphore, or wait for them in its
 -- queue.
 -- KEYS: 1 holders, 2 counts, 3 limit, 4 fence, 5 queue, 6 waiters
---       (see sem_lib.lua)
--- ARGV: 1 owner value, 2 n, 3 permits (the limit unless SetPermits stored
---       one), 4 limit retention ms, 5 ttl ms, 6 "1" to join (or stay in) the
---       queue when not granted, "0" not to, 7 waiter lease ms, 8 grant px
---       (the claim window a grant to this waiter gives), 9 fence retention
---       ms, 10 publish command, 11 channel
+--       (see sem_lib.lua); the holders key's name is also the channel of
+--       grants
+-- ARGV: 1 owner value, 2 n, 3 ttl ms, 4 "1" to join (or stay in) the queue
+--       when not granted, "0" not to, then "+" when n is at most the
+--       permits of ARGV[5] (the caller checks, so that the fast path parses
+--       no number), 5 the semaphore's settings: "<permits>
+--       <limit retention ms> <waiter lease ms> <grant px> <fence retention
+--       ms> <publish command>", where permits is the limit unless SetPermits
+--       stored one, and grant px the claim window a grant to a waiter gives
+--       (one string: the server pays for each argument on every call, and
+--       the fast path reads only the first four)
 -- Returns: fence alone: the fast path below took the permits for ttl ms.
 --          {1, fence, pttl}: owner holds its permits now (taken by this
 --          call, or granted earlier while it waited); pttl is their
@@ -22,30 +27,32 @@
 --          the request can never be served, and owner is no longer queued.
 --          Error DLOCK_CONFLICT (or WRONGTYPE) when a key holds something no
 --          semaphore wrote; nothing is modified then.
-local owner, n = ARGV[1], tonumber(ARGV[2])
+local owner = ARGV[1]
 
 -- The common case first, before the helpers are even defined (that costs
 -- more than this whole path, see mutex_acquire.lua): a semaphore nobody
--- holds or waits for, with no limit stored, and enough permits. The keys
--- that do not exist cannot be foreign; the fencing key is the one read,
--- and its INCR under pcall writes nothing when it fails (a foreign value,
--- an ACL, maxmemory): the full path below then reports what it found.
-if n <= tonumber(ARGV[3]) and redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6]) == 0 then
+-- holds or waits for, with no limit stored, and enough permits. Its
+-- permits are taken in the solo form (sem_lib.lua), one SET as a Mutex's
+-- lock is. The keys that do not exist cannot be foreign; the fencing key
+-- is the one read, and its INCR under pcall writes nothing when it fails
+-- (a foreign value, an ACL, maxmemory): the full path below then reports
+-- what it found.
+if (ARGV[4] == '1+' or ARGV[4] == '0+') and redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6]) == 0 then
   -- A used counter's expiry stays: this path returns its token itself.
-  --@fence(KEYS[4], ARGV[9])
+  --@fence(KEYS[4], string.match(ARGV[5], '(%d+) %a+$'))
   if type(token) == 'number' then
-    local t = redis.call('TIME')
-    local px = tonumber(ARGV[5])
-    local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    redis.call('ZADD', KEYS[1], string.format('%.0f', now_ms + px), owner)
-    redis.call('HSET', KEYS[2], owner, string.format('%.0f %.0f', n, token))
-    redis.call('PEXPIRE', KEYS[1], px)
-    redis.call('PEXPIRE', KEYS[2], px)
+    redis.call('SET', KEYS[1], owner .. ' ' .. ARGV[2] .. ' ' .. string.format('%d', token), 'PX', ARGV[3])
     return token -- bare: the caller knows px
   end
 end
 --@lib
+local n, join = tonumber(ARGV[2]), string.sub(ARGV[4], 1, 1) == '1'
+local permits, limit_retention, lease_ms, grant_px, fence_retention, publish =
+  string.match(ARGV[5], '^(%d+) (%d+) (%d+) (%d+) (%d+) (%a+)$')
 local now_us, now_ms = sem_now()
+-- Every path below works on the zset form: a solo holder joined by a
+-- waiter or a second holder is converted once, here.
+sem_unsolo(now_ms, 6)
 
 -- The common waiting case, at the cost of mutex_acquire.lua's: no limit
 -- stored, no holder expired, owner not among the holders, and every permit
@@ -59,9 +66,9 @@ local now_us, now_ms = sem_now()
 -- and by ZRANGE and HGET (WRONGTYPE), the limit by EXISTS, the fencing key
 -- here (a foreign one goes to the full path, which reports it), the queue
 -- by ZRANGE or ZSCORE and the waiters by HGET or HSET (WRONGTYPE).
-if n <= tonumber(ARGV[3]) and redis.call('EXISTS', KEYS[3]) == 0
+if n <= tonumber(permits) and redis.call('EXISTS', KEYS[3]) == 0
     and redis.call('PTTL', KEYS[1]) > 0 and redis.call('PTTL', KEYS[2]) > 0 then
-  local limit = tonumber(ARGV[3])
+  local limit = tonumber(permits)
   local holders = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
   local used = 0
   local waiting = #holders > 0 and tonumber(holders[2]) > now_ms
@@ -90,8 +97,8 @@ if n <= tonumber(ARGV[3]) and redis.call('EXISTS', KEYS[3]) == 0
     local fence = redis.pcall('GET', KEYS[4])
     if type(fence) ~= 'table' and (not fence or tonumber(fence)) then
       local position = 0
-      if ARGV[6] == '1' then
-        position = dlock_enqueue(KEYS[5], KEYS[6], owner, now_us, ARGV[7], ARGV[8], ARGV[2])
+      if join then
+        position = dlock_enqueue(KEYS[5], KEYS[6], owner, now_us, lease_ms, grant_px, ARGV[2])
       end
       return {0, tonumber(holders[2]) - now_ms, position, limit - used, tonumber(fence or '0')}
     end
@@ -99,7 +106,7 @@ if n <= tonumber(ARGV[3]) and redis.call('EXISTS', KEYS[3]) == 0
 end
 
 sem_check(6)
-local limit = sem_limit(ARGV[3], ARGV[4])
+local limit = sem_limit(permits, limit_retention)
 sem_drop_expired(now_ms)
 
 local held = sem_holding(owner, now_ms)
@@ -114,7 +121,7 @@ end
 
 -- Serve the queue first (permits may have come back by expiry, which
 -- nobody announces); owner itself may be among those served.
-local used = sem_grant_queued(now_us, limit, sem_used(), ARGV[9], ARGV[10], ARGV[11], owner, ARGV[5])
+local used = sem_grant_queued(now_us, limit, sem_used(), fence_retention, publish, KEYS[1], owner, ARGV[3])
 held = sem_holding(owner, now_ms)
 if held then
   return held
@@ -122,14 +129,14 @@ end
 
 -- Nobody queued ahead (every waiter was served) and enough free: take them.
 if redis.call('EXISTS', KEYS[5]) == 0 and used + n <= limit then
-  local token = dlock_issue_fence(KEYS[4], ARGV[9])
-  sem_add_holder(owner, n, token, now_ms, tonumber(ARGV[5]))
-  return {1, token, tonumber(ARGV[5])}
+  local token = dlock_issue_fence(KEYS[4], fence_retention)
+  sem_add_holder(owner, n, token, now_ms, tonumber(ARGV[3]))
+  return {1, token, tonumber(ARGV[3])}
 end
 
 local position = 0
-if ARGV[6] == '1' then
-  position = dlock_enqueue(KEYS[5], KEYS[6], owner, now_us, ARGV[7], ARGV[8], ARGV[2])
+if join then
+  position = dlock_enqueue(KEYS[5], KEYS[6], owner, now_us, lease_ms, grant_px, ARGV[2])
 end
 local pttl = 0
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

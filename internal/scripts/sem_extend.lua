@@ -6,6 +6,24 @@
 --   value: may shorten
 -- Returns: 1 extended, 0 not held by owner.
 local owner, px = ARGV[1], tonumber(ARGV[2])
+-- A solo holder (sem_lib.lua) is renewed in place, as a Mutex is: the
+-- string expires with the permits. PEXPIRE grows no memory, so maxmemory
+-- never refuses it.
+local solo = redis.pcall('GET', KEYS[1])
+if type(solo) == 'string' then
+  local _, _, holder = sem_solo(solo)
+  local pttl = redis.call('PTTL', KEYS[1])
+  if holder ~= owner or pttl <= 0 then
+    return 0
+  end
+  if ARGV[4] or pttl < px then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    redis.call('PEXPIRE', KEYS[3], ARGV[3])
+  end
+  return 1
+end
 local _, now_ms = sem_now()
 local expiry = redis.call('ZSCORE', KEYS[1], owner)
 if not expiry or tonumber(expiry) <= now_ms or redis.call('HEXISTS', KEYS[2], owner) == 0 then

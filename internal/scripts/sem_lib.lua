@@ -4,7 +4,9 @@
 --
 -- Every semaphore script takes these KEYS, or the first few of them, all
 -- under one hash tag:
---   1 holders  zset    owner -> expiry of its permits (server ms)
+--   1 holders  zset    owner -> expiry of its permits (server ms); or the
+--                      solo form, a string "<owner> <permits> <fencing
+--                      token>" expiring with them (see sem_unsolo)
 --   2 counts   hash    owner -> "<permits held> <fencing token>"
 --   3 limit    string  the limit set by SetPermits, if any
 --   4 fence    string  the last fencing token issued
@@ -12,6 +14,21 @@
 --   6 waiters  hash    owner -> "<lease expiry ms> <grant px> <permits asked>"
 -- holders and counts name the same owners and expire together, no earlier
 -- than the latest holder's expiry; both vanish with their last member.
+--
+-- The solo form is how sem_acquire.lua's fast path grants a semaphore
+-- nobody holds: one SET, as a Mutex is taken, rather than a zset and a
+-- hash entry with their expiries. Its release (sem_release.lua) is a GET
+-- and a DEL; renewals and reads (sem_extend, sem_pttl, sem_available,
+-- sem_transfer, inspect.lua) read it as it is; every other path converts it
+-- to the zset form first (sem_unsolo). A string under holders that does
+-- not parse, or has no expiry, is foreign.
+
+-- sem_solo reads a solo holder's value: its permits, token and owner, or
+-- nil when v is not one.
+local function sem_solo(v)
+  local owner, n, token = string.match(v, '^(.+) (%d+) (%d+)$')
+  return tonumber(n), tonumber(token), owner
+end
 
 -- sem_check raises DLOCK_CONFLICT before any write when one of the first
 -- nkeys KEYS holds something no semaphore wrote: a value of another type, a
@@ -24,7 +41,8 @@ local function sem_check(nkeys)
       t = t['ok']
     end
     if t ~= 'none' then
-      if t ~= types[i] then
+      local solo = i == 1 and t == 'string' and sem_solo(redis.call('GET', KEYS[1]))
+      if t ~= types[i] and not solo then
         error('DLOCK_CONFLICT ' .. KEYS[i] .. ' holds a ' .. t .. ' that no semaphore wrote')
       end
       if types[i] == 'string' and not tonumber(redis.call('GET', KEYS[i])) then
@@ -104,6 +122,33 @@ local function sem_add_holder(owner, n, token, now_ms, px)
   redis.call('HSET', KEYS[2], owner, string.format('%.0f %.0f', n, token))
   dlock_keep(KEYS[1], px)
   dlock_keep(KEYS[2], px)
+end
+
+-- sem_unsolo turns a solo holder into the zset form that every path but
+-- the fast ones works on: the same owner, permits, token and expiry (server
+-- now + its PTTL). It does nothing when holders is not a string, and
+-- raises DLOCK_CONFLICT, having written nothing, when one of the first
+-- nkeys KEYS holds something no semaphore wrote (sem_check).
+-- A solo holder is always the semaphore's only holder: the fast path
+-- grants it only when holders, counts, the limit, the queue and the
+-- waiters are all absent; every other grant (to a waiter, to a second
+-- holder, by a limit change) runs after this conversion, on a full path
+-- that calls it first; and sem_transfer.lua replaces the solo holder by
+-- its successor, still alone. So nothing but the value itself is needed to
+-- rebuild the holder: it carries the permits and the token (the fencing
+-- key cannot stand in for the token: nothing on the fast path keeps it
+-- alive, and it may expire while a renewed holder holds on).
+local function sem_unsolo(now_ms, nkeys)
+  if type(redis.pcall('GET', KEYS[1])) ~= 'string' then
+    return -- absent, or a zset (WRONGTYPE)
+  end
+  sem_check(nkeys)
+  local pttl = redis.call('PTTL', KEYS[1])
+  local n, token, owner = sem_solo(redis.call('GET', KEYS[1]))
+  redis.call('DEL', KEYS[1]) -- first write: never refused at maxmemory
+  if pttl > 0 then
+    sem_add_holder(owner, n, token, now_ms, pttl)
+  end
 end
 
 -- sem_drop_oversized removes every waiter asking for more than limit: it

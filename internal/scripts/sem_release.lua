@@ -3,48 +3,63 @@
 -- gives up leaves the queue (which may let smaller requests behind it
 -- through).
 -- KEYS: 1 holders, 2 counts, 3 limit, 4 fence, 5 queue, 6 waiters
---       (see sem_lib.lua)
--- ARGV: 1 owner value, 2 permits (the limit unless SetPermits stored one),
---       3 limit retention ms, 4 fence retention ms, 5 publish command,
---       6 channel, 7 (optional) how many permits owner keeps (ReleaseN):
---       it gives back the rest and stays a holder, with its token and
---       expiry
+--       (see sem_lib.lua); the holders key's name is also the channel of
+--       grants
+-- ARGV: 1 owner value, 2 the semaphore's settings (sem_acquire.lua's
+--       ARGV[5]), 3 (optional) how many permits owner keeps (ReleaseN): it
+--       gives back the rest and stays a holder, with its token and expiry
 -- Returns: 1 alone: the fast path below gave all of a live holder's
 --          permits back, and nobody waits.
 --          {held, fence, px, owner, fence, px, owner, ...}: held is 1 when
 --          owner held permits (now released), 0 when it did not (its queue
---          entry, if any, is gone); with ARGV[7], the permits owner holds
+--          entry, if any, is gone); with ARGV[3], the permits owner holds
 --          now, or 0. Then each grant this call made to a waiter, with its
 --          fencing token and claim window.
 local owner = ARGV[1]
 
--- The common case first, before the helpers are defined: a live holder
--- gives all its permits back and nobody waits. It only reads until it has
--- found owner's live entry in both holders and counts (errors caught), so
--- a foreign key makes it write nothing and leaves the full path below to
--- report it; an entry past its expiry is the full path's too (not held).
-if not ARGV[7] and redis.call('EXISTS', KEYS[5]) == 0 then
-  local expiry = redis.pcall('ZSCORE', KEYS[1], owner)
-  if type(expiry) == 'string' and type(redis.pcall('HGET', KEYS[2], owner)) == 'string' then
-    local t = redis.call('TIME')
-    if tonumber(expiry) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
-      redis.call('ZREM', KEYS[1], owner)
-      redis.call('HDEL', KEYS[2], owner)
+-- The common cases first, before the helpers are defined: a live holder
+-- gives all its permits back and nobody waits. A solo holder (sem_lib.lua)
+-- is one GET and a DEL, as a Mutex's release is. Its value starting with
+-- owner is exact: every owner value starts with 128 random bits of its own
+-- (ownerid), so no other owner value can start with owner; and the search
+-- parses nothing and copies nothing. In
+-- the zset form it only reads until it has found owner's live entry in
+-- both holders and counts (errors caught), so a foreign key makes it write
+-- nothing and leaves the full path below to report it; an entry past its
+-- expiry is the full path's too (not held).
+if not ARGV[3] and redis.call('EXISTS', KEYS[5]) == 0 then
+  local v = redis.pcall('GET', KEYS[1])
+  if type(v) == 'string' then
+    if string.find(v, owner, 1, true) == 1 then
+      redis.call('DEL', KEYS[1])
       return 1 -- bare: released, and nobody to tell
+    end
+  else
+    local expiry = redis.pcall('ZSCORE', KEYS[1], owner)
+    if type(expiry) == 'string' and type(redis.pcall('HGET', KEYS[2], owner)) == 'string' then
+      local t = redis.call('TIME')
+      if tonumber(expiry) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
+        redis.call('ZREM', KEYS[1], owner)
+        redis.call('HDEL', KEYS[2], owner)
+        return 1
+      end
     end
   end
 end
 --@lib
+local permits, limit_retention, _, _, fence_retention, publish =
+  string.match(ARGV[2], '^(%d+) (%d+) (%d+) (%d+) (%d+) (%a+)$')
 sem_check(6)
 local now_us, now_ms = sem_now()
-local limit = sem_limit(ARGV[2], ARGV[3])
+sem_unsolo(now_ms, 6)
+local limit = sem_limit(permits, limit_retention)
 sem_drop_expired(now_ms)
 dlock_dequeue(KEYS[5], KEYS[6], owner)
 local reply
-if ARGV[7] then
+if ARGV[3] then
   -- The count is set to what is kept, not decreased, so the same call sent
   -- again after its reply was lost gives nothing back a second time.
-  local keep = tonumber(ARGV[7])
+  local keep = tonumber(ARGV[3])
   local n, fence = sem_held(redis.call('HGET', KEYS[2], owner))
   if n and redis.call('ZSCORE', KEYS[1], owner) then
     if n > keep then
@@ -60,7 +75,7 @@ else
   redis.call('HDEL', KEYS[2], owner)
 end
 if redis.call('EXISTS', KEYS[5]) == 1 then
-  local _, grants = sem_grant_queued(now_us, limit, sem_used(), ARGV[4], ARGV[5], ARGV[6])
+  local _, grants = sem_grant_queued(now_us, limit, sem_used(), fence_retention, publish, KEYS[1])
   for _, v in ipairs(grants) do
     reply[#reply + 1] = v
   end

@@ -42,6 +42,9 @@ if ARGV[6] then
   redis.call('ZADD', KEYS[7], now_ms, ARGV[8])
   redis.call('PEXPIRE', KEYS[7], ARGV[9])
 end
+-- After the checks above and any refusal: a refused change leaves even
+-- the holders' form as it was.
+sem_unsolo(now_ms, 6)
 redis.call('SET', KEYS[3], string.format('%.0f', limit), 'PX', ARGV[2])
 sem_drop_expired(now_ms)
 if sem_drop_oversized(limit) then

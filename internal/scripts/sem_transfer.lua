@@ -15,23 +15,42 @@
 --          {0}: the holder no longer holds permits (its entry is gone or
 --          past its expiry); nothing was changed.
 --          Error DLOCK_CONFLICT when the fencing key holds something that
---          is not a counter, WRONGTYPE for a foreign holders or counts key,
+--          is not a counter, or the holders key a string that is not a
+--          solo holder (sem_lib.lua), WRONGTYPE for a foreign holders or counts key,
 --          or the server's own error when it refused INCR (OOM at
 --          maxmemory); nothing was changed either way.
 -- The permits in use do not change, so no waiter in the queue can be
 -- served by this call: nobody else is told.
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
-local entry = redis.call('HGET', KEYS[2], ARGV[1])
-if not expiry or not entry or tonumber(expiry) <= now_ms then
-  if redis.call('ZSCORE', KEYS[1], ARGV[2]) then
-    local fence = string.match(redis.call('HGET', KEYS[2], ARGV[2]) or '', '^%d+ (%d+)$')
+-- A solo holder (sem_lib.lua) is read, and passed on, in that form: the
+-- next owner is the only holder after it as the holder was before.
+local solo = redis.pcall('GET', KEYS[1])
+local held -- the permits the holder holds
+if type(solo) == 'string' then
+  local holder, n, fence = string.match(solo, '^(.+) (%d+) (%d+)$')
+  if not holder or redis.call('PTTL', KEYS[1]) == -1 then
+    return redis.error_reply('DLOCK_CONFLICT ' .. KEYS[1] .. ' holds a string that no semaphore wrote')
+  elseif holder == ARGV[2] then
     return {1, tonumber(fence)}
+  elseif holder ~= ARGV[1] then
+    return {0}
   end
-  return {0}
+  held = n
+else
+  solo = nil
+  local t = redis.call('TIME')
+  local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
+  local entry = redis.call('HGET', KEYS[2], ARGV[1])
+  if not expiry or not entry or tonumber(expiry) <= now_ms then
+    if redis.call('ZSCORE', KEYS[1], ARGV[2]) then
+      local fence = string.match(redis.call('HGET', KEYS[2], ARGV[2]) or '', '^%d+ (%d+)$')
+      return {1, tonumber(fence)}
+    end
+    return {0}
+  end
+  held = string.match(entry, '^(%d+) ')
 end
-if tonumber(string.match(entry, '^(%d+) ')) ~= tonumber(ARGV[3]) then
+if tonumber(held) ~= tonumber(ARGV[3]) then
   return {2}
 end
 --@fence(KEYS[3], ARGV[5])
@@ -43,6 +62,12 @@ if type(token) ~= 'number' then
   end
   return token -- the server refused INCR itself (OOM at maxmemory, an ACL), in its own words
 end
+if solo then
+  redis.call('SET', KEYS[1], ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. string.format('%d', token), 'PX', ARGV[4])
+  return {1, token}
+end
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZADD', KEYS[1], string.format('%.0f', now_ms + tonumber(ARGV[4])), ARGV[2])

@@ -63,6 +63,20 @@ func (a *async[T]) await(t *testing.T, limit time.Duration, what string) T {
 	}
 }
 
+// wait waits for the acquisition to return, failing after limit, and
+// returns what it returned.
+func (a *async[T]) wait(t *testing.T, limit time.Duration) (T, error) {
+	t.Helper()
+	select {
+	case <-a.done:
+		return a.got, a.err
+	case <-time.After(limit):
+		t.Fatalf("an acquisition still waiting after %v", limit)
+		var zero T
+		return zero, nil
+	}
+}
+
 // pending reports whether the acquisition is still waiting.
 func (a *async[T]) pending() bool {
 	select {

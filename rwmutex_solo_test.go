@@ -67,6 +67,39 @@ func TestRWMutexSoloWriterHandsToWaitingReader(t *testing.T) {
 	}
 }
 
+// Waiters that come and go while a writer holds alone cannot be granted
+// anything: the writer stays in the solo form, whose release costs what a
+// Mutex's does, and hands the lock to the waiter still queued.
+func TestRWMutexSoloWriterStaysSoloWhileWaitersComeAndGo(t *testing.T) {
+	srv := redistest.Shared(t)
+	a, b, c := newClient(t, srv), newClient(t, srv), newClient(t, srv)
+	ctx := testCtx(t)
+	name := t.Name()
+	w, err := a.RWMutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaveCtx, leave := context.WithCancel(ctx)
+	left := rwGo(leaveCtx, b.RWMutex(name).RLock)
+	waitRWQueued(t, srv, name, 1)
+	wantSolo(ctx, t, srv, name, "W", w)
+	leave()
+	if r := <-left; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("the reader that gave up: %v, %v; want context.Canceled", r.lease, r.err)
+	}
+	waitRWQueued(t, srv, name, 0)
+	wantSolo(ctx, t, srv, name, "W", w)
+	next := rwGo(ctx, c.RWMutex(name).Lock)
+	waitRWQueued(t, srv, name, 1)
+	wantSolo(ctx, t, srv, name, "W", w)
+	rwUnlock(t, w)
+	n := rwAwait(t, next, 10*time.Second, "the writer queued behind the solo writer")
+	if n.Token() <= w.Token() {
+		t.Errorf("the next writer's token %d not above the solo writer's %d", n.Token(), w.Token())
+	}
+	rwUnlock(t, n)
+}
+
 func TestRWMutexSoloReaderJoinedBySecondReader(t *testing.T) {
 	srv := redistest.Shared(t)
 	a, b := newClient(t, srv), newClient(t, srv)

@@ -46,8 +46,9 @@ func wantAvailable(t testing.TB, s *dlock.Semaphore, n int, when string) {
 	}
 }
 
-// A solo holder of every permit, then a waiter: the waiter's arrival
-// converts the holder, and the release hands the permits to the waiter.
+// A solo holder of every permit, then a waiter: nobody can be granted, so
+// the waiter queues and the holder stays solo; its release hands the
+// permits to the waiter.
 func TestSemaphoreSoloHolderHandsOverToWaiter(t *testing.T) {
 	srv := redistest.Shared(t)
 	name := t.Name()
@@ -62,12 +63,12 @@ func TestSemaphoreSoloHolderHandsOverToWaiter(t *testing.T) {
 		return waiter.Semaphore(name, 2).Acquire(ctx, 1)
 	}, releasePermits)
 	waitSemQueued(t, srv, name, 1)
-	wantForm(t, srv, name, "zset", "a waiter queued")
+	wantForm(t, srv, name, "solo", "a waiter queued")
 	if err := p.Err(); err != nil {
-		t.Fatalf("the holder after its conversion: %v", err)
+		t.Fatalf("the holder with a waiter queued: %v", err)
 	}
 	if d, err := p.TTL(ctx); err != nil || d <= 0 {
-		t.Fatalf("the holder's TTL after its conversion: %v, %v", d, err)
+		t.Fatalf("the holder's TTL with a waiter queued: %v, %v", d, err)
 	}
 	if err := p.Release(ctx); err != nil {
 		t.Fatalf("Release: %v", err)
@@ -83,6 +84,60 @@ func TestSemaphoreSoloHolderHandsOverToWaiter(t *testing.T) {
 	wantAvailable(t, s, 2, "all released")
 	if n := semKeysLeft(ctx, t, srv, name); n != 0 {
 		t.Errorf("%d keys left after every permit was released", n)
+	}
+}
+
+// Waiters that give up while a solo holder holds every permit leave it
+// solo; once permits are free, a departing head that asked for more than
+// is free lets a smaller request behind it through.
+func TestSemaphoreSoloHolderStaysSoloWhileWaitersLeave(t *testing.T) {
+	srv := redistest.Shared(t)
+	name := t.Name()
+	ctx := testCtx(t)
+	holder, waiter := newClient(t, srv), newClient(t, srv)
+	s := holder.Semaphore(name, 3)
+	p := mustAcquire(t, s, 3)
+	leaveCtx, leave := context.WithCancel(ctx)
+	left := goAcquire(t, func(context.Context) (*dlock.Permits, error) {
+		return waiter.Semaphore(name, 3).Acquire(leaveCtx, 1)
+	}, releasePermits)
+	waitSemQueued(t, srv, name, 1)
+	wantForm(t, srv, name, "solo", "a waiter queued behind every permit held")
+	leave()
+	if _, err := left.wait(t, 10*time.Second); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the waiter that gave up: %v; want context.Canceled", err)
+	}
+	waitSemQueued(t, srv, name, 0)
+	wantForm(t, srv, name, "solo", "the waiter gone")
+
+	// Two permits back: 2 free. A head asking for 3 blocks a request for 1
+	// behind it until it leaves.
+	if err := p.ReleaseN(ctx, 2); err != nil {
+		t.Fatalf("ReleaseN: %v", err)
+	}
+	bigCtx, leaveBig := context.WithCancel(ctx)
+	big := goAcquire(t, func(context.Context) (*dlock.Permits, error) {
+		return waiter.Semaphore(name, 3).Acquire(bigCtx, 3)
+	}, releasePermits)
+	waitSemQueued(t, srv, name, 1)
+	small := goAcquire(t, func(ctx context.Context) (*dlock.Permits, error) {
+		return newClient(t, srv).Semaphore(name, 3).Acquire(ctx, 1)
+	}, releasePermits)
+	waitSemQueued(t, srv, name, 2)
+	leaveBig()
+	if _, err := big.wait(t, 10*time.Second); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the large request that gave up: %v; want context.Canceled", err)
+	}
+	q := small.await(t, 10*time.Second, "the request for 1 behind the one that left")
+	if q.Token() <= p.Token() {
+		t.Errorf("the small request's token %d after the holder's %d", q.Token(), p.Token())
+	}
+	wantAvailable(t, s, 1, "the holder keeping 1, the small request 1")
+	if err := q.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 

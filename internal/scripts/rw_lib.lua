@@ -21,8 +21,9 @@
 -- for as a Mutex does, with SET holders <member> NX PX <ttl>, and no tokens
 -- entry (the token is the fencing key's, see rw_unsolo). Its release is a
 -- DEL, its renewal a PEXPIRE, its hand-off within the process
--- (rw_transfer.lua) a SET. Every other path first turns it into the zset
--- form with rw_unsolo. A string under holders without an expiry, or whose
+-- (rw_transfer.lua) a SET. A waiter queueing behind a solo writer, or
+-- leaving while it holds, reads it as it is: nobody can be granted then.
+-- Every other path first turns it into the zset form with rw_unsolo. A string under holders without an expiry, or whose
 -- value is not a member, is foreign.
 
 -- rw_time returns the server clock in µs and in ms.

@@ -46,8 +46,14 @@ local ok, solo, solo_pttl = pcall(rw_solo, KEYS[1])
 if not ok then
   return {0} -- a foreign holders key holds nobody
 end
-local now_us, now_ms = rw_time()
 rw_check_keys(KEYS)
+if solo and solo ~= member and string.sub(solo, 1, 1) == 'W' then
+  -- A waiter leaves while a writer holds alone: nobody can be granted, so
+  -- the holder stays in the solo form that its own release takes at the
+  -- Mutex's cost.
+  return {0}
+end
+local now_us, now_ms = rw_time()
 local reply = {0}
 if solo == member then
   -- Released as on the fast path; the grants below see no holder.

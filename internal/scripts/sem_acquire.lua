@@ -50,41 +50,49 @@ local n, join = tonumber(ARGV[2]), string.sub(ARGV[4], 1, 1) == '1'
 local permits, limit_retention, lease_ms, grant_px, fence_retention, publish =
   string.match(ARGV[5], '^(%d+) (%d+) (%d+) (%d+) (%d+) (%a+)$')
 local now_us, now_ms = sem_now()
--- Every path below works on the zset form: a solo holder joined by a
--- waiter or a second holder is converted once, here.
-sem_unsolo(now_ms, 6)
 
 -- The common waiting case, at the cost of mutex_acquire.lua's: no limit
 -- stored, no holder expired, owner not among the holders, and every permit
 -- held or the live waiter at the head of the queue asking for more than is
 -- free. Grants go in arrival order and stop at that head, so nobody can be
 -- granted and no holder needs pruning: owner only stays in the queue, as
--- the full path below would leave it. Anything else (a holder's entry that
--- does not parse, a dead head with permits free) goes to the full path.
--- Every key this path reads or writes is checked before HSET, its first
--- write: holders and counts by PTTL (no expiry: no semaphore wrote them)
--- and by ZRANGE and HGET (WRONGTYPE), the limit by EXISTS, the fencing key
--- here (a foreign one goes to the full path, which reports it), the queue
--- by ZRANGE or ZSCORE and the waiters by HGET or HSET (WRONGTYPE).
-if n <= tonumber(permits) and redis.call('EXISTS', KEYS[3]) == 0
-    and redis.call('PTTL', KEYS[1]) > 0 and redis.call('PTTL', KEYS[2]) > 0 then
+-- the full path below would leave it, and a solo holder stays solo.
+-- Anything else (a holder's entry that does not parse, a dead head with
+-- permits free) goes to the full path. Every key this path reads or writes
+-- is checked before HSET, its first write: holders by PTTL (no expiry: no
+-- semaphore wrote it) and by GET and sem_solo, or ZRANGE; counts, in the
+-- zset form, by PTTL and HGET (WRONGTYPE); the limit by EXISTS, the fencing
+-- key here (a foreign one goes to the full path, which reports it), the
+-- queue by ZRANGE or ZSCORE and the waiters by HGET or HSET (WRONGTYPE).
+local holders_pttl = n <= tonumber(permits) and redis.call('EXISTS', KEYS[3]) == 0 and redis.call('PTTL', KEYS[1])
+if holders_pttl and holders_pttl > 0 then
   local limit = tonumber(permits)
-  local holders = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
-  local used = 0
-  local waiting = #holders > 0 and tonumber(holders[2]) > now_ms
-  for i = 1, #holders, 2 do
-    local held = waiting and holders[i] ~= owner and sem_held(redis.call('HGET', KEYS[2], holders[i]))
-    if not held then
-      waiting = false
-      break
+  local used, first_ms
+  local solo = redis.pcall('GET', KEYS[1])
+  if type(solo) == 'string' then
+    local held, _, holder = sem_solo(solo)
+    if held and holder ~= owner then
+      used, first_ms = held, now_ms + holders_pttl
     end
-    used = used + held
+  elseif redis.call('PTTL', KEYS[2]) > 0 then
+    local holders = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+    if #holders > 0 and tonumber(holders[2]) > now_ms then
+      used, first_ms = 0, tonumber(holders[2])
+      for i = 1, #holders, 2 do
+        local held = holders[i] ~= owner and sem_held(redis.call('HGET', KEYS[2], holders[i]))
+        if not held then
+          used = nil
+          break
+        end
+        used = used + held
+      end
+    end
   end
   -- Every permit held: no request fits (each asks for one at least), and a
   -- dead or oversized head waits for the next grant to drop it, as a dead
   -- one does in the Mutex's queue. Otherwise the head decides.
-  local full = waiting and used >= limit
-  if waiting and not full then
+  local full = used and used >= limit
+  if used and not full then
     local head = redis.call('ZRANGE', KEYS[5], 0, 0)
     local live, _, extra = false, nil, nil
     if #head == 1 then
@@ -100,11 +108,14 @@ if n <= tonumber(permits) and redis.call('EXISTS', KEYS[3]) == 0
       if join then
         position = dlock_enqueue(KEYS[5], KEYS[6], owner, now_us, lease_ms, grant_px, ARGV[2])
       end
-      return {0, tonumber(holders[2]) - now_ms, position, limit - used, tonumber(fence or '0')}
+      return {0, first_ms - now_ms, position, limit - used, tonumber(fence or '0')}
     end
   end
 end
 
+-- Every path below works on the zset form: a solo holder joined by a
+-- waiter or a second holder is converted once, here.
+sem_unsolo(now_ms, 6)
 sem_check(6)
 local limit = sem_limit(permits, limit_retention)
 sem_drop_expired(now_ms)

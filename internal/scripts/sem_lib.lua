@@ -19,8 +19,9 @@
 -- nobody holds: one SET, as a Mutex is taken, rather than a zset and a
 -- hash entry with their expiries. Its release (sem_release.lua) is a GET
 -- and a DEL; renewals and reads (sem_extend, sem_pttl, sem_available,
--- sem_transfer, inspect.lua) read it as it is; every other path converts it
--- to the zset form first (sem_unsolo). A string under holders that does
+-- sem_transfer, inspect.lua), a waiter's attempt that cannot be granted and
+-- a waiter leaving while it holds every permit read it as it is; every
+-- other path converts it to the zset form first (sem_unsolo). A string under holders that does
 -- not parse, or has no expiry, is foreign.
 
 -- sem_solo reads a solo holder's value: its permits, token and owner, or

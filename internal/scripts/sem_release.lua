@@ -50,6 +50,18 @@ end
 local permits, limit_retention, _, _, fence_retention, publish =
   string.match(ARGV[2], '^(%d+) (%d+) (%d+) (%d+) (%d+) (%a+)$')
 sem_check(6)
+if not ARGV[3] then
+  -- A waiter leaves while another owner holds every permit in the solo
+  -- form: nobody can be granted, so the holder stays solo, for its own
+  -- release at the Mutex's cost. (While solo, no limit is stored:
+  -- SetPermits converts first.)
+  local v = redis.pcall('GET', KEYS[1]) -- absent, a zset (an error) or a solo holder
+  local held, _, holder = sem_solo(type(v) == 'string' and v or '')
+  if held and holder ~= owner and held >= tonumber(permits) then
+    dlock_dequeue(KEYS[5], KEYS[6], owner)
+    return {0}
+  end
+end
 local now_us, now_ms = sem_now()
 sem_unsolo(now_ms, 6)
 local limit = sem_limit(permits, limit_retention)

@@ -127,28 +127,10 @@ func RWAcquire(ctx context.Context, drv driver.Driver, keys []string, member str
 	return c.attempt(*px, true)
 }
 
-// Pre-boxed flags of rw_acquire.lua (ARGV[3]): join the queue or not, then
-// grants announced with PUBLISH or SPUBLISH.
-var (
-	rwJoin        any = "1p"
-	rwJoinSharded any = "1s"
-	rwStay        any = "0p"
-	rwStaySharded any = "0s"
-)
-
-// rwFlags is rw_acquire.lua's flags argument.
-func rwFlags(drv driver.Driver, queue bool) any {
-	s := sharded(drv)
-	switch {
-	case queue && s:
-		return rwJoinSharded
-	case queue:
-		return rwJoin
-	case s:
-		return rwStaySharded
-	}
-	return rwStay
-}
+// rwFlags is rw_acquire.lua's flags argument: join the queue or not, then
+// grants announced with PUBLISH or SPUBLISH, in the encoding of the Mutex's
+// mode argument (LockMode).
+func rwFlags(drv driver.Driver, queue bool) any { return LockMode(drv, queue) }
 
 // SemAcquire runs sem_acquire.lua for owner's n permits of a Semaphore
 // given permits; settings is its ARGV[5] (SemSettings), and keys[0] its

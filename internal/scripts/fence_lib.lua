@@ -38,6 +38,23 @@ if token == 1 then -- a fresh counter: start at the server clock, in µs
 end
 --@end
 
+-- A script that ends when the block's INCR was refused has a line
+--   --@fence_refused(<fence key>)
+-- after the block (and after undoing its own writes), replaced by the
+-- block below: it returns DLOCK_CONFLICT for a foreign value under the
+-- fencing key, or the server's own refusal (OOM at maxmemory, an ACL's
+-- NOPERM) in its own words.
+--@refused
+if type(token) ~= 'number' then
+  --@fence_lib
+  local conflict = dlock_fence_conflict(fence_key) -- GET raises WRONGTYPE
+  if conflict then
+    return redis.error_reply(conflict)
+  end
+  return token
+end
+--@end
+
 -- dlock_counter reports whether v, a fencing key's value, is a counter
 -- INCR counts on from: an integer as Redis writes one ("0", or digits
 -- without a leading zero after an optional '-') that leaves room for one

@@ -42,13 +42,8 @@ if (not strict or redis.call('EXISTS', KEYS[3]) == 0) and redis.call('SET', KEYS
   --@fence(KEYS[2], string.match(ARGV[5], '(%d+)$'))
   if type(token) ~= 'number' then
     redis.call('DEL', KEYS[1]) -- undo, within this same atomic script
-    --@fence_lib
-    local conflict = dlock_fence_conflict(KEYS[2])
-    if conflict then
-      return redis.error_reply(conflict)
-    end
-    return token -- the server refused INCR itself (an ACL), in its own words
   end
+  --@fence_refused(KEYS[2])
   -- A queued waiter whose poll finds the lock free takes it here: its place
   -- must go, or a release would hand the lock to it again, and nobody
   -- would claim that grant (the lock would sit idle for a claim window).

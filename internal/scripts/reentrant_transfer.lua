@@ -43,14 +43,7 @@ elseif holds > 1 then
   return {3, holds}
 end
 --@fence(KEYS[2], ARGV[4])
-if type(token) ~= 'number' then
-  --@fence_lib
-  local conflict = dlock_fence_conflict(KEYS[2]) -- GET raises WRONGTYPE
-  if conflict then
-    return redis.error_reply(conflict)
-  end
-  return token -- the server refused INCR itself (OOM at maxmemory, an ACL), in its own words
-end
+--@fence_refused(KEYS[2])
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 if holds > 0 then
   redis.call('DEL', KEYS[3]) -- the next member's hold is the grant's own

@@ -44,14 +44,7 @@ else
   expiry = now_ms + tonumber(ARGV[3])
 end
 --@fence(KEYS[2], ARGV[4])
-if type(token) ~= 'number' then
-  --@fence_lib
-  local conflict = dlock_fence_conflict(KEYS[2]) -- GET raises WRONGTYPE
-  if conflict then
-    return redis.error_reply(conflict)
-  end
-  return token -- the server refused INCR itself (OOM at maxmemory, an ACL), in its own words
-end
+--@fence_refused(KEYS[2])
 if solo then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   return {1, token}

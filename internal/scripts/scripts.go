@@ -124,17 +124,27 @@ func withLib(lib, body string) *driver.Script {
 // costs the server, on every call, more than a Redis command, and a fast
 // path that called a fence function would pay that on every lock.
 var (
-	fenceBlock, fenceFuncs = splitFenceLib(fenceLib)
+	fenceBlock, refusedBlock, fenceFuncs = splitFenceLib(fenceLib)
 	// lockLib is lock_lib.lua with the fence functions it builds on.
 	lockLib = expand(fenceFuncs) + "\n" + lockLibBody
 )
 
-// splitFenceLib returns fence_lib.lua's issuing block and its functions.
-func splitFenceLib(src string) (block, funcs string) {
-	const begin, end = "\n--@block\n", "\n--@end\n"
-	i, j := strings.Index(src, begin), strings.Index(src, end)
+// splitFenceLib returns fence_lib.lua's issuing block, its refusal block
+// and its functions, which follow them.
+func splitFenceLib(src string) (block, refused, funcs string) {
+	block, rest := cutBlock(src, "--@block")
+	refused, funcs = cutBlock(rest, "--@refused")
+	return block, refused, funcs
+}
+
+// cutBlock returns the lines of src between the line name and the next
+// line "--@end", and what follows that line.
+func cutBlock(src, name string) (block, rest string) {
+	begin, end := "\n"+name+"\n", "\n--@end\n"
+	i := strings.Index(src, begin)
+	j := strings.Index(src[max(i, 0):], end) + max(i, 0)
 	if i < 0 || j < i {
-		panic("scripts: fence_lib.lua has no --@block ... --@end")
+		panic("scripts: fence_lib.lua has no " + name + " ... --@end")
 	}
 	return src[i+len(begin) : j+1], src[j+len(end):]
 }
@@ -144,8 +154,9 @@ var fenceParams = regexp.MustCompile(`\b(fence_key|retention_ms)\b`)
 
 // expand replaces, in a script's source, each line "--@fence(key,
 // retention)" with fence_lib.lua's block, its fence_key and retention_ms
-// replaced by the two Lua expressions given, and each line "--@fence_lib"
-// with fence_lib.lua's functions, indented as the line is. A malformed
+// replaced by the two Lua expressions given, each line
+// "--@fence_refused(key)" with its refusal block, and each line
+// "--@fence_lib" with fence_lib.lua's functions, indented as the line is. A malformed
 // directive panics: the package's tests load every script.
 func expand(src string) string {
 	if !strings.Contains(src, "--@fence") {
@@ -162,13 +173,13 @@ func expand(src string) string {
 			b.WriteString(indented(indent, expand(fenceFuncs)))
 		case strings.HasPrefix(directive, "--@fence("):
 			args := fenceArgs(strings.TrimPrefix(directive, "--@fence"))
-			block := fenceParams.ReplaceAllStringFunc(fenceBlock, func(name string) string {
-				if name == "fence_key" {
-					return args[0]
-				}
-				return args[1]
-			})
-			b.WriteString(indented(indent, block))
+			b.WriteString(indented(indent, withFenceArgs(fenceBlock, args[0], args[1])))
+		case strings.HasPrefix(directive, "--@fence_refused("):
+			args := directiveArgs(strings.TrimPrefix(directive, "--@fence_refused"))
+			if len(args) != 1 || args[0] == "" {
+				panic(fmt.Sprintf("scripts: %s: want (key)", directive))
+			}
+			b.WriteString(indented(indent, expand(withFenceArgs(refusedBlock, args[0], ""))))
 		default:
 			b.WriteString(line)
 		}
@@ -176,9 +187,30 @@ func expand(src string) string {
 	return b.String()
 }
 
+// withFenceArgs is block with fence_key and retention_ms replaced by the
+// Lua expressions key and retention.
+func withFenceArgs(block, key, retention string) string {
+	return fenceParams.ReplaceAllStringFunc(block, func(name string) string {
+		if name == "fence_key" {
+			return key
+		}
+		return retention
+	})
+}
+
 // fenceArgs parses "(key, retention)", two Lua expressions that may hold
 // calls, indexing and strings, into the two.
 func fenceArgs(s string) [2]string {
+	args := directiveArgs(s)
+	if len(args) != 2 || args[0] == "" || args[1] == "" {
+		panic(fmt.Sprintf("scripts: --@fence%s: want (key, retention)", s))
+	}
+	return [2]string{args[0], args[1]}
+}
+
+// directiveArgs parses a directive's "(a, b, ...)", Lua expressions that
+// may hold calls, indexing and strings, into its arguments.
+func directiveArgs(s string) []string {
 	var args []string
 	depth, start := 0, 1
 	var quote byte
@@ -205,14 +237,10 @@ func fenceArgs(s string) [2]string {
 			start = i + 1
 		}
 	}
-	if depth != 0 || quote != 0 || !strings.HasSuffix(s, ")") {
+	if depth != 0 || quote != 0 || !strings.HasPrefix(s, "(") || !strings.HasSuffix(s, ")") {
 		panic(fmt.Sprintf("scripts: unbalanced --@fence%s", s))
 	}
-	args = append(args, strings.TrimSpace(s[start:len(s)-1]))
-	if len(args) != 2 || args[0] == "" || args[1] == "" {
-		panic(fmt.Sprintf("scripts: --@fence%s: want (key, retention)", s))
-	}
-	return [2]string{args[0], args[1]}
+	return append(args, strings.TrimSpace(s[start:len(s)-1]))
 }
 
 // indented prefixes every non-empty line of text with indent.

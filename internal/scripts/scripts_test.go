@@ -88,6 +88,28 @@ func TestFenceArgs(t *testing.T) {
 	}
 }
 
+// TestFenceRefusedDirective: "--@fence_refused(key)" becomes the refusal
+// block for that key, with the functions it calls; anything but one key
+// panics.
+func TestFenceRefusedDirective(t *testing.T) {
+	got := expand("  --@fence_refused(KEYS[3])\n")
+	for _, want := range []string{"  if type(token) ~= 'number' then\n", "dlock_fence_conflict(KEYS[3])", "local function dlock_counter("} {
+		if !strings.Contains(got, want) {
+			t.Errorf("expanded to %q; want it to hold %q", got, want)
+		}
+	}
+	for _, bad := range []string{"--@fence_refused()\n", "--@fence_refused(KEYS[3], ARGV[1])\n", "--@fence_refused(KEYS[3]\n"} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("expand(%q) did not panic", bad)
+				}
+			}()
+			expand(bad)
+		}()
+	}
+}
+
 // TestScriptsLoad: every script, with its copies of fence_lib.lua, compiles
 // on a real server, under the hash the package computed.
 func TestScriptsLoad(t *testing.T) {

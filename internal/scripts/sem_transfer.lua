@@ -54,14 +54,7 @@ if tonumber(held) ~= tonumber(ARGV[3]) then
   return {2}
 end
 --@fence(KEYS[3], ARGV[5])
-if type(token) ~= 'number' then
-  --@fence_lib
-  local conflict = dlock_fence_conflict(KEYS[3]) -- GET raises WRONGTYPE
-  if conflict then
-    return redis.error_reply(conflict)
-  end
-  return token -- the server refused INCR itself (OOM at maxmemory, an ACL), in its own words
-end
+--@fence_refused(KEYS[3])
 if solo then
   redis.call('SET', KEYS[1], ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. string.format('%d', token), 'PX', ARGV[4])
   return {1, token}

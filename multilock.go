@@ -295,17 +295,23 @@ func (m *MultiLock) slotGroups() [][]*Mutex {
 	if s, ok := m.c.drv.(driver.Sharded); !ok || !s.Sharded() {
 		return [][]*Mutex{m.locks}
 	}
-	var groups [][]*Mutex
-	index := map[int]int{}
-	for _, mu := range m.locks {
-		slot := keyslot.Of(mu.keys.lock)
-		i, ok := index[slot]
+	return groupBy(m.locks, func(mu *Mutex) int { return keyslot.Of(mu.keys.lock) })
+}
+
+// groupBy splits items into groups of equal key, in the order each key
+// first appears, each group in items' order.
+func groupBy[T any, K comparable](items []T, key func(T) K) [][]T {
+	var groups [][]T
+	index := map[K]int{}
+	for _, it := range items {
+		k := key(it)
+		g, ok := index[k]
 		if !ok {
-			i = len(groups)
-			index[slot] = i
+			g = len(groups)
+			index[k] = g
 			groups = append(groups, nil)
 		}
-		groups[i] = append(groups[i], mu)
+		groups[g] = append(groups[g], it)
 	}
 	return groups
 }

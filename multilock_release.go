@@ -140,22 +140,13 @@ func (m *MultiLock) releaseGroups(parts []*Lease, batch []int) [][]int {
 		owner string
 		slot  int
 	}
-	var groups [][]int
-	index := map[groupKey]int{}
-	for _, i := range batch {
+	return groupBy(batch, func(i int) groupKey {
 		k := groupKey{owner: parts[i].s.Owner()}
 		if sharded {
 			k.slot = keyslot.Of(parts[i].h.(*Mutex).keys.lock)
 		}
-		g, ok := index[k]
-		if !ok {
-			g = len(groups)
-			index[k] = g
-			groups = append(groups, nil)
-		}
-		groups[g] = append(groups[g], i)
-	}
-	return groups
+		return k
+	})
 }
 
 // sameOwner reports whether the parts at batch share one owner.

@@ -138,27 +138,10 @@ func (a *app) bench(ctx context.Context, o *benchOptions) error {
 		}
 	}()
 
-	opts := []dlock.Option{dlock.WithKeyPrefix(prefix), dlock.WithOwnerInfo("dlock bench")}
-	if o.ttl != 0 {
-		opts = append(opts, dlock.WithTTL(o.ttl))
-	}
-	rdbs := make([]redis.UniversalClient, o.clients)
-	clients := make([]*dlock.Client, o.clients)
-	defer func() {
-		for i := range rdbs {
-			if clients[i] != nil {
-				clients[i].Close()
-			}
-			if rdbs[i] != nil {
-				rdbs[i].Close()
-			}
-		}
-	}()
-	for i := range rdbs {
-		rdbs[i] = t.newClient()
-		if clients[i], err = dlock.New(rdbs[i], opts...); err != nil {
-			return err
-		}
+	clients, closeClients, err := benchClients(t, o, prefix)
+	defer closeClients()
+	if err != nil {
+		return err
 	}
 
 	workers := make([]benchWorker, o.goroutines)
@@ -202,6 +185,35 @@ func (a *app) bench(ctx context.Context, o *benchOptions) error {
 		return fmt.Errorf("the benchmark stopped at its first failure: %w", failed)
 	}
 	return nil
+}
+
+// benchClients opens o.clients Clients, each on connections of its own, as
+// separate processes would have. closeAll closes what was opened, even
+// when err is set.
+func benchClients(t *target, o *benchOptions, prefix string) (clients []*dlock.Client, closeAll func(), err error) {
+	opts := []dlock.Option{dlock.WithKeyPrefix(prefix), dlock.WithOwnerInfo("dlock bench")}
+	if o.ttl != 0 {
+		opts = append(opts, dlock.WithTTL(o.ttl))
+	}
+	rdbs := make([]redis.UniversalClient, o.clients)
+	clients = make([]*dlock.Client, o.clients)
+	closeAll = func() {
+		for i := range rdbs {
+			if clients[i] != nil {
+				clients[i].Close()
+			}
+			if rdbs[i] != nil {
+				rdbs[i].Close()
+			}
+		}
+	}
+	for i := range rdbs {
+		rdbs[i] = t.newClient()
+		if clients[i], err = dlock.New(rdbs[i], opts...); err != nil {
+			return clients, closeAll, err
+		}
+	}
+	return clients, closeAll, nil
 }
 
 // benchLoop takes and releases one lock until runCtx ends, recording into w.

@@ -6,18 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"slices"
 	"sync"
-	"sync/atomic"
-	"text/tabwriter"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/glob"
 )
 
 // demoOptions are the flags of "dlock demo".
@@ -32,10 +27,6 @@ type demoOptions struct {
 // maxDemoWorkers bounds --workers: each worker opens its own connections,
 // as a separate process would.
 const maxDemoWorkers = 1000
-
-// cleanupTimeout bounds the deletion of the demo's keys, which runs even
-// after the demo was interrupted.
-const cleanupTimeout = 5 * time.Second
 
 func (a *app) demoCmd() *cobra.Command {
 	o := &demoOptions{items: 200, workers: 16, work: time.Millisecond, timeout: 2 * time.Minute}
@@ -106,62 +97,6 @@ type demoRun struct {
 	target *target
 	admin  redis.UniversalClient // sets up, checks and cleans up the stock
 	prefix string                // "<--key-prefix>demo:<random id>:"
-}
-
-// phaseResult is what one run of the race measured. Workers record into it
-// concurrently through its methods; the fields are read once they are done.
-type phaseResult struct {
-	sales      atomic.Int64
-	finalStock int64
-	elapsed    time.Duration
-
-	// The locked run only; guarded by mu while the workers run.
-	mu         sync.Mutex
-	waits      []time.Duration // from each Lock call to its grant
-	tokens     []int64         // fencing tokens, in the order workers got the lock
-	lostLeases int64           // leases lost while held
-	firstLoss  error           // why the first of them was lost
-	latestLoss error           // and the latest
-}
-
-// granted records a grant. Workers call it as soon as they hold the lock,
-// so, while the lock keeps them apart, calls come in grant order.
-func (r *phaseResult) granted(token int64, waited time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.tokens = append(r.tokens, token)
-	r.waits = append(r.waits, waited)
-}
-
-// lost records a lease lost while held.
-func (r *phaseResult) lost(reason error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.lostLeases++
-	r.latestLoss = reason
-	if r.firstLoss == nil {
-		r.firstLoss = reason
-	}
-}
-
-// lastLoss returns why the last lost lease was lost.
-func (r *phaseResult) lastLoss() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.latestLoss
-}
-
-func (r *phaseResult) oversold(items int) int64 { return r.sales.Load() - int64(items) }
-
-// tokensIncrease reports whether the fencing tokens strictly increase in
-// grant order.
-func (r *phaseResult) tokensIncrease() bool {
-	for i := 1; i < len(r.tokens); i++ {
-		if r.tokens[i] <= r.tokens[i-1] {
-			return false
-		}
-	}
-	return true
 }
 
 func (a *app) demo(ctx context.Context, o *demoOptions) error {
@@ -415,171 +350,4 @@ func work(ctx context.Context, d time.Duration, leaseDone <-chan struct{}) error
 	default:
 		return ctx.Err()
 	}
-}
-
-// report prints both runs side by side.
-func (d *demoRun) report(w io.Writer, unlocked, locked *phaseResult) error {
-	items := d.opts.items
-	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
-	row := func(name, a, b string) { fmt.Fprintf(tw, "%s\t%s\t%s\n", name, a, b) }
-	row("", "no lock", "dlock")
-	row("sales", fmt.Sprint(unlocked.sales.Load()), fmt.Sprint(locked.sales.Load()))
-	row("oversold", fmt.Sprint(unlocked.oversold(items)), fmt.Sprint(locked.oversold(items)))
-	row("final stock", fmt.Sprint(unlocked.finalStock), fmt.Sprint(locked.finalStock))
-	row("elapsed", formatDuration(unlocked.elapsed), formatDuration(locked.elapsed))
-	row("throughput", throughput(unlocked), throughput(locked))
-	row("lock wait p50", "-", formatDuration(percentile(locked.waits, 0.50)))
-	row("lock wait p99", "-", formatDuration(percentile(locked.waits, 0.99)))
-	row("leases lost", "-", fmt.Sprint(locked.lostLeases))
-	row("fencing tokens", "-", tokenSummary(locked))
-	return tw.Flush()
-}
-
-// check prints the verdict, and fails when the locked run did not sell
-// every item exactly once.
-func (d *demoRun) check(w io.Writer, unlocked, locked *phaseResult) error {
-	o := d.opts
-	fmt.Fprintln(w)
-	if over := unlocked.oversold(o.items); over > 0 {
-		fmt.Fprintf(w, "Without a lock, %d workers sold %d items from a stock of %d: %d oversold, because\n"+
-			"they read the stock before the others had written it back.\n", o.workers, unlocked.sales.Load(), o.items, over)
-	} else {
-		fmt.Fprintf(w, "Without a lock nothing was oversold this time; the race is still there: try more\n"+
-			"--workers or a longer --work.\n")
-	}
-
-	var problems []string
-	if over := locked.oversold(o.items); over != 0 || locked.finalStock != 0 {
-		problems = append(problems, fmt.Sprintf("it sold %d items from a stock of %d (%d oversold) and left a stock of %d",
-			locked.sales.Load(), o.items, over, locked.finalStock))
-	}
-	if !locked.tokensIncrease() {
-		problems = append(problems, "its fencing tokens did not strictly increase in grant order")
-	}
-	if locked.lostLeases > 0 {
-		fmt.Fprintf(w, "With dlock, %s lost while held; a sale in progress then stopped without writing.\n"+
-			"The first loss: %v\n", plural(locked.lostLeases, "lease was", "leases were"), locked.firstLoss)
-	}
-	if len(problems) == 0 {
-		fmt.Fprintf(w, "With dlock, every item was sold exactly once.\n")
-		return nil
-	}
-	msg := "the run with dlock failed: " + joinProblems(problems)
-	if locked.lostLeases > 0 {
-		msg += fmt.Sprintf("; %s lost while held (the first: %v)", plural(locked.lostLeases, "lease was", "leases were"), locked.firstLoss)
-	}
-	msg += "; the lock did not keep the workers apart, which is a bug in dlock or in the Redis server: please report it"
-	return errors.New(msg)
-}
-
-// plural returns "1 <one>" or "<n> <many>".
-func plural(n int64, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
-}
-
-func joinProblems(p []string) string {
-	s := p[0]
-	for _, q := range p[1:] {
-		s += ", and " + q
-	}
-	return s
-}
-
-func tokenSummary(r *phaseResult) string {
-	if len(r.tokens) == 0 {
-		return "none"
-	}
-	order := "strictly increasing"
-	if !r.tokensIncrease() {
-		order = "NOT strictly increasing"
-	}
-	return fmt.Sprintf("%d..%d (%d grants, %s)", slices.Min(r.tokens), slices.Max(r.tokens), len(r.tokens), order)
-}
-
-func throughput(r *phaseResult) string {
-	if r.elapsed <= 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.0f sales/s", float64(r.sales.Load())/r.elapsed.Seconds())
-}
-
-// percentile returns the nearest-rank percentile p (0 < p <= 1) of ds.
-func percentile(ds []time.Duration, p float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(float64(len(s))*p+0.999999) - 1
-	return s[max(0, min(i, len(s)-1))]
-}
-
-// formatDuration rounds d to three significant digits or so, for a table.
-func formatDuration(d time.Duration) string {
-	switch {
-	case d >= 10*time.Second:
-		return d.Round(100 * time.Millisecond).String()
-	case d >= 10*time.Millisecond:
-		return d.Round(100 * time.Microsecond).String()
-	case d >= 10*time.Microsecond:
-		return d.Round(time.Microsecond).String()
-	}
-	return d.String()
-}
-
-// cleanup deletes every key the demo wrote: the stock keys and the lock's
-// keys all start with d.prefix. It runs even when ctx was cancelled.
-func (d *demoRun) cleanup(ctx context.Context, stderr io.Writer) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	if err := deleteByPrefix(ctx, d.admin, d.prefix); err != nil {
-		fmt.Fprintf(stderr, "dlock: warning: could not delete the demo's keys %s*: %v (they expire within an hour)\n", d.prefix, err)
-	}
-}
-
-// deleteByPrefix deletes every key that starts with prefix: on every master
-// of a Cluster, and with one DEL per key, since the keys of a batch may lie
-// in different slots.
-func deleteByPrefix(ctx context.Context, rdb redis.UniversalClient, prefix string) error {
-	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-			return deleteMatching(ctx, node, rdb, prefix)
-		})
-	}
-	return deleteMatching(ctx, rdb, rdb, prefix)
-}
-
-// deleteMatching deletes, through del, the keys that start with prefix on
-// the one server scan reaches, in pipelined batches.
-func deleteMatching(ctx context.Context, scan, del redis.Cmdable, prefix string) error {
-	iter := scan.Scan(ctx, 0, glob.Escape(prefix)+"*", 100).Iterator()
-	var batch []string
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		_, err := del.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, k := range batch {
-				p.Del(ctx, k)
-			}
-			return nil
-		})
-		batch = batch[:0]
-		return err
-	}
-	for iter.Next(ctx) {
-		batch = append(batch, iter.Val())
-		if len(batch) == 100 {
-			if err := flush(); err != nil {
-				return err
-			}
-		}
-	}
-	if err := iter.Err(); err != nil {
-		return err
-	}
-	return flush()
 }

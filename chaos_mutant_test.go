@@ -7,14 +7,20 @@ import (
 	"fmt"
 	"math/rand"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/chaos"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 // TestChaosMutants proves that the checks have teeth: each deliberately
@@ -192,4 +198,95 @@ func runWipeScenario(t *testing.T, r *rand.Rand, mutant string, successor bool) 
 	stopProbe()
 	wg.Wait()
 	return rec.History()
+}
+
+// chaosMutantEnv names the mutant a child worker installs at start.
+const chaosMutantEnv = "DLOCK_CHAOS_MUTANT"
+
+// chaosMutants are deliberately broken variants of the library, which the
+// suite must catch (chaos_mutant_test.go). Each installs itself and returns
+// the function that restores the correct version.
+var chaosMutants = map[string]func() (restore func()){
+	// Release by plain DEL, without comparing the owner.
+	"release-by-del": swapScript(&scripts.MutexRelease, `redis.call('DEL', KEYS[1]) return 1`),
+	// Renew with PEXPIRE, without comparing the owner.
+	"extend-without-owner-check": swapScript(&scripts.OwnedExtend,
+		`for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end return 1`),
+	// Renew with SET: a lost lock comes back.
+	"extend-recreates": swapScript(&scripts.OwnedExtend,
+		`redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1`),
+	// Validity counted from the reply, not from the request.
+	"validity-ignores-elapsed": dlock.MutateValidityIgnoringElapsed,
+	// Grants and renewals counted whatever WAIT answered: the clients the
+	// suite makes then carry ackLiar.
+	"ignore-replica-acks": func() func() {
+		ignoreReplicaAcks.Store(true)
+		return func() { ignoreReplicaAcks.Store(false) }
+	},
+}
+
+// ignoreReplicaAcks is set by the "ignore-replica-acks" mutant.
+var ignoreReplicaAcks atomic.Bool
+
+// ackLiar is the "ignore-replica-acks" mutant: a go-redis hook that makes
+// every WAIT report as many replicas as it asked for, which is what a
+// library that ignored WAIT's answer would act on. The library itself needs
+// no seam for it: WAIT's reply is all it reads.
+type ackLiar struct{}
+
+func (ackLiar) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (ackLiar) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if ackLie(cmd) {
+			return nil
+		}
+		return err
+	}
+}
+
+func (ackLiar) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			ackLie(cmd)
+		}
+		return err
+	}
+}
+
+// ackLie rewrites a WAIT's reply to the number of replicas it asked for.
+func ackLie(cmd redis.Cmder) bool {
+	c, ok := cmd.(*redis.Cmd)
+	args := cmd.Args()
+	if !ok || len(args) < 2 || !strings.EqualFold(argString(args[0]), "wait") || c.Err() != nil {
+		return false
+	}
+	asked, err := strconv.ParseInt(argString(args[1]), 10, 64)
+	if err != nil {
+		return false
+	}
+	c.SetVal(asked)
+	return true
+}
+
+func swapScript(target **driver.Script, src string) func() func() {
+	return func() func() {
+		orig := *target
+		*target = driver.NewScript(src)
+		return func() { *target = orig }
+	}
+}
+
+// installMutant installs mutant in this process until the end of the
+// test. Call it before creating any Client; the restore runs after their
+// cleanups.
+func installMutant(t testing.TB, mutant string) {
+	t.Helper()
+	m := chaosMutants[mutant]
+	if m == nil {
+		t.Fatalf("unknown mutant %q", mutant)
+	}
+	t.Cleanup(m()) // registered first, so it runs after the clients' cleanups
 }

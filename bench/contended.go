@@ -115,6 +115,28 @@ type release struct {
 	set bool
 }
 
+// contendedLocal is one goroutine's tally.
+type contendedLocal struct {
+	grants, followed, barged int64
+	handoffs, waits          []time.Duration
+	censored                 int
+}
+
+// contendedRun is the state the goroutines of one run share. Times are ns
+// since base on the monotonic clock.
+type contendedRun struct {
+	base     time.Time
+	t0, t1   atomic.Int64 // window bounds; 0 while unset
+	holders  atomic.Int32
+	overlaps atomic.Int64
+	mu       sync.Mutex
+	last     release
+	work     atomic.Int64 // the critical section's shared state
+	errs     errorLog
+}
+
+func (r *contendedRun) now() int64 { return int64(time.Since(r.base)) }
+
 // RunContended runs scenario 2 for t on srv.
 func RunContended(ctx context.Context, t Target, srv *Servers, spec ContendedSpec) (*ContendedResult, error) {
 	res := &ContendedResult{Target: t.Name, Clients: spec.Clients, Goroutines: spec.Goroutines}
@@ -132,97 +154,101 @@ func RunContended(ctx context.Context, t Target, srv *Servers, spec ContendedSpe
 		lockers[i] = l
 	}
 
-	const key = "bench:c"
-	base := time.Now()
-	now := func() int64 { return int64(time.Since(base)) }
-	var (
-		t0, t1   atomic.Int64 // window bounds; 0 while unset
-		holders  atomic.Int32
-		overlaps atomic.Int64
-		mu       sync.Mutex
-		last     release
-		work     atomic.Int64 // the critical section's shared state
-		errs     errorLog
-		wg       sync.WaitGroup
-	)
-	type local struct {
-		grants, followed, barged int64
-		handoffs, waits          []time.Duration
-		censored                 int
-	}
-	locals := make([]local, spec.Goroutines)
+	r := &contendedRun{base: time.Now()}
+	locals := make([]contendedLocal, spec.Goroutines)
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
+	var wg sync.WaitGroup
 	for g := 0; g < spec.Goroutines; g++ {
 		wg.Add(1)
-		go func(me int, l Locker, st *local) {
+		go func(me int) {
 			defer wg.Done()
-			for runCtx.Err() == nil {
-				start := now()
-				unlock, err := l.Lock(runCtx, key)
-				got := now()
-				end := t1.Load()
-				if end > 0 && got > end {
-					// The window closed during this wait: count what it had
-					// waited by then.
-					if start < end {
-						st.waits = append(st.waits, time.Duration(end-start))
-						st.censored++
-					}
-					if err == nil {
-						_ = unlock(context.Background())
-					}
-					return
-				}
-				if err != nil {
-					if runCtx.Err() == nil {
-						errs.add(fmt.Errorf("lock: %w", err))
-						_ = sleep(runCtx, time.Millisecond)
-					}
-					continue
-				}
-				if holders.Add(1) != 1 {
-					overlaps.Add(1)
-				}
-				mu.Lock()
-				prev := last
-				mu.Unlock()
-				if begin := t0.Load(); begin > 0 && got >= begin {
-					st.grants++
-					st.waits = append(st.waits, time.Duration(got-start))
-					if prev.set {
-						st.followed++
-						if prev.gid == me {
-							st.barged++
-						} else {
-							st.handoffs = append(st.handoffs, time.Duration(got-prev.at))
-						}
-					}
-				}
-				work.Add(1) // the critical section
-				holders.Add(-1)
-				rel := now()
-				mu.Lock()
-				last = release{gid: me, at: rel, set: true}
-				mu.Unlock()
-				if err := unlock(context.Background()); err != nil {
-					errs.add(fmt.Errorf("unlock: %w", err))
-				}
-			}
-		}(g, lockers[g%spec.Clients], &locals[g])
+			r.loop(runCtx, me, lockers[me%spec.Clients], &locals[me])
+		}(g)
 	}
 	var err error
 	res.Window, err = measure(ctx, srv, &cnt, spec.Warm, spec.Dur,
-		func() { t0.Store(now()) },
-		func() { t1.Store(now()) })
+		func() { r.t0.Store(r.now()) },
+		func() { r.t1.Store(r.now()) })
 	if err != nil {
-		t1.Store(now())
+		r.t1.Store(r.now())
 	}
 	stop()
 	wg.Wait()
+	r.collect(res, locals)
+	return res, err
+}
 
-	res.Waits = make([][]time.Duration, spec.Goroutines)
-	res.PerGoroutine = make([]int64, spec.Goroutines)
+// loop locks, runs the critical section and unlocks until ctx ends or a
+// wait outlasts the window, tallying into st.
+func (r *contendedRun) loop(ctx context.Context, me int, l Locker, st *contendedLocal) {
+	const key = "bench:c"
+	for ctx.Err() == nil {
+		start := r.now()
+		unlock, err := l.Lock(ctx, key)
+		got := r.now()
+		if end := r.t1.Load(); end > 0 && got > end {
+			// The window closed during this wait: count what it had
+			// waited by then.
+			if start < end {
+				st.waits = append(st.waits, time.Duration(end-start))
+				st.censored++
+			}
+			if err == nil {
+				_ = unlock(context.Background())
+			}
+			return
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				r.errs.add(fmt.Errorf("lock: %w", err))
+				_ = sleep(ctx, time.Millisecond)
+			}
+			continue
+		}
+		r.granted(me, start, got, st)
+		r.work.Add(1) // the critical section
+		r.holders.Add(-1)
+		rel := r.now()
+		r.mu.Lock()
+		r.last = release{gid: me, at: rel, set: true}
+		r.mu.Unlock()
+		if err := unlock(context.Background()); err != nil {
+			r.errs.add(fmt.Errorf("unlock: %w", err))
+		}
+	}
+}
+
+// granted checks for an overlap and tallies a grant made at got (of a wait
+// from start) if it falls in the window: a hand-off when the last release
+// was another goroutine's, barging when it was this one's.
+func (r *contendedRun) granted(me int, start, got int64, st *contendedLocal) {
+	if r.holders.Add(1) != 1 {
+		r.overlaps.Add(1)
+	}
+	r.mu.Lock()
+	prev := r.last
+	r.mu.Unlock()
+	if begin := r.t0.Load(); begin == 0 || got < begin {
+		return
+	}
+	st.grants++
+	st.waits = append(st.waits, time.Duration(got-start))
+	if !prev.set {
+		return
+	}
+	st.followed++
+	if prev.gid == me {
+		st.barged++
+	} else {
+		st.handoffs = append(st.handoffs, time.Duration(got-prev.at))
+	}
+}
+
+// collect adds the goroutines' tallies to res.
+func (r *contendedRun) collect(res *ContendedResult, locals []contendedLocal) {
+	res.Waits = make([][]time.Duration, len(locals))
+	res.PerGoroutine = make([]int64, len(locals))
 	for g, st := range locals {
 		res.Grants += st.grants
 		res.Followed += st.followed
@@ -233,7 +259,6 @@ func RunContended(ctx context.Context, t Target, srv *Servers, spec ContendedSpe
 		res.Censored += st.censored
 	}
 	SortDurations(res.Handoffs)
-	res.Overlaps = overlaps.Load()
-	res.Errors = errs.result()
-	return res, err
+	res.Overlaps = r.overlaps.Load()
+	res.Errors = r.errs.result()
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/chaos"
+	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 const chaosSpecEnv = "DLOCK_CHAOS_SPEC"
@@ -192,7 +193,7 @@ func (ch *chaosChild) signal(sig syscall.Signal) {
 func (ch *chaosChild) pause() {
 	ch.t.Helper()
 	ch.signal(syscall.SIGSTOP)
-	if err := waitProcStopped(ch.cmd.Process.Pid, 5*time.Second); err != nil {
+	if err := redistest.WaitStopped(ch.cmd.Process.Pid, 5*time.Second); err != nil {
 		ch.t.Fatal(err)
 	}
 }
@@ -204,23 +205,4 @@ func (ch *chaosChild) resume() { ch.signal(syscall.SIGCONT) }
 func (ch *chaosChild) kill() {
 	ch.signal(syscall.SIGKILL)
 	<-ch.done
-}
-
-// waitProcStopped waits until /proc says pid is stopped by a signal.
-func waitProcStopped(pid int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return err
-		}
-		s := string(b)
-		if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) && s[i+2] == 'T' {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("process %d did not stop within %v", pid, timeout)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }

@@ -42,7 +42,7 @@ func (s *Server) Pause() {
 	if err := s.proc.cmd.Process.Signal(sigStop); err != nil {
 		panic("redistest: Pause: " + err.Error())
 	}
-	if err := waitStopped(s.proc.pid(), 5*time.Second); err != nil {
+	if err := WaitStopped(s.proc.pid(), 5*time.Second); err != nil {
 		panic("redistest: Pause: " + err.Error())
 	}
 	s.paused = true

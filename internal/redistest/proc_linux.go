@@ -13,9 +13,9 @@ func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
 
-// waitStopped waits until the kernel reports pid as stopped by a signal, so
+// WaitStopped waits until the kernel reports pid as stopped by a signal, so
 // that a command sent right after Pause cannot still be served.
-func waitStopped(pid int, timeout time.Duration) error {
+func WaitStopped(pid int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))

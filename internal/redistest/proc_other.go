@@ -11,8 +11,8 @@ import (
 // crashed test binary can leave servers running (cleanup still stops them).
 func sysProcAttr() *syscall.SysProcAttr { return nil }
 
-// waitStopped cannot observe the stop without /proc; give the signal a moment.
-func waitStopped(int, time.Duration) error {
+// WaitStopped cannot observe the stop without /proc; give the signal a moment.
+func WaitStopped(int, time.Duration) error {
 	time.Sleep(10 * time.Millisecond)
 	return nil
 }

@@ -144,14 +144,10 @@ func RunContended(ctx context.Context, t Target, srv *Servers, spec ContendedSpe
 		return res, err
 	}
 	var cnt Counter
-	lockers := make([]Locker, spec.Clients)
+	lockers, err := newLockers(t, srv, spec.Clients, &cnt)
 	defer func() { _ = closeAll(lockers) }()
-	for i := range lockers {
-		l, err := t.New(Config{Addrs: srv.Addrs, Counter: &cnt})
-		if err != nil {
-			return res, err
-		}
-		lockers[i] = l
+	if err != nil {
+		return res, err
 	}
 
 	r := &contendedRun{base: time.Now()}
@@ -166,7 +162,6 @@ func RunContended(ctx context.Context, t Target, srv *Servers, spec ContendedSpe
 			r.loop(runCtx, me, lockers[me%spec.Clients], &locals[me])
 		}(g)
 	}
-	var err error
 	res.Window, err = measure(ctx, srv, &cnt, spec.Warm, spec.Dur,
 		func() { r.t0.Store(r.now()) },
 		func() { r.t1.Store(r.now()) })

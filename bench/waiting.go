@@ -65,14 +65,10 @@ func RunWaiting(ctx context.Context, t Target, srv *Servers, spec WaitingSpec) (
 	}
 
 	var cnt Counter
-	lockers := make([]Locker, spec.Clients)
+	lockers, err := newLockers(t, srv, spec.Clients, &cnt)
 	defer func() { _ = closeAll(lockers) }()
-	for i := range lockers {
-		l, err := t.New(Config{Addrs: srv.Addrs, Counter: &cnt})
-		if err != nil {
-			return res, err
-		}
-		lockers[i] = l
+	if err != nil {
+		return res, err
 	}
 
 	waitCtx, stop := context.WithCancel(ctx)

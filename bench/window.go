@@ -113,6 +113,20 @@ func (e *errorLog) result() Errors {
 	return r
 }
 
+// newLockers makes n Lockers of t on srv, each counting into cnt. On an
+// error it returns those made so far, for closeAll.
+func newLockers(t Target, srv *Servers, n int, cnt *Counter) ([]Locker, error) {
+	lockers := make([]Locker, 0, n)
+	for i := 0; i < n; i++ {
+		l, err := t.New(Config{Addrs: srv.Addrs, Counter: cnt})
+		if err != nil {
+			return lockers, err
+		}
+		lockers = append(lockers, l)
+	}
+	return lockers, nil
+}
+
 // closeAll closes every Locker.
 func closeAll(ls []Locker) error {
 	var errs []error

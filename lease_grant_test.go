@@ -192,7 +192,9 @@ func TestStaleRedlockLeaseAnswersNotHeld(t *testing.T) {
 	ctx := testCtx(t)
 	r := newRedlock(t, addrsOf(servers))
 	name := uniqueName(t)
-	old, err := r.Mutex(name, dlock.WithTTL(time.Second)).Lock(ctx)
+	// A TTL of 10 s gives each node call 100 ms (TTL/100), which a loaded
+	// machine meets; the lease is never meant to expire here.
+	old, err := r.Mutex(name, dlock.WithTTL(10*time.Second)).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

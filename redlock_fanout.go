@@ -34,10 +34,13 @@ func (m *RedlockMutex) nodeCalls(which []bool, c *protocol.Call) []*driver.Call 
 // fanoutTail is what a fan-out leaves running when its caller stops
 // waiting: settled closes once every request has returned, and returned
 // then gives, once each, the nodes whose requests returned after the wait
-// (buffered: the requests never wait for a reader).
+// (buffered: the requests never wait for a reader). expired closes at the
+// fan-out's deadline, once settled has closed, or when the requests' ctx
+// ends, whichever comes first (nil when nothing was asked).
 type fanoutTail struct {
 	settled  <-chan struct{}
 	returned <-chan int
+	expired  <-chan struct{}
 }
 
 // nodeReply is one node's outcome in a fan-out.
@@ -113,7 +116,7 @@ func (r *Redlock) fanoutRun(ctx context.Context, stop <-chan struct{}, deadline 
 			r.workers.Go(func() { f.send(i) })
 		}
 	}
-	tail := fanoutTail{settled: f.settled, returned: f.results}
+	tail := fanoutTail{settled: f.settled, returned: f.results, expired: f.nctx.Done()}
 	if enough != nil && enough(replies) {
 		return replies, tail
 	}
@@ -172,8 +175,8 @@ func (f *fanoutRequests) send(i int) {
 	f.r.nodes[i].health.note(c.Err, f.ctx.Err() != nil)
 	f.results <- i
 	if f.left.Add(-1) == 0 {
+		close(f.settled) // first: expired then finds it closed
 		f.cancel()
-		close(f.settled)
 	}
 }
 

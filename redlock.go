@@ -162,22 +162,26 @@ func checkRedlockConfig(cfg, base *config) error {
 // RedlockMutex is a cheap, immutable descriptor, safe for concurrent use;
 // any number of them may name the same lock.
 func (r *Redlock) Mutex(name string, opts ...Option) *RedlockMutex {
-	cfg := r.cfg
+	// The options write to the descriptor's copy of the defaults: a local
+	// copy would escape to them (they are func values) and cost one more
+	// allocation per call.
+	m := &RedlockMutex{r: r, name: name, cfg: r.cfg}
+	cfg := &m.cfg
 	cfg.errs = nil
 	for _, opt := range opts {
 		if opt == nil {
 			cfg.fail(errs.InvalidArgf("Redlock.Mutex(%q): nil Option", name))
 			continue
 		}
-		opt(&cfg)
+		opt(cfg)
 	}
-	m := &RedlockMutex{r: r, name: name, cfg: cfg, key: newLockKeys(cfg.keyPrefix, name).lock}
+	m.key = newLockKeys(cfg.keyPrefix, name).lock
 	m.linesKey = m.key + ":lines"
 	if err := checkName(name); err != nil {
 		m.err = errs.Errorf("dlock: Redlock.Mutex: %w", err)
 	} else if err := cfg.err(); err != nil {
 		m.err = errs.Errorf("dlock: Redlock.Mutex(%q): %w", name, err)
-	} else if err := checkRedlockConfig(&cfg, &r.cfg); err != nil {
+	} else if err := checkRedlockConfig(cfg, &r.cfg); err != nil {
 		m.err = errs.Errorf("dlock: Redlock.Mutex(%q): %w", name, err)
 	}
 	return m

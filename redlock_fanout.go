@@ -34,10 +34,13 @@ func (m *RedlockMutex) nodeCalls(which []bool, c *protocol.Call) []*driver.Call 
 // fanoutTail is what a fan-out leaves running when its caller stops
 // waiting: settled closes once every request has returned, and returned
 // then gives, once each, the nodes whose requests returned after the wait
-// (buffered: the requests never wait for a reader).
+// (buffered: the requests never wait for a reader). expired closes at the
+// fan-out's deadline, once settled has closed, or when the requests' ctx
+// ends, whichever comes first (nil when nothing was asked).
 type fanoutTail struct {
 	settled  <-chan struct{}
 	returned <-chan int
+	expired  <-chan struct{}
 }
 
 // nodeReply is one node's outcome in a fan-out.
@@ -89,7 +92,6 @@ func (r *Redlock) fanoutFirst(ctx context.Context, deadline time.Time, calls []*
 func (r *Redlock) fanoutRun(ctx context.Context, stop <-chan struct{}, deadline time.Time, calls []*driver.Call, enough func([]nodeReply) bool, first func(ctx context.Context, i int, c *driver.Call) bool) ([]nodeReply, fanoutTail) {
 	start := time.Now()
 	replies := make([]nodeReply, len(calls))
-	settled := make(chan struct{})
 	asked := 0
 	for i, c := range calls {
 		if c == nil {
@@ -98,56 +100,46 @@ func (r *Redlock) fanoutRun(ctx context.Context, stop <-chan struct{}, deadline 
 			asked++
 		}
 	}
+	f := &fanoutRequests{r: r, ctx: ctx, calls: calls, first: first, settled: make(chan struct{})}
 	if asked == 0 {
-		close(settled)
-		return replies, fanoutTail{settled: settled}
+		close(f.settled)
+		return replies, fanoutTail{settled: f.settled}
 	}
-	results := make(chan int, asked) // buffered: a straggler never blocks
-	tail := fanoutTail{settled: settled, returned: results}
-	// One deadline for the whole fan-out: the nodes' requests share it.
-	nctx, cancel := context.WithDeadline(ctx, deadline)
-	allReturned := func() {
-		cancel()
-		close(settled)
-	}
-	var left atomic.Int32
-	left.Store(int32(asked))
+	f.results = make(chan int, asked) // buffered: a straggler never blocks
+	f.left.Store(int32(asked))
+	// One deadline for the whole fan-out: the nodes' requests share it,
+	// and the wait below ends with it.
+	f.nctx, f.cancel = context.WithDeadline(ctx, deadline)
 	for i, c := range calls {
-		if c == nil {
-			continue
+		if c != nil {
+			i := i // go 1.21: one i for every iteration
+			r.workers.Go(func() { f.send(i) })
 		}
-		i, c := i, c
-		r.workers.Go(func() {
-			// The fan-out stops waiting at the deadline by itself: the
-			// driver need not hand the call to another goroutine for that.
-			if first == nil || !first(nctx, i, c) {
-				r.nodes[i].drv.RunToReply(nctx, c)
-			}
-			r.nodes[i].health.note(c.Err, ctx.Err() != nil)
-			results <- i
-			if left.Add(-1) == 0 {
-				allReturned()
-			}
-		})
 	}
+	tail := fanoutTail{settled: f.settled, returned: f.results, expired: f.nctx.Done()}
 	if enough != nil && enough(replies) {
 		return replies, tail
 	}
-
-	take := func(i int) {
-		replies[i] = nodeReply{done: true, reply: calls[i].Reply, err: calls[i].Err, resent: calls[i].Resent}
-	}
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
 	for got := 0; got < asked; got++ {
 		select {
-		case i := <-results:
-			take(i)
+		case i := <-f.results:
+			f.take(replies, i)
 			if enough != nil && enough(replies) {
 				return replies, tail
 			}
-		case <-timer.C:
-			r.late(replies, results, take, deadline.Sub(start))
+		case <-f.nctx.Done():
+			// The deadline, the end of ctx (then stop is closed too, for a
+			// fanout that stops with ctx), or every request returned (then
+			// their results are all in the channel).
+			select {
+			case <-stop:
+				return replies, tail
+			default:
+			}
+			f.drain(replies)
+			if errors.Is(f.nctx.Err(), context.DeadlineExceeded) {
+				r.late(replies, deadline.Sub(start))
+			}
 			return replies, tail
 		case <-stop:
 			return replies, tail
@@ -156,18 +148,59 @@ func (r *Redlock) fanoutRun(ctx context.Context, stop <-chan struct{}, deadline 
 	return replies, tail
 }
 
-// late ends a fan-out at its deadline, wait after its start: replies that
-// came with the deadline count (take records them), and the nodes still
-// without one did not answer in time.
-func (r *Redlock) late(replies []nodeReply, results <-chan int, take func(int), wait time.Duration) {
-	for more := true; more; {
+// fanoutRequests are the requests of one fan-out, which run on the
+// Redlock's workers: calls[i] goes to node i under nctx, which ends at the
+// fan-out's deadline. The last request to return cancels nctx and closes
+// settled.
+type fanoutRequests struct {
+	r       *Redlock
+	ctx     context.Context // the requests' own, without the deadline
+	nctx    context.Context
+	cancel  context.CancelFunc
+	calls   []*driver.Call
+	first   func(ctx context.Context, i int, c *driver.Call) bool
+	results chan int
+	settled chan struct{}
+	left    atomic.Int32
+}
+
+// send runs the request to node i. The fan-out stops waiting at the
+// deadline by itself: the driver need not hand the call to another
+// goroutine for that.
+func (f *fanoutRequests) send(i int) {
+	c := f.calls[i]
+	if f.first == nil || !f.first(f.nctx, i, c) {
+		f.r.nodes[i].drv.RunToReply(f.nctx, c)
+	}
+	f.r.nodes[i].health.note(c.Err, f.ctx.Err() != nil)
+	f.results <- i
+	if f.left.Add(-1) == 0 {
+		close(f.settled) // first: expired then finds it closed
+		f.cancel()
+	}
+}
+
+// take records node i's reply, whose request has returned.
+func (f *fanoutRequests) take(replies []nodeReply, i int) {
+	c := f.calls[i]
+	replies[i] = nodeReply{done: true, reply: c.Reply, err: c.Err, resent: c.Resent}
+}
+
+// drain records the replies whose requests have returned by now.
+func (f *fanoutRequests) drain(replies []nodeReply) {
+	for {
 		select {
-		case i := <-results:
-			take(i)
+		case i := <-f.results:
+			f.take(replies, i)
 		default:
-			more = false
+			return
 		}
 	}
+}
+
+// late ends a fan-out at its deadline, wait after its start: the nodes
+// still without a reply did not answer in time.
+func (r *Redlock) late(replies []nodeReply, wait time.Duration) {
 	for i, rep := range replies {
 		if !rep.skipped && !rep.done {
 			replies[i].late = true

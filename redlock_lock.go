@@ -84,7 +84,7 @@ func (m *RedlockMutex) contend(ctx context.Context, q *redlockQueue, w *redlockW
 	}
 	// wait.l is nil until the head must wait (see Redlock.hear).
 	run := &redlockRun{m: m, ctx: ctx, w: w, ear: ear, began: began, owner: owner,
-		wait: redlockWait{m: m, l: m.r.listener(ear, false), spin: wait.NewSpin(m.cfg.retryMin, m.cfg.retryMax)}}
+		wait: redlockWait{m: m, l: m.r.listener(ear, false)}}
 	defer run.stop()
 	for first := true; ; first = false {
 		if m.r.line.Taken(w) {

@@ -58,7 +58,14 @@ func (h *redlockHold) split(ctx context.Context, which []bool, wait bool) (now, 
 // a node that answers is pending, until the acquisition's deadline or
 // stop.
 func (h *redlockHold) returned(pending []bool, wait bool, stop <-chan struct{}) bool {
-	var timer *time.Timer
+	// The acquisition's tail expires at its deadline, which bounds the wait
+	// without a timer of its own; a timer is made only when the tail
+	// expired before the deadline (its requests' ctx ended).
+	expired := h.tail.expired
+	var (
+		timer  *time.Timer
+		timerC <-chan time.Time
+	)
 	defer func() {
 		if timer != nil {
 			timer.Stop()
@@ -80,15 +87,19 @@ func (h *redlockHold) returned(pending []bool, wait bool, stop <-chan struct{}) 
 		if !wait || !live {
 			return countTrue(pending) == 0
 		}
-		if timer == nil {
+		if expired == nil && timer == nil {
 			timer = time.NewTimer(time.Until(h.deadline))
+			timerC = timer.C
 		}
 		select {
 		case <-h.tail.settled:
 			return true
 		case i := <-h.tail.returned:
 			pending[i] = false
-		case <-timer.C:
+		case <-expired:
+			expired = nil
+			wait = time.Now().Before(h.deadline)
+		case <-timerC:
 			wait = false
 		case <-stop:
 			wait = false

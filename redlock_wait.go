@@ -229,8 +229,8 @@ func (l *redlockListener) drain() {
 type redlockWait struct {
 	m     *RedlockMutex
 	l     *redlockListener
-	spin  *wait.Spin
-	tried bool // subscribed once, successfully or not
+	spin  *wait.Spin // made by the first random delay (backoff)
+	tried bool       // subscribed once, successfully or not
 }
 
 // next returns how long to wait after the failed attempt res, which began
@@ -244,7 +244,7 @@ func (w *redlockWait) next(ctx context.Context, res acquireResult, heardBefore b
 		// so none may be left to publish a release, and contenders that
 		// split the nodes must spread out. A release heard meanwhile
 		// (another owner's quorum) still cuts the wait short.
-		return w.spin.Next(), w.l.hears()
+		return w.backoff(), w.l.hears()
 	}
 	if !w.tried {
 		w.tried = true
@@ -262,9 +262,18 @@ func (w *redlockWait) next(ctx context.Context, res acquireResult, heardBefore b
 		}
 	}
 	if !w.l.hears() {
-		return w.spin.Next(), false
+		return w.backoff(), false
 	}
 	return w.idle(res.holderTTL), true
+}
+
+// backoff is the next random delay (WithRetryDelay) of a waiter that
+// cannot wait for a release.
+func (w *redlockWait) backoff() time.Duration {
+	if w.spin == nil {
+		w.spin = wait.NewSpin(w.m.cfg.retryMin, w.m.cfg.retryMax)
+	}
+	return w.spin.Next()
 }
 
 // idle is how long a waiter that hears releases waits before it asks the

@@ -196,7 +196,7 @@ func (t *acquireTally) count(replies []nodeReply) {
 		switch {
 		case !rep.done || err != nil:
 			t.failed++
-			if err != nil && errs.IsReply(err) { // IsReply's errors.As target escapes, even for nil
+			if errs.IsReply(err) {
 				// The script raised the error before writing anything.
 				if !errs.IsTransient(err) {
 					t.permanent++

@@ -103,7 +103,7 @@ func (m *RedlockMutex) transfer(ctx context.Context, from, to string, handoffs i
 		case isMoved(rep):
 			moved[i], mayHold[i] = true, true
 		case !rep.done || rep.err != nil:
-			mayHold[i] = rep.err == nil || !errs.IsReply(rep.err) // an error reply: the script wrote nothing
+			mayHold[i] = !errs.IsReply(rep.err) // an error reply: the script wrote nothing
 		}
 	}
 	hold := &redlockHold{m: m, tail: tail, replies: replies, deadline: deadline, handoffs: handoffs}

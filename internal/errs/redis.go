@@ -113,6 +113,9 @@ func IsConflict(err error) bool {
 // IsReply reports whether err is (or wraps) the server's error reply, as
 // opposed to a transport failure.
 func IsReply(err error) bool {
+	if err == nil {
+		return false // before errors.As, whose target escapes: no allocation
+	}
 	var rerr *driver.ReplyError
 	return errors.As(err, &rerr)
 }

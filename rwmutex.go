@@ -58,7 +58,9 @@ type rwKeys struct {
 	tokens  string // hash: member -> its fencing token
 	held    string // hash: member -> when its hold began (held_record.lua)
 	all     []string
-	renew   []string
+	// renew is rw_extend.lua's KEYS, an array so that it lives inside the
+	// descriptor's own allocation.
+	renew [2]string
 }
 
 func newRWKeys(prefix, name string) rwKeys {
@@ -71,7 +73,7 @@ func newRWKeys(prefix, name string) rwKeys {
 		tokens:  keys[4],
 		held:    keys[5],
 		all:     keys[:5:5],
-		renew:   []string{keys[0], keys[4]},
+		renew:   [2]string{keys[0], keys[4]},
 	}
 }
 

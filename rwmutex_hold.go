@@ -75,7 +75,7 @@ func (h *rwHalf) release(ctx context.Context, owner string) error {
 // RenewCalls re-arms the holder's own expiry (rw_extend.lua, whose replies
 // follow owned_extend.lua's, so protocol.ExtendResult reads them).
 func (h *rwHalf) RenewCalls(owner string, px time.Duration, shorten bool) []*driver.Call {
-	return protocol.RWExtend(h.rw.keys.renew, h.member(owner), px, shorten).Batch()
+	return protocol.RWExtend(h.rw.keys.renew[:], h.member(owner), px, shorten).Batch()
 }
 
 func (h *rwHalf) RenewResult(calls []*driver.Call) error { return protocol.ExtendResult(calls) }

@@ -144,7 +144,13 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool) (*Permits, er
 	if n < 1 || n > MaxPermits {
 		return nil, errs.Errorf("dlock: Semaphore(%q): %w", s.name, errs.InvalidArgf("asked for %d permits: want between 1 and the limit", n))
 	}
-	a := &semAcquisition{s: s, n: n}
+	// The acquisition and the Permits that hold it are made together: one
+	// allocation per Acquire rather than two.
+	both := &struct {
+		p Permits
+		a semAcquisition
+	}{a: semAcquisition{s: s, n: n}}
+	a := &both.a
 	var l *Lease
 	var err error
 	if wait && a.lines() {
@@ -161,7 +167,8 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool) (*Permits, er
 		}
 		return nil, err
 	}
-	p := &Permits{l: l, a: a}
+	p := &both.p
+	p.l, p.a = l, a
 	p.n.Store(int64(n))
 	return p, nil
 }

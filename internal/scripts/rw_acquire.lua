@@ -52,6 +52,18 @@ local lease_ms, grant_px, retention_ms = string.match(ARGV[4], '^(%d+) (%d+) (%d
 local solo, solo_pttl = rw_solo(KEYS[1])
 local now_us, now_ms = rw_time()
 
+-- member holds the lock alone: a grant from the queue it has not heard of
+-- yet, or this same call sent again after its reply was lost. Its token is
+-- the fencing key's (rw_unsolo), read as the full path would, which a
+-- foreign fencing key is left to report.
+if solo == member and solo_pttl > 0 then
+  local fence = redis.pcall('GET', KEYS[2])
+  if type(fence) == 'string' and dlock_counter(fence) then
+    dlock_dequeue(KEYS[3], KEYS[4], member)
+    return {1, tonumber(fence), solo_pttl}
+  end
+end
+
 -- The common waiting case, at the cost of mutex_acquire.lua's: a writer
 -- holds the lock and its hold has not expired. A writer holds alone, so
 -- nobody can be granted and no holder needs pruning: member (not that
@@ -93,7 +105,18 @@ local score = redis.call('ZSCORE', KEYS[1], member)
 if not score then
   -- Hand the lock to the queue's head if it is free for it now (a holder
   -- expired, a waiter left); member itself, at the head, gets its full TTL.
-  rw_grant_heads(KEYS, now_us, now_ms, retention_ms, publish, KEYS[1], member, ARGV[2])
+  -- A writer granted holds alone, in the solo form: member is either it,
+  -- or waits behind it as on the waiting path above.
+  local _, writer, token, px = rw_grant_heads(KEYS, now_us, now_ms, retention_ms, publish, KEYS[1], member, ARGV[2])
+  if writer == member then
+    return {1, token, px}
+  elseif writer then
+    local position = 0
+    if join then
+      position = dlock_enqueue(KEYS[3], KEYS[4], member, now_us, lease_ms, grant_px)
+    end
+    return {0, px, position, 0, token}
+  end
   score = redis.call('ZSCORE', KEYS[1], member)
 end
 if score then

@@ -21,10 +21,13 @@
 -- for as a Mutex does, with SET holders <member> NX PX <ttl>, and no tokens
 -- entry (the token is the fencing key's, see rw_unsolo). Its release is a
 -- DEL, its renewal a PEXPIRE, its hand-off within the process
--- (rw_transfer.lua) a SET. A waiter queueing behind a solo writer, or
+-- (rw_transfer.lua) a SET. A grant from the queue to a writer writes the
+-- same form (rw_grant_heads): a writer is granted only when nobody holds
+-- the lock, so it holds alone. A waiter queueing behind a solo writer, or
 -- leaving while it holds, reads it as it is: nobody can be granted then.
--- Every other path first turns it into the zset form with rw_unsolo. A string under holders without an expiry, or whose
--- value is not a member, is foreign.
+-- Every other path first turns it into the zset form with rw_unsolo. A
+-- string under holders without an expiry, or whose value is not a member,
+-- is foreign.
 
 -- rw_time returns the server clock in µs and in ms.
 local function rw_time()
@@ -76,9 +79,10 @@ end
 -- tokens key) and rw_solo (which raises for a foreign string).
 -- The holder's token is the fencing key's value: a solo holder is written
 -- only on a lock nobody else holds, with the token the counter has just
--- issued (the acquire's fast path, rw_transfer.lua), and every other grant
--- runs this first (acquire's full path, release, downgrade), so no grant
--- can have counted on since. The counter outlives its last grant by its
+-- issued (the acquire's fast path, rw_transfer.lua, rw_grant_heads, which
+-- grants nothing after a writer), and every other grant runs this first
+-- (acquire's full path, release, downgrade), so no grant can have counted
+-- on since. The counter outlives its last grant by its
 -- retention (an hour at least): a solo holder renewed past that reads 0
 -- here, as a Mutex's holder does in inspect.lua; its Lease keeps its own.
 -- Its first write is DEL, which Redis allows at maxmemory (unlike ZADD, see
@@ -153,7 +157,14 @@ end
 -- "<fence> <px> <granted at µs> <owner value>" (the member without its mode), like
 -- lock_lib's dlock_grant. self, the member running the script (may be nil),
 -- is granted self_px instead and learns of it from the script's reply.
--- Returns the published grants, flattened: {member, fence, px, ...}.
+-- A writer holds alone, so it is granted in the solo form, as the fast path
+-- takes a free lock: its poll, renewal, release and local hand-off then cost
+-- what a Mutex's do. holders is absent then (the zset of nobody), so SET
+-- replaces nothing, and the loop ends with it, so no grant counts on past
+-- its token (see rw_unsolo).
+-- Returns the published grants, flattened: {member, fence, px, ...}, then
+-- the writer granted solo (or nil), its token and its px: the caller must
+-- read holders as a string after that.
 local function rw_grant_heads(keys, now_us, now_ms, retention_ms, publish, channel, self, self_px)
   local granted = {}
   while true do
@@ -168,16 +179,21 @@ local function rw_grant_heads(keys, now_us, now_ms, retention_ms, publish, chann
     local token = dlock_issue_fence(keys[2], retention_ms) -- first: see rw_hold
     dlock_dequeue(keys[3], keys[4], head)
     if head == self then
-      rw_set_holder(keys, head, self_px, now_ms, token)
+      px = self_px
+    end
+    if mode == 'W' then
+      redis.call('SET', keys[1], head, 'PX', px)
     else
       rw_set_holder(keys, head, px, now_ms, token)
+    end
+    if head ~= self then
       redis.pcall(publish, channel, dlock_grant_message(token, px, now_us, string.sub(head, 2))) -- see dlock_grant
       table.insert(granted, head)
       table.insert(granted, token)
       table.insert(granted, tonumber(px))
     end
     if mode == 'W' then
-      break
+      return granted, head, token, tonumber(px)
     end
   end
   return granted

@@ -70,8 +70,13 @@ if holders_pttl and holders_pttl > 0 then
   local used, first_ms
   local solo = redis.pcall('GET', KEYS[1])
   if type(solo) == 'string' then
-    local held, _, holder = sem_solo(solo)
-    if held and holder ~= owner then
+    local held, fence, holder = sem_solo(solo)
+    if held and holder == owner then
+      -- A grant from the queue owner has not heard of yet, or this same
+      -- call sent again after its reply was lost: it holds alone.
+      dlock_dequeue(KEYS[5], KEYS[6], owner)
+      return {1, fence, holders_pttl}
+    elseif held then
       used, first_ms = held, now_ms + holders_pttl
     end
   elseif redis.call('PTTL', KEYS[2]) > 0 then
@@ -131,15 +136,23 @@ if n > limit then
 end
 
 -- Serve the queue first (permits may have come back by expiry, which
--- nobody announces); owner itself may be among those served.
-local used = sem_grant_queued(now_us, limit, sem_used(), fence_retention, publish, KEYS[1], owner, ARGV[3])
-held = sem_holding(owner, now_ms)
+-- nobody announces); owner itself may be among those served. A waiter
+-- left holding alone holds in the solo form: owner, or another whose
+-- string the paths below must not read as a zset.
+local used, _, lone, lone_token = sem_grant_queued(now_us, limit, sem_used(), fence_retention, publish, KEYS[1], owner, ARGV[3])
+if lone == owner then
+  return {1, lone_token, tonumber(ARGV[3])}
+end
+held = not lone and sem_holding(owner, now_ms)
 if held then
   return held
 end
 
 -- Nobody queued ahead (every waiter was served) and enough free: take them.
 if redis.call('EXISTS', KEYS[5]) == 0 and used + n <= limit then
+  if lone then
+    sem_unsolo(now_ms, 6) -- owner joins the waiter granted alone
+  end
   local token = dlock_issue_fence(KEYS[4], fence_retention)
   sem_add_holder(owner, n, token, now_ms, tonumber(ARGV[3]))
   return {1, token, tonumber(ARGV[3])}
@@ -150,8 +163,12 @@ if join then
   position = dlock_enqueue(KEYS[5], KEYS[6], owner, now_us, lease_ms, grant_px, ARGV[2])
 end
 local pttl = 0
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if #first == 2 then
-  pttl = tonumber(first[2]) - now_ms
+if lone then
+  pttl = redis.call('PTTL', KEYS[1])
+else
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if #first == 2 then
+    pttl = tonumber(first[2]) - now_ms
+  end
 end
 return {0, pttl, position, limit - used, dlock_last_fence(KEYS[4])}

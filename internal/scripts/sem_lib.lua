@@ -17,12 +17,16 @@
 --
 -- The solo form is how sem_acquire.lua's fast path grants a semaphore
 -- nobody holds: one SET, as a Mutex is taken, rather than a zset and a
--- hash entry with their expiries. Its release (sem_release.lua) is a GET
--- and a DEL; renewals and reads (sem_extend, sem_pttl, sem_available,
--- sem_transfer, inspect.lua), a waiter's attempt that cannot be granted and
--- a waiter leaving while it holds every permit read it as it is; every
--- other path converts it to the zset form first (sem_unsolo). A string under holders that does
--- not parse, or has no expiry, is foreign.
+-- hash entry with their expiries; a grant from the queue that leaves its
+-- waiter the only holder writes it too (sem_grant_queued). Its release
+-- (sem_release.lua) is a GET and a DEL; renewals and reads (sem_extend,
+-- sem_pttl, sem_available, sem_transfer, inspect.lua), a waiter's attempt
+-- that cannot be granted or finds itself granted, a waiter leaving while
+-- it holds every permit and its own release with others queued read it as
+-- it is; every other path converts it to the zset form first (sem_unsolo).
+-- A string under holders that does not parse, or has no expiry, is
+-- foreign. It is never written while a limit is stored: the paths that
+-- read it in place take the caller's permits as the limit.
 
 -- sem_solo reads a solo holder's value: its permits, token and owner, or
 -- nil when v is not one.
@@ -132,10 +136,11 @@ end
 -- nkeys KEYS holds something no semaphore wrote (sem_check).
 -- A solo holder is always the semaphore's only holder: the fast path
 -- grants it only when holders, counts, the limit, the queue and the
--- waiters are all absent; every other grant (to a waiter, to a second
--- holder, by a limit change) runs after this conversion, on a full path
--- that calls it first; and sem_transfer.lua replaces the solo holder by
--- its successor, still alone. So nothing but the value itself is needed to
+-- waiters are all absent, and sem_grant_queued only when no holder is left
+-- and no grant follows it; every other grant (to a second holder, by a
+-- limit change) runs after this conversion, on a full path that calls it
+-- first; and sem_transfer.lua replaces the solo holder by its successor,
+-- still alone. So nothing but the value itself is needed to
 -- rebuild the holder: it carries the permits and the token (the fencing
 -- key cannot stand in for the token: nothing on the fast path keeps it
 -- alive, and it may expire while a renewed holder holds on).
@@ -177,40 +182,61 @@ end
 -- "<fence> <px> <granted at µs> <owner>"; the waiter self (may be nil), which is running
 -- this script, is granted self_px instead and not told. When waiters were
 -- dropped the channel hears "limit", so they ask again and learn why.
--- Returns the permits used afterwards and the grants as a flat list of
--- fence, px, owner.
+-- A waiter that will hold alone is granted in the solo form, as the fast
+-- path takes a free semaphore, so that its polls, renewals, release and
+-- local hand-off cost what a Mutex's do: when nobody held permits and no
+-- limit is stored (solo_ok, read at the first grant), and the next live
+-- waiter is none or asks for more than is left, so the loop stops there.
+-- Holders is absent then, so SET replaces nothing.
+-- Returns the permits used afterwards, the grants as a flat list of fence,
+-- px, owner, and the owner granted solo (or nil) with its token: the
+-- caller must read holders as a string after that.
 local function sem_grant_queued(now_us, limit, used, fence_retention_ms, publish, channel, self, self_px)
   local now_ms = math.floor(now_us / 1000)
   local grants = {}
-  local dropped = false
-  while true do
-    local head, px, extra = dlock_live_head(KEYS[5], KEYS[6], now_ms)
-    if not head then
-      break
-    end
+  local dropped, solo_ok, lone, lone_token = false, nil, nil, nil
+  local head, px, extra = dlock_live_head(KEYS[5], KEYS[6], now_ms)
+  while head do
     local n = tonumber(extra)
     if not n or n > limit then
       dlock_dequeue(KEYS[5], KEYS[6], head)
       dropped = true
+      head, px, extra = dlock_live_head(KEYS[5], KEYS[6], now_ms)
     elseif used + n > limit then
       break
     else
       local token = dlock_issue_fence(KEYS[4], fence_retention_ms)
       dlock_dequeue(KEYS[5], KEYS[6], head)
       if head == self then
-        sem_add_holder(head, n, token, now_ms, tonumber(self_px))
+        px = self_px
+      end
+      local next_head, next_px, next_extra = dlock_live_head(KEYS[5], KEYS[6], now_ms)
+      if solo_ok == nil then -- the first grant: the holders before any of them
+        solo_ok = redis.call('EXISTS', KEYS[1], KEYS[3]) == 0
+      end
+      local next_n = tonumber(next_extra)
+      if solo_ok and (not next_head or (next_n and next_n <= limit and n + next_n > limit)) then
+        redis.call('SET', KEYS[1], head .. ' ' .. string.format('%d %d', n, token), 'PX', px)
+        lone, lone_token = head, token
       else
         sem_add_holder(head, n, token, now_ms, tonumber(px))
+        solo_ok = false
+      end
+      if head ~= self then
         redis.pcall(publish, channel, dlock_grant_message(token, px, now_us, head)) -- see dlock_grant
         grants[#grants + 1] = token
         grants[#grants + 1] = tonumber(px)
         grants[#grants + 1] = head
       end
       used = used + n
+      if lone then
+        break
+      end
+      head, px, extra = next_head, next_px, next_extra
     end
   end
   if dropped then
     redis.pcall(publish, channel, 'limit')
   end
-  return used, grants
+  return used, grants, lone, lone_token
 end

@@ -50,16 +50,21 @@ end
 local permits, limit_retention, _, _, fence_retention, publish =
   string.match(ARGV[2], '^(%d+) (%d+) (%d+) (%d+) (%d+) (%a+)$')
 sem_check(6)
+local solo_released = false
 if not ARGV[3] then
   -- A waiter leaves while another owner holds every permit in the solo
   -- form: nobody can be granted, so the holder stays solo, for its own
   -- release at the Mutex's cost. (While solo, no limit is stored:
-  -- SetPermits converts first.)
+  -- SetPermits converts first.) The solo holder's own release with others
+  -- queued is a DEL, as on the fast path: the grants below see no holder.
   local v = redis.pcall('GET', KEYS[1]) -- absent, a zset (an error) or a solo holder
   local held, _, holder = sem_solo(type(v) == 'string' and v or '')
   if held and holder ~= owner and held >= tonumber(permits) then
     dlock_dequeue(KEYS[5], KEYS[6], owner)
     return {0}
+  elseif held and holder == owner then
+    redis.call('DEL', KEYS[1])
+    solo_released = true
   end
 end
 local now_us, now_ms = sem_now()
@@ -82,6 +87,8 @@ if ARGV[3] then
   else
     reply = {0}
   end
+elseif solo_released then
+  reply = {1}
 else
   reply = {redis.call('ZREM', KEYS[1], owner)}
   redis.call('HDEL', KEYS[2], owner)

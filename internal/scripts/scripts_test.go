@@ -267,7 +267,8 @@ func TestFenceTokens(t *testing.T) {
 // sem_transfer.lua passes a solo holder (sem_lib.lua) on in its form: the
 // next owner's value with a new token, for px; the same call sent again
 // answers that token; another count or holder changes nothing; a string
-// that is no solo holder's is a conflict.
+// that is no solo holder's, or another holder's without an expiry, is a
+// conflict.
 func TestSemTransferSolo(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
@@ -299,7 +300,11 @@ func TestSemTransferSolo(t *testing.T) {
 		t.Error("a counts hash written for a solo holder")
 	}
 	rdb.Set(ctx, "s", "7a-new 2 6", 0) // no expiry: not a semaphore's
+	if _, err := transfer("7a-other", "7a-next", 2); err == nil || !strings.Contains(err.Error(), "DLOCK_CONFLICT") {
+		t.Errorf("another's solo value without an expiry: %v, want DLOCK_CONFLICT", err)
+	}
+	rdb.Set(ctx, "s", "no semaphore wrote this", time.Minute)
 	if _, err := transfer("7a-new", "7a-next", 2); err == nil || !strings.Contains(err.Error(), "DLOCK_CONFLICT") {
-		t.Errorf("a solo value without an expiry: %v, want DLOCK_CONFLICT", err)
+		t.Errorf("a string that is no solo holder's: %v, want DLOCK_CONFLICT", err)
 	}
 }

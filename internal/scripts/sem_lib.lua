@@ -24,8 +24,9 @@
 -- that cannot be granted or finds itself granted, a waiter leaving while
 -- it holds every permit and its own release with others queued read it as
 -- it is; every other path converts it to the zset form first (sem_unsolo).
--- A string under holders that does not parse, or has no expiry, is
--- foreign. It is never written while a limit is stored: the paths that
+-- A string under holders that does not parse, or has no expiry and does
+-- not name the caller, is foreign: a holder's own value is its own, as a
+-- Mutex holder's is. It is never written while a limit is stored: the paths that
 -- read it in place take the caller's permits as the limit.
 
 -- sem_solo reads a solo holder's value: its permits, token and owner, or

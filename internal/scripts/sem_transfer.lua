@@ -26,12 +26,16 @@
 local solo = redis.pcall('GET', KEYS[1])
 local held -- the permits the holder holds
 if type(solo) == 'string' then
+  -- The holder's own value (owner values are unique, and every solo
+  -- holder is written with an expiry) needs no expiry check, as a
+  -- Mutex's transfer needs none: only another value may be foreign.
   local holder, n, fence = string.match(solo, '^(.+) (%d+) (%d+)$')
-  if not holder or redis.call('PTTL', KEYS[1]) == -1 then
-    return redis.error_reply('DLOCK_CONFLICT ' .. KEYS[1] .. ' holds a string that no semaphore wrote')
-  elseif holder == ARGV[2] then
+  if holder == ARGV[2] then
     return {1, tonumber(fence)}
   elseif holder ~= ARGV[1] then
+    if not holder or redis.call('PTTL', KEYS[1]) == -1 then
+      return redis.error_reply('DLOCK_CONFLICT ' .. KEYS[1] .. ' holds a string that no semaphore wrote')
+    end
     return {0}
   end
   held = n

@@ -18,6 +18,9 @@ func (l *Lease) OnLoss(f func(error)) LossID {
 	}
 	l.wd.lossSeq++
 	id := l.wd.lossSeq
+	if l.lossFuncs == nil {
+		l.lossFuncs = l.lossSlots[:0]
+	}
 	l.lossFuncs = append(l.lossFuncs, lossFunc{id: id, f: f})
 	l.wd.mu.Unlock()
 	return id
@@ -79,6 +82,7 @@ func (l *Lease) loseLocked(reason string) []func(error) {
 	for _, lf := range l.lossFuncs {
 		funcs = append(funcs, lf.f)
 	}
+	clear(l.lossFuncs) // the slots must not keep the callbacks
 	l.lossFuncs = nil
 	host := l.host
 	return append(funcs, func(err error) { host.Lost(err, reason) })

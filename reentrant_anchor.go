@@ -74,7 +74,7 @@ type anchorSet struct {
 
 type anchor struct {
 	key   anchorKey
-	lease *Lease
+	lease Lease // made with the anchor: one allocation for both
 	// holds and releasing (guarded by anchorSet.mu) count the holds on the
 	// anchor and those of them whose release is in flight.
 	holds, releasing int
@@ -85,22 +85,22 @@ type anchor struct {
 	paused  bool
 }
 
-// attach returns the live anchor for key, or makes one with create, and
-// counts one more hold on it.
-func (s *anchorSet) attach(key anchorKey, create func() (*Lease, error)) (*anchor, error) {
+// attach returns the live anchor for key, or makes one, whose lease create
+// starts, and counts one more hold on it.
+func (s *anchorSet) attach(key anchorKey, create func(*Lease) error) (*anchor, error) {
 	if a := s.join(key); a != nil {
 		return a, nil
 	}
-	l, err := create() // may claim the lock: a round trip, not under mu
-	if err != nil {
+	a := &anchor{key: key, holds: 1}
+	l := &a.lease
+	if err := create(l); err != nil { // may claim the lock: a round trip, not under mu
 		return nil, err
 	}
-	if a := s.join(key); a != nil {
+	if b := s.join(key); b != nil {
 		// Another hold made one meanwhile; it renews the same key.
 		l.s.Retire()
-		return a, nil
+		return b, nil
 	}
-	a := &anchor{key: key, lease: l, holds: 1}
 	s.mu.Lock()
 	if s.anchors == nil {
 		s.anchors = make(map[anchorKey]*anchor)

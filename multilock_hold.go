@@ -48,7 +48,8 @@ func (m *MultiLock) combine(parts []*Lease) (*Lease, *multiHolder) {
 			token = p.token
 		}
 	}
-	l := &Lease{h: h, cfg: &m.cfg, token: token, grantedAt: time.Now()}
+	l := &h.lease
+	*l = Lease{h: h, cfg: &m.cfg, token: token, grantedAt: time.Now()}
 	l.s.Init(m.c.wd, (*leaseHost)(l), parts[0].s.Owner(), hold.Settings{TTL: m.cfg.ttl}, nil)
 	for _, p := range parts {
 		p := p
@@ -139,6 +140,10 @@ type multiHolder struct {
 	// releasing, once a lock was lost, is closed when releaseRest has
 	// released the others.
 	releasing chan struct{}
+
+	// lease is the set's Lease (combine): made with its holder, both cost
+	// one allocation.
+	lease Lease
 }
 
 func (h *multiHolder) lockName() string { return h.m.label }
@@ -175,10 +180,17 @@ func (h *multiHolder) release(ctx context.Context, _ string) error {
 	// Locks an earlier Unlock released are done with: a retried Unlock,
 	// after one whose release failed for some locks, releases the others
 	// and does not report the released ones as not held.
-	rest := make([]*Lease, 0, len(h.parts))
-	for _, p := range h.parts {
-		if !p.s.ReleasedByUnlock() {
-			rest = append(rest, p)
+	rest := h.parts
+	for i, p := range h.parts {
+		if p.s.ReleasedByUnlock() {
+			// A retried Unlock copies the others; a first one, nothing.
+			rest = append([]*Lease(nil), h.parts[:i]...)
+			for _, q := range h.parts[i+1:] {
+				if !q.s.ReleasedByUnlock() {
+					rest = append(rest, q)
+				}
+			}
+			break
 		}
 	}
 	// A lock whose Unlock failed (its release, or the wait for its

@@ -243,11 +243,27 @@ func (m *MultiLock) waitEach(ctx context.Context, owner string) ([]*Lease, error
 // releasing what it took if a slot fails. unreachable reports a failure to
 // reach Redis that a wait would retry.
 func (m *MultiLock) takeAtOnce(ctx context.Context, owner string) (parts []*Lease, unreachable bool, err error) {
-	parts = make([]*Lease, 0, len(m.locks))
-	leases := make([]Lease, len(m.locks)) // one allocation for the locks' leases
+	var leases []Lease // the locks' leases, made together on the first take
 	m.forSlotGroups(func(group []*Mutex) bool {
-		parts, unreachable, err = m.takeGroup(ctx, owner, group, leases, parts)
-		return err == nil
+		var (
+			fences []int64
+			start  time.Time
+		)
+		fences, start, unreachable, err = m.takeGroup(ctx, owner, group)
+		if err != nil {
+			return false
+		}
+		if leases == nil {
+			leases, parts = make([]Lease, len(m.locks)), make([]*Lease, 0, len(m.locks))
+		}
+		for i, mu := range group {
+			l := &leases[len(parts)]
+			if err = l.start(ctx, m.c.wd, mu, &mu.cfg, owner, fences[i], start, m.cfg.initialPX()); err != nil {
+				return false
+			}
+			parts = append(parts, l)
+		}
+		return true
 	})
 	if err != nil {
 		m.releaseAll(ctx, parts)
@@ -256,11 +272,11 @@ func (m *MultiLock) takeAtOnce(ctx context.Context, owner string) (parts []*Leas
 	return parts, false, nil
 }
 
-// takeGroup takes the locks of group, of one hash slot, with one script,
-// and appends their leases, made in leases after those of parts, to parts.
-// When it fails, parts holds the leases to release.
-func (m *MultiLock) takeGroup(ctx context.Context, owner string, group []*Mutex, leases []Lease, parts []*Lease) (_ []*Lease, unreachable bool, err error) {
-	start := time.Now()
+// takeGroup takes the locks of group, of one hash slot, with one script
+// sent at start, and returns their tokens; nothing of group is held when
+// it fails.
+func (m *MultiLock) takeGroup(ctx context.Context, owner string, group []*Mutex) (fences []int64, start time.Time, unreachable bool, err error) {
+	start = time.Now()
 	var buf [4][4]string // the keys of a few locks need no allocation
 	locks := buf[:0]
 	for _, mu := range group {
@@ -293,16 +309,9 @@ func (m *MultiLock) takeGroup(ctx context.Context, owner string, group []*Mutex,
 				m.c.abandon(ctx, mu, &m.cfg, owner, t.Failed, nil)
 			}
 		}
-		return parts, t.Failed != nil && errs.IsTransient(t.Failed), err
+		return nil, start, t.Failed != nil && errs.IsTransient(t.Failed), err
 	}
-	for i, mu := range group {
-		l := &leases[len(parts)]
-		if err := l.start(ctx, m.c.wd, mu, &mu.cfg, owner, t.Fences[i], start, m.cfg.initialPX()); err != nil {
-			return parts, false, err
-		}
-		parts = append(parts, l)
-	}
-	return parts, false, nil
+	return t.Fences, start, false, nil
 }
 
 // forSlotGroups calls f with the locks of each Cluster hash slot, in

@@ -96,12 +96,13 @@ func (s *anchorSet) attach(key anchorKey, create func(*Lease) error) (*anchor, e
 	if err := create(l); err != nil { // may claim the lock: a round trip, not under mu
 		return nil, err
 	}
-	if b := s.join(key); b != nil {
+	s.mu.Lock()
+	if b := s.joinLocked(key); b != nil {
+		s.mu.Unlock()
 		// Another hold made one meanwhile; it renews the same key.
 		l.s.Retire()
 		return b, nil
 	}
-	s.mu.Lock()
 	if s.anchors == nil {
 		s.anchors = make(map[anchorKey]*anchor)
 		s.owners = make(map[anchorOwner]int)
@@ -120,6 +121,11 @@ func (s *anchorSet) attach(key anchorKey, create func(*Lease) error) (*anchor, e
 func (s *anchorSet) join(key anchorKey) *anchor {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.joinLocked(key)
+}
+
+// joinLocked is join with s.mu held.
+func (s *anchorSet) joinLocked(key anchorKey) *anchor {
 	if a := s.anchors[key]; a != nil && a.lease.s.Lost() == nil {
 		a.holds++
 		return a

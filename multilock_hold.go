@@ -140,6 +140,9 @@ type multiHolder struct {
 	// releasing, once a lock was lost, is closed when releaseRest has
 	// released the others.
 	releasing chan struct{}
+	// unlocked says an Unlock of the set has released, or tried to
+	// release, its locks.
+	unlocked bool
 
 	// lease is the set's Lease (combine): made with its holder, both cost
 	// one allocation.
@@ -179,18 +182,20 @@ func (h *multiHolder) release(ctx context.Context, _ string) error {
 	h.awaitReleaseRest(ctx)
 	// Locks an earlier Unlock released are done with: a retried Unlock,
 	// after one whose release failed for some locks, releases the others
-	// and does not report the released ones as not held.
+	// and does not report the released ones as not held. Only an earlier
+	// Unlock, or releaseRest after a loss, releases a lock: before either,
+	// the leases need not be asked (each asks the Client-wide mutex).
+	h.mu.Lock()
+	first := !h.unlocked && h.releasing == nil
+	h.unlocked = true
+	h.mu.Unlock()
 	rest := h.parts
-	for i, p := range h.parts {
-		if p.s.ReleasedByUnlock() {
-			// A retried Unlock copies the others; a first one, nothing.
-			rest = append([]*Lease(nil), h.parts[:i]...)
-			for _, q := range h.parts[i+1:] {
-				if !q.s.ReleasedByUnlock() {
-					rest = append(rest, q)
-				}
+	if !first {
+		rest = make([]*Lease, 0, len(h.parts))
+		for _, p := range h.parts {
+			if !p.s.ReleasedByUnlock() {
+				rest = append(rest, p)
 			}
-			break
 		}
 	}
 	// A lock whose Unlock failed (its release, or the wait for its

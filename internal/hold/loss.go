@@ -22,6 +22,10 @@ func (l *Lease) OnLoss(f func(error)) LossID {
 		l.lossFuncs = l.lossSlots[:0]
 	}
 	l.lossFuncs = append(l.lossFuncs, lossFunc{id: id, f: f})
+	if len(l.lossFuncs) > len(l.lossSlots) {
+		// On the heap now: the slots must not keep what they held.
+		clear(l.lossSlots[:])
+	}
 	l.wd.mu.Unlock()
 	return id
 }

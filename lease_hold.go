@@ -72,13 +72,23 @@ func notHeld(call *driver.Call) error {
 // remaining time as of then. A hand-off's short grant may first be claimed
 // for the full TTL (hold.Lease.NeedsClaim).
 func newLease(ctx context.Context, wd *hold.Watchdog, h holder, cfg *config, owner string, fence int64, from time.Time, px time.Duration) (*Lease, error) {
-	l := &Lease{h: h, cfg: cfg, token: fence, grantedAt: time.Now()}
+	l := new(Lease)
+	if err := l.start(ctx, wd, h, cfg, owner, fence, from, px); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// start is newLease in l, which a caller may have allocated with what
+// holds it (a reentrant owner's anchor).
+func (l *Lease) start(ctx context.Context, wd *hold.Watchdog, h holder, cfg *config, owner string, fence int64, from time.Time, px time.Duration) error {
+	*l = Lease{h: h, cfg: cfg, token: fence, grantedAt: time.Now()}
 	l.s.Start(wd, (*leaseHost)(l), owner, cfg.holdSettings(), from, px)
 	var err error
 	if l.s.NeedsClaim(from, px) {
 		err = l.s.Claim(ctx)
 		if errors.Is(err, ErrNotHeld) {
-			return nil, errGrantExpired
+			return errGrantExpired
 		}
 	}
 	if err == nil {
@@ -90,15 +100,15 @@ func newLease(ctx context.Context, wd *hold.Watchdog, h holder, cfg *config, own
 		_ = h.release(rctx, owner)
 		switch {
 		case errors.Is(err, ErrClosed):
-			return nil, err
+			return err
 		case errs.IsTransient(err) && ctx.Err() == nil:
 			// Redis did not answer the claim: the grant is given back (or
 			// expires), and a wait goes on, as it does through an outage.
-			return nil, errGrantExpired
+			return errGrantExpired
 		}
-		return nil, errs.Redis("claim", h.lockName(), err)
+		return errs.Redis("claim", h.lockName(), err)
 	}
-	return l, nil
+	return nil
 }
 
 // errGrantExpired means a lock handed to this owner expired before it could

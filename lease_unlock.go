@@ -85,8 +85,7 @@ func (l *Lease) finishEnd(ctx context.Context, op, lost string, sent time.Time, 
 		// the lock was held to the end either way (docs/design.md).
 		err = nil
 	}
-	retried := l.s.LostInEnd()
-	l.s.EndUnlock(err)
+	retried := l.s.EndUnlock(err)
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrNotHeld) && retried:

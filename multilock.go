@@ -76,8 +76,11 @@ func (c *Client) multiLock(names []string, opts []Option) *MultiLock {
 		// leases do not.
 		partCfg := m.cfg
 		partCfg.observer = nil
-		for _, name := range sorted {
-			m.locks = append(m.locks, &Mutex{c: c, name: name, cfg: partCfg, keys: newLockKeys(m.cfg.keyPrefix, name)})
+		mus := make([]Mutex, len(sorted))
+		m.locks = make([]*Mutex, len(sorted))
+		for i, name := range sorted {
+			mus[i] = Mutex{c: c, name: name, cfg: partCfg, keys: newLockKeys(m.cfg.keyPrefix, name)}
+			m.locks[i] = &mus[i]
 		}
 		// Its locks' own leases keep the minimum hold, each as it is
 		// unlocked; the set's lease releases through them.
@@ -240,62 +243,90 @@ func (m *MultiLock) waitEach(ctx context.Context, owner string) ([]*Lease, error
 // releasing what it took if a slot fails. unreachable reports a failure to
 // reach Redis that a wait would retry.
 func (m *MultiLock) takeAtOnce(ctx context.Context, owner string) (parts []*Lease, unreachable bool, err error) {
-	for _, group := range m.slotGroups() {
-		start := time.Now()
-		locks := make([][4]string, len(group))
-		for i, mu := range group {
-			locks[i] = mu.keys.array()
-		}
-		keys := protocol.MultiKeys(locks)
-		countAttempt(ctx, &m.cfg)
-		t, err := protocol.MultiAcquire(ctx, m.c.drv, keys, len(group), owner,
-			m.cfg.initialPX(), fenceRetention(m.cfg.ttl), m.cfg.ack())
-		switch {
-		case t.Failed != nil:
-			err = errs.Redis("MultiLock", m.label, err)
-		case err == nil && t.Busy > 0:
-			e := &errs.NotObtainedError{Name: group[t.Busy-1].name, HolderTTL: t.HolderTTL}
-			if t.HolderTTL == 0 {
-				e.QueuedAhead = "it is free, but " + errs.OthersFirst
-			}
-			err = e
-		case err == nil:
-			if err = m.cfg.tooFewAcked(t.Acked); err != nil {
-				// Taken, but too few replicas have it: give it back.
-				m.releaseGroup(ctx, group, owner)
-				err = errs.Redis("MultiLock", m.label, err)
-			}
-		}
+	var leases []Lease // the locks' leases, made together on the first take
+	m.forSlotGroups(func(group []*Mutex) bool {
+		var (
+			fences []int64
+			start  time.Time
+		)
+		fences, start, unreachable, err = m.takeGroup(ctx, owner, group)
 		if err != nil {
-			if t.Failed != nil {
-				// The script may have run: release its locks too.
-				for _, mu := range group {
-					m.c.abandon(ctx, mu, &m.cfg, owner, t.Failed, nil)
-				}
-			}
-			m.releaseAll(ctx, parts)
-			return nil, t.Failed != nil && errs.IsTransient(t.Failed), err
+			return false
 		}
-		fences := t.Fences
+		if leases == nil {
+			leases, parts = make([]Lease, len(m.locks)), make([]*Lease, 0, len(m.locks))
+		}
 		for i, mu := range group {
-			l, err := newLease(ctx, m.c.wd, mu, &mu.cfg, owner, fences[i], start, m.cfg.initialPX())
-			if err != nil {
-				m.releaseAll(ctx, parts)
-				return nil, false, err
+			l := &leases[len(parts)]
+			if err = l.start(ctx, m.c.wd, mu, &mu.cfg, owner, fences[i], start, m.cfg.initialPX()); err != nil {
+				return false
 			}
 			parts = append(parts, l)
 		}
+		return true
+	})
+	if err != nil {
+		m.releaseAll(ctx, parts)
+		return nil, unreachable, err
 	}
 	return parts, false, nil
 }
 
-// slotGroups splits the locks by Cluster hash slot, keeping canonical order
-// within and between groups; one group when the deployment is not sharded.
-func (m *MultiLock) slotGroups() [][]*Mutex {
-	if s, ok := m.c.drv.(driver.Sharded); !ok || !s.Sharded() {
-		return [][]*Mutex{m.locks}
+// takeGroup takes the locks of group, of one hash slot, with one script
+// sent at start, and returns their tokens; nothing of group is held when
+// it fails.
+func (m *MultiLock) takeGroup(ctx context.Context, owner string, group []*Mutex) (fences []int64, start time.Time, unreachable bool, err error) {
+	start = time.Now()
+	var buf [4][4]string // the keys of a few locks need no allocation
+	locks := buf[:0]
+	for _, mu := range group {
+		locks = append(locks, mu.keys.array())
 	}
-	return groupBy(m.locks, func(mu *Mutex) int { return keyslot.Of(mu.keys.lock) })
+	keys := protocol.MultiKeys(locks)
+	countAttempt(ctx, &m.cfg)
+	t, err := protocol.MultiAcquire(ctx, m.c.drv, keys, len(group), owner,
+		m.cfg.initialPX(), fenceRetention(m.cfg.ttl), m.cfg.ack())
+	switch {
+	case t.Failed != nil:
+		err = errs.Redis("MultiLock", m.label, err)
+	case err == nil && t.Busy > 0:
+		e := &errs.NotObtainedError{Name: group[t.Busy-1].name, HolderTTL: t.HolderTTL}
+		if t.HolderTTL == 0 {
+			e.QueuedAhead = "it is free, but " + errs.OthersFirst
+		}
+		err = e
+	case err == nil:
+		if err = m.cfg.tooFewAcked(t.Acked); err != nil {
+			// Taken, but too few replicas have it: give it back.
+			m.releaseGroup(ctx, group, owner)
+			err = errs.Redis("MultiLock", m.label, err)
+		}
+	}
+	if err != nil {
+		if t.Failed != nil {
+			// The script may have run: release its locks too.
+			for _, mu := range group {
+				m.c.abandon(ctx, mu, &m.cfg, owner, t.Failed, nil)
+			}
+		}
+		return nil, start, t.Failed != nil && errs.IsTransient(t.Failed), err
+	}
+	return t.Fences, start, false, nil
+}
+
+// forSlotGroups calls f with the locks of each Cluster hash slot, in
+// canonical order within and between groups, until f returns false; with
+// all the locks at once when the deployment is not sharded.
+func (m *MultiLock) forSlotGroups(f func(group []*Mutex) bool) {
+	if s, ok := m.c.drv.(driver.Sharded); !ok || !s.Sharded() {
+		f(m.locks)
+		return
+	}
+	for _, group := range groupBy(m.locks, func(mu *Mutex) int { return keyslot.Of(mu.keys.lock) }) {
+		if !f(group) {
+			return
+		}
+	}
 }
 
 // groupBy splits items into groups of equal key, in the order each key

@@ -48,7 +48,8 @@ func (m *MultiLock) combine(parts []*Lease) (*Lease, *multiHolder) {
 			token = p.token
 		}
 	}
-	l := &Lease{h: h, cfg: &m.cfg, token: token, grantedAt: time.Now()}
+	l := &h.lease
+	*l = Lease{h: h, cfg: &m.cfg, token: token, grantedAt: time.Now()}
 	l.s.Init(m.c.wd, (*leaseHost)(l), parts[0].s.Owner(), hold.Settings{TTL: m.cfg.ttl}, nil)
 	for _, p := range parts {
 		p := p
@@ -139,6 +140,13 @@ type multiHolder struct {
 	// releasing, once a lock was lost, is closed when releaseRest has
 	// released the others.
 	releasing chan struct{}
+	// unlocked says an Unlock of the set has released, or tried to
+	// release, its locks.
+	unlocked bool
+
+	// lease is the set's Lease (combine): made with its holder, both cost
+	// one allocation.
+	lease Lease
 }
 
 func (h *multiHolder) lockName() string { return h.m.label }
@@ -174,11 +182,20 @@ func (h *multiHolder) release(ctx context.Context, _ string) error {
 	h.awaitReleaseRest(ctx)
 	// Locks an earlier Unlock released are done with: a retried Unlock,
 	// after one whose release failed for some locks, releases the others
-	// and does not report the released ones as not held.
-	rest := make([]*Lease, 0, len(h.parts))
-	for _, p := range h.parts {
-		if !p.s.ReleasedByUnlock() {
-			rest = append(rest, p)
+	// and does not report the released ones as not held. Only an earlier
+	// Unlock, or releaseRest after a loss, releases a lock: before either,
+	// the leases need not be asked (each asks the Client-wide mutex).
+	h.mu.Lock()
+	first := !h.unlocked && h.releasing == nil
+	h.unlocked = true
+	h.mu.Unlock()
+	rest := h.parts
+	if !first {
+		rest = make([]*Lease, 0, len(h.parts))
+		for _, p := range h.parts {
+			if !p.s.ReleasedByUnlock() {
+				rest = append(rest, p)
+			}
 		}
 	}
 	// A lock whose Unlock failed (its release, or the wait for its

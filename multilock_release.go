@@ -22,14 +22,14 @@ import (
 func (m *MultiLock) releaseAll(ctx context.Context, parts []*Lease) error {
 	rctx, cancel := detach(ctx, m.cfg.releaseTimeout)
 	defer cancel()
-	u := partUnlock{results: make([]error, len(parts)), sent: make([]time.Time, len(parts))}
-	var batch []int // parts to release with multi_release.lua
+	u := make(partUnlock, len(parts))
+	batch := make([]int, 0, len(parts)) // parts to release with multi_release.lua
 	for i, p := range parts {
 		if err := p.beginEnd(ctx, rctx, unlockOp); err != nil {
-			u.results[i] = err
+			u[i].err = err
 			continue
 		}
-		u.sent[i] = time.Now()
+		u[i].sent = time.Now()
 		mu, isMutex := p.h.(*Mutex)
 		switch {
 		case p.minHoldLeft() > 0:
@@ -49,13 +49,12 @@ func (m *MultiLock) releaseAll(ctx context.Context, parts []*Lease) error {
 			batch = append(batch, i)
 		}
 	}
-	groups := m.releaseGroups(parts, batch)
-	if len(groups) == 1 {
-		m.releaseTogether(ctx, rctx, parts, groups[0], &u)
-	} else {
-		forEach(len(groups), func(g int) { m.releaseTogether(ctx, rctx, parts, groups[g], &u) })
+	if groups := m.releaseGroups(parts, batch); len(groups) > 1 {
+		forEach(len(groups), func(g int) { m.releaseTogether(ctx, rctx, parts, groups[g], u) })
+	} else if len(batch) > 0 {
+		m.releaseTogether(ctx, rctx, parts, batch, u)
 	}
-	return errs.Join(u.results...)
+	return u.err()
 }
 
 // unlockOp and unlockLost are what Lease.Unlock passes to Lease.end.
@@ -66,15 +65,26 @@ const (
 
 // partUnlock collects the outcome of releaseAll per part: the error its
 // Unlock returns, and when its release was sent.
-type partUnlock struct {
-	results []error
-	sent    []time.Time
+type partUnlock []struct {
+	err  error
+	sent time.Time
 }
 
 // finish ends part i by err, the answer of its release (Lease.finishEnd).
 // Calls for different parts may run concurrently.
-func (u *partUnlock) finish(ctx context.Context, p *Lease, i int, err error) {
-	u.results[i] = p.finishEnd(ctx, unlockOp, unlockLost, u.sent[i], err)
+func (u partUnlock) finish(ctx context.Context, p *Lease, i int, err error) {
+	u[i].err = p.finishEnd(ctx, unlockOp, unlockLost, u[i].sent, err)
+}
+
+// err is the parts' errors joined.
+func (u partUnlock) err() error {
+	var list []error
+	for _, r := range u {
+		if r.err != nil {
+			list = append(list, r.err)
+		}
+	}
+	return errs.Join(list...)
 }
 
 // releaseTogether releases group, indexes of parts that share an owner
@@ -82,7 +92,7 @@ func (u *partUnlock) finish(ctx context.Context, p *Lease, i int, err error) {
 // (waiters queued, or not the owner's) through its Mutex's release. A
 // failed call fails every part of the group: it may have released any of
 // them, so each lease ends lost and Unlock may be called again.
-func (m *MultiLock) releaseTogether(ctx, rctx context.Context, parts []*Lease, group []int, u *partUnlock) {
+func (m *MultiLock) releaseTogether(ctx, rctx context.Context, parts []*Lease, group []int, u partUnlock) {
 	owner := parts[group[0]].s.Owner()
 	n := len(group)
 	keys := make([]string, 2*n)
@@ -92,7 +102,7 @@ func (m *MultiLock) releaseTogether(ctx, rctx context.Context, parts []*Lease, g
 	}
 	sent := time.Now()
 	for _, i := range group {
-		u.sent[i] = sent
+		u[i].sent = sent
 	}
 	left, resent, err := protocol.MultiRelease(rctx, m.c.drv, keys, owner)
 	if err != nil {
@@ -101,19 +111,21 @@ func (m *MultiLock) releaseTogether(ctx, rctx context.Context, parts []*Lease, g
 		}
 		return
 	}
-	rest := make([]bool, n)
-	for _, j := range left {
-		rest[j] = true
-	}
+	next := 0 // left is in ascending order
 	for j, i := range group {
-		if !rest[j] {
-			u.finish(ctx, parts[i], i, nil)
+		if next < len(left) && left[next] == j {
+			next++
+			continue
 		}
+		u.finish(ctx, parts[i], i, nil)
+	}
+	if len(left) == 0 {
+		return
 	}
 	forEach(len(left), func(k int) {
 		i := group[left[k]]
 		if !resent {
-			u.sent[i] = time.Now() // else the multi release's own sending may be the release
+			u[i].sent = time.Now() // else the multi release's own sending may be the release
 		}
 		err := parts[i].h.(*Mutex).release(rctx, owner)
 		if resent && errors.Is(err, ErrNotHeld) {
@@ -126,7 +138,9 @@ func (m *MultiLock) releaseTogether(ctx, rctx context.Context, parts []*Lease, g
 
 // releaseGroups splits batch, indexes of parts whose holders are m's
 // Mutexes, into the groups one multi_release.lua call can release: one
-// owner, and on a Cluster one hash slot. Groups keep batch's order.
+// owner, and on a Cluster one hash slot. Groups keep batch's order. It
+// returns nil when batch is one group (or empty): the common case, which
+// needs neither the map nor the groups.
 func (m *MultiLock) releaseGroups(parts []*Lease, batch []int) [][]int {
 	if len(batch) == 0 {
 		return nil
@@ -134,7 +148,7 @@ func (m *MultiLock) releaseGroups(parts []*Lease, batch []int) [][]int {
 	s, sharded := m.c.drv.(driver.Sharded)
 	sharded = sharded && s.Sharded()
 	if !sharded && sameOwner(parts, batch) {
-		return [][]int{batch} // the common case, without the map
+		return nil
 	}
 	type groupKey struct {
 		owner string

@@ -138,6 +138,16 @@ func (m *ReentrantMutex) HoldCount(ctx context.Context) (int, error) {
 // owner returns the owner value of ctx's owner: the Client's instance id,
 // so no other process shares it, the identity, and the owner info.
 func (m *ReentrantMutex) owner(ctx context.Context) (string, error) {
+	member, err := m.newMember(ctx)
+	if err != nil {
+		return "", err
+	}
+	return member[ownerid.IDLen:], nil
+}
+
+// newMember returns a fresh hold id followed by the owner value of ctx's
+// owner: a hold's first place, and its owner value, in one string.
+func (m *ReentrantMutex) newMember(ctx context.Context) (string, error) {
 	if m.err != nil {
 		return "", m.err
 	}
@@ -149,10 +159,14 @@ func (m *ReentrantMutex) owner(ctx context.Context) (string, error) {
 	if err := checkOwnerID(id); err != nil {
 		return "", errs.Errorf("dlock: ReentrantMutex(%q): %w", m.name, err)
 	}
-	if m.cfg.ownerInfo != "" {
-		return m.c.instance + ":" + id + ";" + m.cfg.ownerInfo, nil // one allocation, not two
+	hold, err := ownerid.New("") // 128 random bits in hex
+	if err != nil {
+		return "", err
 	}
-	return m.c.instance + ":" + id, nil
+	if m.cfg.ownerInfo != "" {
+		return hold + m.c.instance + ":" + id + ";" + m.cfg.ownerInfo, nil // one allocation, not two
+	}
+	return hold + m.c.instance + ":" + id, nil
 }
 
 func (m *ReentrantMutex) lock(ctx context.Context, wait bool) (*Lease, error) {
@@ -165,12 +179,12 @@ func (m *ReentrantMutex) lock(ctx context.Context, wait bool) (*Lease, error) {
 }
 
 func (m *ReentrantMutex) lockUnobserved(ctx context.Context, wait bool) (*Lease, error) {
-	owner, err := m.owner(ctx)
+	member, err := m.newMember(ctx)
 	if err != nil {
 		return nil, err
 	}
 	// The queue entry, and the grant, name this hold: hold id + owner value.
-	h := &reentrantHold{m: m, owner: owner}
+	h := &reentrantHold{m: m, owner: member[ownerid.IDLen:], fresh: member}
 	if wait && !m.cfg.wait.spin {
 		// The holds of the Client's owners wait in its local line, as a
 		// Mutex's waiters do (mutex_wait.go).
@@ -182,8 +196,7 @@ func (m *ReentrantMutex) lockUnobserved(ctx context.Context, wait bool) (*Lease,
 		}
 		return m.c.lockShared(ctx, h)
 	}
-	member, err := h.newPlace()
-	if err != nil {
+	if member, err = h.newPlace(); err != nil {
 		return nil, err
 	}
 	return m.c.acquireAs(ctx, h, &m.cfg, wait, member)
@@ -202,6 +215,9 @@ type reentrantHold struct {
 	m     *ReentrantMutex
 	owner string
 	hold  string
+	// member is the hold's latest place: hold, then owner (newPlace);
+	// fresh, until newPlace takes it, the first, made with owner.
+	member, fresh string
 	// grant is the id of the hold that took the grant this hold joined,
 	// from the attempt that granted it; "" when this hold took it (or was
 	// handed it).
@@ -209,6 +225,9 @@ type reentrantHold struct {
 	anchor   *anchor     // the owner's shared renewal, once the hold is granted
 	attached bool        // counted in the anchor's holds
 	onLoss   hold.LossID // the hold's loss callback on the anchor's lease
+	// lease is the Lease the hold is granted (makeLease), at most one:
+	// made with the hold, both cost one allocation.
+	lease Lease
 }
 
 var (
@@ -327,7 +346,7 @@ func (h *reentrantHold) grantValue() string {
 	if h.grant != "" {
 		return h.grant + h.owner
 	}
-	return h.hold + h.owner
+	return h.member
 }
 
 // makeLease returns the Lease of a granted hold: a child of the anchor of
@@ -335,8 +354,8 @@ func (h *reentrantHold) grantValue() string {
 func (h *reentrantHold) makeLease(ctx context.Context, cfg *config, member string, r wait.Result, from time.Time) (*Lease, error) {
 	m := h.m
 	grant := h.grantValue()
-	anchor, err := m.c.anchors.attach(anchorKey{lock: m.keys.lock, grant: grant}, func() (*Lease, error) {
-		return newLease(ctx, m.c.wd, (*reentrantOwner)(m), cfg, grant, r.Fence, from, r.PTTL)
+	anchor, err := m.c.anchors.attach(anchorKey{lock: m.keys.lock, grant: grant}, func(l *Lease) error {
+		return l.start(ctx, m.c.wd, (*reentrantOwner)(m), cfg, grant, r.Fence, from, r.PTTL)
 	})
 	if err != nil {
 		if err != errGrantExpired {
@@ -360,7 +379,8 @@ func (h *reentrantHold) makeLease(ctx context.Context, cfg *config, member strin
 	m.c.notify.WakeMatching(m.keys.channel(), func(queued string) bool {
 		return queued != member && isHoldOf(queued, h.owner)
 	})
-	l := &Lease{h: h, cfg: cfg, token: token, grantedAt: time.Now()}
+	l := &h.lease
+	*l = Lease{h: h, cfg: cfg, token: token, grantedAt: time.Now()}
 	l.s.Init(m.c.wd, (*leaseHost)(l), member, hold.Settings{TTL: cfg.ttl}, &anchor.lease.s)
 	h.onLoss = anchor.lease.s.OnLoss(func(err error) { l.s.Lose(fmt.Sprintf("the owner's hold ended: %v", err)) })
 	return l, nil

@@ -74,7 +74,7 @@ type anchorSet struct {
 
 type anchor struct {
 	key   anchorKey
-	lease *Lease
+	lease Lease // made with the anchor: one allocation for both
 	// holds and releasing (guarded by anchorSet.mu) count the holds on the
 	// anchor and those of them whose release is in flight.
 	holds, releasing int
@@ -85,23 +85,24 @@ type anchor struct {
 	paused  bool
 }
 
-// attach returns the live anchor for key, or makes one with create, and
-// counts one more hold on it.
-func (s *anchorSet) attach(key anchorKey, create func() (*Lease, error)) (*anchor, error) {
+// attach returns the live anchor for key, or makes one, whose lease create
+// starts, and counts one more hold on it.
+func (s *anchorSet) attach(key anchorKey, create func(*Lease) error) (*anchor, error) {
 	if a := s.join(key); a != nil {
 		return a, nil
 	}
-	l, err := create() // may claim the lock: a round trip, not under mu
-	if err != nil {
+	a := &anchor{key: key, holds: 1}
+	l := &a.lease
+	if err := create(l); err != nil { // may claim the lock: a round trip, not under mu
 		return nil, err
 	}
-	if a := s.join(key); a != nil {
+	s.mu.Lock()
+	if b := s.joinLocked(key); b != nil {
+		s.mu.Unlock()
 		// Another hold made one meanwhile; it renews the same key.
 		l.s.Retire()
-		return a, nil
+		return b, nil
 	}
-	a := &anchor{key: key, lease: l, holds: 1}
-	s.mu.Lock()
 	if s.anchors == nil {
 		s.anchors = make(map[anchorKey]*anchor)
 		s.owners = make(map[anchorOwner]int)
@@ -120,6 +121,11 @@ func (s *anchorSet) attach(key anchorKey, create func() (*Lease, error)) (*ancho
 func (s *anchorSet) join(key anchorKey) *anchor {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.joinLocked(key)
+}
+
+// joinLocked is join with s.mu held.
+func (s *anchorSet) joinLocked(key anchorKey) *anchor {
 	if a := s.anchors[key]; a != nil && a.lease.s.Lost() == nil {
 		a.holds++
 		return a

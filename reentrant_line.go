@@ -22,12 +22,17 @@ func (h *reentrantHold) lineCfg() *config { return &h.m.cfg }
 // newPlace gives the hold a fresh id: a place given up is cleaned up in
 // the background, which must not meet the hold's next place or grant.
 func (h *reentrantHold) newPlace() (string, error) {
-	hold, err := ownerid.New("") // 128 random bits in hex
-	if err != nil {
-		return "", err
+	member := h.fresh
+	h.fresh = ""
+	if member == "" {
+		hold, err := ownerid.New("") // 128 random bits in hex
+		if err != nil {
+			return "", err
+		}
+		member = hold + h.owner
 	}
-	h.hold, h.grant = hold, ""
-	return hold + h.owner, nil
+	h.hold, h.member, h.grant = member[:ownerid.IDLen], member, ""
+	return member, nil
 }
 
 func (h *reentrantHold) sharesPlace() bool { return false }

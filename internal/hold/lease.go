@@ -40,9 +40,13 @@ type Lease struct {
 	lastErr    error         // the last renewal failure
 	err        error         // non-nil once lost, or the error EndAs gave
 	done       chan struct{} // made by the first Done: most holders never ask
-	lossFuncs  []lossFunc
+	lossFuncs  []lossFunc    // on lossSlots until more than fit there
 	heapIndex  int
 	eventAt    time.Time
+	// lossSlots hold the first loss callbacks: a MultiLock's lock has one,
+	// a reentrant owner's renewal one and one per hold, and a slice of
+	// their own would be an allocation per grant.
+	lossSlots  [2]lossFunc
 	state      state
 	autoRenew  bool
 	capped     bool // the current grant reaches holdUntil: no more renewals

@@ -18,7 +18,14 @@ func (l *Lease) OnLoss(f func(error)) LossID {
 	}
 	l.wd.lossSeq++
 	id := l.wd.lossSeq
+	if l.lossFuncs == nil {
+		l.lossFuncs = l.lossSlots[:0]
+	}
 	l.lossFuncs = append(l.lossFuncs, lossFunc{id: id, f: f})
+	if len(l.lossFuncs) > len(l.lossSlots) {
+		// On the heap now: the slots must not keep what they held.
+		clear(l.lossSlots[:])
+	}
 	l.wd.mu.Unlock()
 	return id
 }
@@ -79,6 +86,7 @@ func (l *Lease) loseLocked(reason string) []func(error) {
 	for _, lf := range l.lossFuncs {
 		funcs = append(funcs, lf.f)
 	}
+	clear(l.lossFuncs) // the slots must not keep the callbacks
 	l.lossFuncs = nil
 	host := l.host
 	return append(funcs, func(err error) { host.Lost(err, reason) })

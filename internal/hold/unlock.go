@@ -108,10 +108,13 @@ func (l *Lease) watchAgainLocked() []func(error) {
 // lease as lost: its request may still reach Redis (a reply lost or late, a
 // Redlock node that did not answer in time) and free the lock at any moment,
 // so the lease can no longer say that the lock is its own. Unlock can still
-// be called again, to make sure the lock is released.
-func (l *Lease) EndUnlock(err error) {
+// be called again, to make sure the lock is released. retried is what
+// LostInEnd said before: read in the same step, since every Unlock asks and
+// wd.mu is every lease's.
+func (l *Lease) EndUnlock(err error) (retried bool) {
 	var funcs []func(error)
 	l.wd.mu.Lock()
+	retried = l.lostInEnd
 	switch {
 	case err == nil, errs.ReleasedDespiteConflict(err):
 		// A release that freed the lock ends the lease, even when it
@@ -136,6 +139,7 @@ func (l *Lease) EndUnlock(err error) {
 	}
 	l.wd.mu.Unlock()
 	l.runLoss(funcs)
+	return retried
 }
 
 // EndAs ends the lease, whose renewal BeginUnlock stopped, as replaced: its

@@ -30,15 +30,10 @@ type MultiTake struct {
 // owner, all or none, for px; keys are the n locks' keys by kind (MultiKeys
 // lays them out), and retention is how long the fencing keys last.
 func MultiAcquire(ctx context.Context, drv driver.Driver, keys []string, n int, owner string, px, retention time.Duration, ack Ack) (MultiTake, error) {
-	call := &driver.Call{
-		Script: scripts.MultiAcquire,
-		Keys:   keys,
-		Args:   []any{owner, px.Milliseconds(), retention.Milliseconds()},
-	}
-	if ack.Replicas > 0 {
-		call.Replicas, call.ReplicaTimeout = ack.Replicas, ack.Timeout
-	}
-	drv.Run(ctx, call)
+	call := &multiCall{px: px.Milliseconds(), retention: retention.Milliseconds()}
+	call.Script, call.Keys, call.member = scripts.MultiAcquire, keys, owner
+	call.setArgs(&call.member, &call.px, &call.retention)
+	call.run(ctx, drv, ack)
 	if call.Err != nil {
 		return MultiTake{Failed: call.Err}, call.Err
 	}
@@ -62,6 +57,13 @@ func MultiAcquire(ctx context.Context, drv driver.Driver, keys []string, n int, 
 		return MultiTake{}, err
 	}
 	return MultiTake{Fences: fences, Acked: call.Acked}, nil
+}
+
+// multiCall is multi_acquire.lua's call, with the values its arguments
+// point to: one allocation (Call).
+type multiCall struct {
+	Call
+	px, retention int64
 }
 
 // MultiKeys lays out the keys of n locks (each lock's lock, fence, queue

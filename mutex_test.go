@@ -638,7 +638,9 @@ func TestHandoffUnderShortTTLKeepsTheLease(t *testing.T) {
 	var wg sync.WaitGroup
 	var lost atomic.Int32
 	for i := 0; i < clients; i++ {
-		c := newClient(t, srv, dlock.WithTTL(200*time.Millisecond))
+		// Short, yet long enough that a renewal every third of it
+		// outlasts a stall of a loaded 2-core machine under -race.
+		c := newClient(t, srv, dlock.WithTTL(400*time.Millisecond))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -652,7 +654,7 @@ func TestHandoffUnderShortTTLKeepsTheLease(t *testing.T) {
 				case <-l.Done():
 					lost.Add(1)
 					t.Errorf("lease lost while held: %v", l.Err())
-				case <-time.After(300 * time.Millisecond): // 1.5 TTLs
+				case <-time.After(600 * time.Millisecond): // 1.5 TTLs
 				}
 				_ = l.Unlock(ctx)
 			}

@@ -27,9 +27,14 @@ import (
 // or if the lease was already unlocked; a release that the Redis client sent
 // twice after losing a reply, whose second sending found the lock gone, is a
 // release, not ErrNotHeld, while the lease was valid when it went out. When
-// waiters are queued the lock passes straight to the first of them. Under
-// WithMinHold, an Unlock before the minimum hold is over leaves the key to
-// expire at its end instead.
+// waiters are queued the lock passes straight to the first of them; should
+// that hand-off fail (a key beside the lock holds something dlock did not
+// write: ErrKeyConflict; or Redis refused a command it runs, as an ACL
+// changed under the holder does), the lock is released all the same, the
+// lease ends (not lost), and Unlock returns the error, saying "the lock was
+// released, but ...": the waiters take the free lock on their next poll.
+// Under WithMinHold, an Unlock before the minimum hold is over leaves the
+// key to expire at its end instead.
 func (l *Lease) Unlock(ctx context.Context) error {
 	return l.end(ctx, "Unlock", "it expired or was taken over before Unlock")
 }

@@ -94,13 +94,14 @@ func IsTransient(err error) bool {
 	return true
 }
 
-// ReleasedDespiteConflict reports whether err is a release script's "the
-// lock was released, but ..." conflict (mutex_release.lua,
-// reentrant_release.lua): the lock is gone, deleted by that release, and a
-// key beside it holds something dlock did not write.
-func ReleasedDespiteConflict(err error) bool {
+// ReleasedAnyway reports whether err is a release script's "the lock was
+// released, but ..." reply (lock_lib.lua's dlock_released_but): the
+// hold is gone, deleted by that release, and its hand-off to the waiters
+// failed, on a key beside the lock that dlock did not write or on the
+// server's own refusal.
+func ReleasedAnyway(err error) bool {
 	var rerr *driver.ReplyError
-	return errors.As(err, &rerr) && strings.Contains(rerr.Msg, "DLOCK_CONFLICT the lock was released, but ")
+	return errors.As(err, &rerr) && strings.Contains(rerr.Msg, "the lock was released, but ")
 }
 
 // IsConflict reports whether err is (or wraps) an error reply that shows a

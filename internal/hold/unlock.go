@@ -116,9 +116,9 @@ func (l *Lease) EndUnlock(err error) (retried bool) {
 	l.wd.mu.Lock()
 	retried = l.lostInEnd
 	switch {
-	case err == nil, errs.ReleasedDespiteConflict(err):
+	case err == nil, errs.ReleasedAnyway(err):
 		// A release that freed the lock ends the lease, even when it
-		// reports a foreign key beside it (Unlock returns that error).
+		// reports that its hand-off failed (Unlock returns that error).
 		l.state = released
 		l.closeDoneLocked()
 	case errors.Is(err, errs.ErrNotHeld):

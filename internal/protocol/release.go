@@ -89,8 +89,8 @@ func ReentrantRelease(ctx context.Context, drv driver.Driver, keys []string, mem
 	c.run(ctx, drv, Ack{})
 	r := Release{Resent: c.Resent}
 	if c.Err != nil {
-		// A release that freed the lock despite a foreign key ended the hold.
-		r.Ended = errs.ReleasedDespiteConflict(c.Err)
+		// A release that freed the lock despite a failed hand-off ended the hold.
+		r.Ended = errs.ReleasedAnyway(c.Err)
 		return r, c.Err
 	}
 	if code, ok := c.Reply.(int64); ok { // the fast path: the last hold released

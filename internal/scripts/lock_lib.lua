@@ -22,7 +22,7 @@
 -- nothing to clean up), and a script calls the ones that may raise before
 -- writes of its own.
 -- A holder's release is the one exception: it frees the lock first and then
--- reports the conflict (mutex_release.lua).
+-- reports the conflict (dlock_released_but).
 
 -- dlock_now_us returns the server's clock in microseconds.
 local function dlock_now_us()
@@ -134,4 +134,31 @@ local function dlock_enqueue(queue_key, waiters_key, owner, now_us, lease_ms, gr
   dlock_keep(queue_key, lease_ms)
   dlock_keep(waiters_key, lease_ms)
   return redis.call('ZRANK', queue_key, owner) + 1
+end
+
+-- dlock_released_but is a release's reply when its hand-off raised err
+-- after the holder's own hold was deleted: the release stands, and the
+-- reply says why nobody was handed the lock, always in the words "the lock
+-- was released, but ..." (the client ends the lease on them,
+-- errs.ReleasedAnyway). A DLOCK_CONFLICT keeps its detail; any other error
+-- names the first of keys ({key, the type a lock writes there} pairs) that
+-- holds another type, or, when none does, is the server's own refusal (an
+-- ACL changed under the holder; not OOM, which Redis checks only up to a
+-- script's first write command, and every release has run one by then)
+-- and is passed on in its words. The waiters the hand-off missed take the
+-- free lock on their next poll.
+local function dlock_released_but(err, keys)
+  local msg = type(err) == 'table' and tostring(err.err) or tostring(err)
+  local at = string.find(msg, 'DLOCK_CONFLICT ', 1, true)
+  if at then
+    return redis.error_reply('DLOCK_CONFLICT the lock was released, but ' .. string.sub(msg, at + 15))
+  end
+  for _, k in ipairs(keys) do
+    local t = redis.call('TYPE', k[1])
+    t = type(t) == 'table' and t.ok or t
+    if t ~= k[2] and t ~= 'none' then
+      return redis.error_reply('DLOCK_CONFLICT the lock was released, but ' .. k[1] .. ' holds a ' .. t .. ' that no lock wrote')
+    end
+  end
+  return redis.error_reply('ERR the lock was released, but its hand-off failed: ' .. msg)
 end

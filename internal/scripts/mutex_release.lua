@@ -7,10 +7,11 @@
 --          1: released, nobody waiting;
 --          {2, fence, px, next}: handed over to the waiter `next`, with its
 --          fencing token and claim window.
---          Error "DLOCK_CONFLICT the lock was released, but <key> ...": the
---          owner's lock is deleted all the same (nobody is handed it), and
---          the queue, waiters or fencing key, which holds something no lock
---          wrote, is left as it is.
+--          Error "... the lock was released, but ...": the owner's lock is
+--          deleted all the same, and nobody is handed it: a queue, waiters
+--          or fencing key holds something no lock wrote (DLOCK_CONFLICT;
+--          left as it is), or the server refused the hand-off's writes
+--          (lock_lib.lua's dlock_released_but).
 local owner = ARGV[1]
 local cur = redis.call('GET', KEYS[1])
 
@@ -32,7 +33,7 @@ end
 -- before the hand-off writes anything), and must not keep the lock held
 -- until its TTL although its owner released it (outside strict order the
 -- acquire's fast path does not read the queue, so the holder may be the
--- first to meet such a key). The lock is deleted then, and the conflict
+-- first to meet such a key). The lock is deleted then, and the error
 -- still reported.
 local ok, reply = pcall(function()
   -- The holder is not in the queue (a grant takes it out, and so does the
@@ -56,17 +57,4 @@ redis.call('DEL', KEYS[1])
 if ok then
   return 1
 end
--- Say which key: the fencing key's error names it, WRONGTYPE does not.
-local msg = type(reply) == 'table' and tostring(reply.err) or tostring(reply)
-local at = string.find(msg, 'DLOCK_CONFLICT ', 1, true)
-if at then
-  return redis.error_reply('DLOCK_CONFLICT the lock was released, but ' .. string.sub(msg, at + 15))
-end
-for _, k in ipairs({{KEYS[3], 'zset'}, {KEYS[4], 'hash'}}) do
-  local t = redis.call('TYPE', k[1])
-  t = type(t) == 'table' and t.ok or t
-  if t ~= k[2] and t ~= 'none' then
-    return redis.error_reply('DLOCK_CONFLICT the lock was released, but ' .. k[1] .. ' holds a ' .. t .. ' that no lock wrote')
-  end
-end
-return redis.error_reply('ERR the lock was released, but its hand-off failed: ' .. msg)
+return dlock_released_but(reply, {{KEYS[3], 'zset'}, {KEYS[4], 'hash'}})

@@ -69,14 +69,7 @@ do
   end
   if not ok then
     redis.call('DEL', KEYS[1])
-    local msg = type(reply) == 'table' and tostring(reply.err) or tostring(reply)
-    local at = string.find(msg, 'DLOCK_CONFLICT ', 1, true)
-    if at then
-      msg = string.sub(msg, at + 15)
-    else
-      msg = KEYS[3] .. ' or ' .. KEYS[4] .. ' holds something no lock wrote'
-    end
-    return redis.error_reply('DLOCK_CONFLICT the lock was released, but ' .. msg)
+    return dlock_released_but(reply, {{KEYS[3], 'zset'}, {KEYS[4], 'hash'}})
   end
 end
 redis.call('DEL', KEYS[1])

@@ -75,17 +75,11 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   local granted
   ok, granted = pcall(rw_grant_heads, KEYS, now_us, now_ms, retention_ms, publish, KEYS[1])
   if not ok then
-    local msg = type(granted) == 'table' and tostring(granted.err) or tostring(granted)
     if reply[1] ~= 1 then
-      return redis.error_reply(msg)
+      -- Nothing was released (a waiter left): the error as it is.
+      return redis.error_reply(type(granted) == 'table' and tostring(granted.err) or tostring(granted))
     end
-    local at = string.find(msg, 'DLOCK_CONFLICT ', 1, true)
-    if at then
-      msg = string.sub(msg, at + 15)
-    else
-      msg = KEYS[3] .. ' or ' .. KEYS[4] .. ' holds something no lock wrote'
-    end
-    return redis.error_reply('DLOCK_CONFLICT the lock was released, but ' .. msg)
+    return dlock_released_but(granted, {{KEYS[3], 'zset'}, {KEYS[4], 'hash'}})
   end
   for _, v in ipairs(granted) do
     table.insert(reply, v)

@@ -55,8 +55,8 @@ local permits, limit_retention, _, _, fence_retention, publish =
 -- so the holder goes with one DEL, as on the fast path, and the queue is
 -- served with the caller's permits as the limit, without sem_check's reads
 -- of every key. A foreign queue, waiters or fencing key raises in the
--- grants, after the release: as in rw_release.lua, the release stands and
--- the reply says which key is foreign.
+-- grants, after the release: the release stands, and the reply says which
+-- key is foreign (dlock_released_but).
 if not ARGV[3] and redis.call('EXISTS', KEYS[2], KEYS[3]) == 0 then
   local v = redis.pcall('GET', KEYS[1])
   local held, _, holder = sem_solo(type(v) == 'string' and v or '')
@@ -68,16 +68,7 @@ if not ARGV[3] and redis.call('EXISTS', KEYS[2], KEYS[3]) == 0 then
       return g
     end)
     if not ok then
-      local msg = type(grants) == 'table' and tostring(grants.err) or tostring(grants)
-      local at = string.find(msg, 'DLOCK_CONFLICT ', 1, true)
-      if at then
-        msg = string.sub(msg, at + 15)
-      elseif string.find(msg, 'WRONGTYPE', 1, true) or string.find(msg, 'not an integer', 1, true) then
-        msg = KEYS[4] .. ', ' .. KEYS[5] .. ' or ' .. KEYS[6] .. ' holds something no semaphore wrote'
-      else
-        return redis.error_reply(msg) -- not a conflict (OOM at maxmemory): the error as it is
-      end
-      return redis.error_reply('DLOCK_CONFLICT the lock was released, but ' .. msg)
+      return dlock_released_but(grants, {{KEYS[5], 'zset'}, {KEYS[6], 'hash'}})
     end
     local reply = {1}
     for _, x in ipairs(grants) do

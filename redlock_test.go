@@ -597,11 +597,14 @@ func TestRedlockKeyConflict(t *testing.T) {
 	}
 }
 
+// TestRedlockRenewalOutlivesSeveralTTLs: the watchdog keeps a Redlock
+// lease held across four TTLs. The TTL leaves each renewal (a third of it,
+// each node's call bounded by the node timeout) room on a loaded machine.
 func TestRedlockRenewalOutlivesSeveralTTLs(t *testing.T) {
 	t.Parallel()
 	servers := redistest.StartNodes(t, 3)
-	const ttl = 300 * time.Millisecond
-	r := newRedlock(t, addrsOf(servers), dlock.WithTTL(ttl), dlock.WithNodeTimeout(100*time.Millisecond))
+	const ttl = time.Second
+	r := newRedlock(t, addrsOf(servers), dlock.WithTTL(ttl), dlock.WithNodeTimeout(300*time.Millisecond))
 	ctx := testCtx(t)
 	lease, err := r.Mutex(t.Name()).Lock(ctx)
 	if err != nil {

@@ -259,6 +259,9 @@ func (m *MultiLock) takeAtOnce(ctx context.Context, owner string) (parts []*Leas
 		for i, mu := range group {
 			l := &leases[len(parts)]
 			if err = l.start(ctx, m.c.wd, mu, &mu.cfg, owner, fences[i], start, m.cfg.initialPX()); err != nil {
+				// start gave its own lock back; the group's later locks,
+				// taken by the same script, have no lease to do it.
+				m.releaseGroup(ctx, group[i+1:], owner)
 				return false
 			}
 			parts = append(parts, l)
@@ -347,14 +350,15 @@ func groupBy[T any, K comparable](items []T, key func(T) K) [][]T {
 	return groups
 }
 
-// releaseGroup releases owner's locks of group, which one script took,
-// before any lease was made of them; detached from ctx.
+// releaseGroup releases owner's locks of group, which one script took and
+// no lease holds (too few replicas acknowledged them, or a lease could not
+// start); detached from ctx.
 func (m *MultiLock) releaseGroup(ctx context.Context, group []*Mutex, owner string) {
 	rctx, cancel := detach(ctx, m.cfg.releaseTimeout)
 	defer cancel()
 	for _, mu := range group {
 		if err := mu.release(rctx, owner); err != nil && !errors.Is(err, ErrNotHeld) {
-			m.cfg.logger.Warn("dlock: releasing a lock that too few replicas acknowledged failed; it expires by its TTL",
+			m.cfg.logger.Warn("dlock: releasing a lock the MultiLock took but could not keep failed; it expires by its TTL",
 				slog.String("lock", mu.name), slog.Any("error", err))
 		}
 	}

@@ -233,19 +233,21 @@ func (h *multiHolder) release(ctx context.Context, _ string) error {
 	first := !h.unlocked && h.releasing == nil
 	h.unlocked = true
 	h.mu.Unlock()
-	rest, scratch := h.parts, &h.scratch
-	if !first {
-		scratch = nil
-		rest = make([]*Lease, 0, len(h.parts))
+	// A lock whose Unlock failed (its release, or the wait for its
+	// renewal in flight) ends lost and unrenewed: Lease.end.
+	var err error
+	if first {
+		// ctx is Lease.end's, detached already, and nothing waited on it.
+		err = h.m.releaseDetached(ctx, ctx, h.parts, &h.scratch)
+	} else {
+		rest := make([]*Lease, 0, len(h.parts))
 		for _, p := range h.parts {
 			if !p.s.ReleasedByUnlock() {
 				rest = append(rest, p)
 			}
 		}
+		err = h.m.releaseAll(ctx, rest, nil)
 	}
-	// A lock whose Unlock failed (its release, or the wait for its
-	// renewal in flight) ends lost and unrenewed: Lease.end.
-	err := h.m.releaseAll(ctx, rest, scratch)
 	if errors.Is(err, ErrNotHeld) {
 		return ErrNotHeld
 	}

@@ -25,6 +25,12 @@ import (
 func (m *MultiLock) releaseAll(ctx context.Context, parts []*Lease, scratch *releaseScratch) error {
 	rctx, cancel := detach(ctx, m.cfg.releaseTimeout)
 	defer cancel()
+	return m.releaseDetached(ctx, rctx, parts, scratch)
+}
+
+// releaseDetached is releaseAll within rctx, detached from ctx's
+// cancellation already (a holder's release gets one from Lease.end).
+func (m *MultiLock) releaseDetached(ctx, rctx context.Context, parts []*Lease, scratch *releaseScratch) error {
 	var (
 		u     partUnlock
 		batch []int // parts to release with multi_release.lua

@@ -386,22 +386,3 @@ func (m *MultiLock) releaseGroup(ctx context.Context, group []*Mutex, owner stri
 		}
 	}
 }
-
-// TokenOf returns the fencing token the lease holds for the lock called
-// name: for a MultiLock lease, that lock's own token; for any other lease,
-// its Token when name is its Name. ok is false when the lease holds no lock
-// of that name.
-func (l *Lease) TokenOf(name string) (token int64, ok bool) {
-	if h, isMulti := l.h.(*multiHolder); isMulti {
-		for _, p := range h.parts {
-			if p.Name() == name {
-				return p.token, true
-			}
-		}
-		return 0, false
-	}
-	if name == l.Name() {
-		return l.token, true
-	}
-	return 0, false
-}

@@ -49,11 +49,33 @@ func (m *MultiLock) With(opts ...Option) *MultiLock {
 	return m.c.multiLock(m.names, opts)
 }
 
+// multiLockOfTwo is a MultiLock of up to two names with its names and
+// locks: one allocation.
+type multiLockOfTwo struct {
+	m     MultiLock
+	names [2]string
+	mus   [2]Mutex
+	locks [2]*Mutex
+}
+
 func (c *Client) multiLock(names []string, opts []Option) *MultiLock {
-	sorted := append([]string(nil), names...)
-	sort.Strings(sorted)
-	label := strings.Join(sorted, ",")
-	m := &MultiLock{c: c, names: sorted, label: label}
+	n := len(names)
+	var (
+		m   *MultiLock
+		mus []Mutex
+	)
+	if n <= 2 {
+		two := &multiLockOfTwo{}
+		m, mus = &two.m, two.mus[:n]
+		m.names, m.locks = two.names[:n], two.locks[:n]
+	} else {
+		m, mus = &MultiLock{names: make([]string, n), locks: make([]*Mutex, n)}, make([]Mutex, n)
+	}
+	m.c = c
+	copy(m.names, names)
+	sort.Strings(m.names)
+	m.label = strings.Join(m.names, ",")
+	sorted, label := m.names, m.label
 	err := c.applyOptions(&m.cfg, "MultiLock", label, opts)
 	switch {
 	case len(sorted) == 0:
@@ -76,8 +98,6 @@ func (c *Client) multiLock(names []string, opts []Option) *MultiLock {
 		// leases do not.
 		partCfg := m.cfg
 		partCfg.observer = nil
-		mus := make([]Mutex, len(sorted))
-		m.locks = make([]*Mutex, len(sorted))
 		for i, name := range sorted {
 			mus[i] = Mutex{c: c, name: name, cfg: partCfg, keys: newLockKeys(m.cfg.keyPrefix, name)}
 			m.locks[i] = &mus[i]
@@ -132,11 +152,11 @@ func (m *MultiLock) lockUnobserved(ctx context.Context, wait bool) (*Lease, erro
 		return nil, err
 	}
 	began := time.Now()
-	parts, unreachable, err := m.takeAtOnce(ctx, owner)
+	h, unreachable, err := m.takeAtOnce(ctx, owner)
 	fresh := unreachable
 	switch {
 	case err == nil:
-		l, lost := m.combineValid(ctx, parts)
+		l, lost := m.combineValid(ctx, h, true)
 		if lost == nil {
 			return l, nil
 		}
@@ -173,9 +193,9 @@ func (m *MultiLock) lockUnobserved(ctx context.Context, wait bool) (*Lease, erro
 			}
 		}
 		fresh = true
-		parts, err = m.waitEach(ctx, owner)
+		parts, err := m.waitEach(ctx, owner)
 		if err == nil {
-			l, lost := m.combineValid(ctx, parts)
+			l, lost := m.combineValid(ctx, &multiHolder{m: m, parts: parts}, false)
 			if lost == nil {
 				return l, nil
 			}
@@ -232,7 +252,7 @@ func (m *MultiLock) waitEach(ctx context.Context, owner string) ([]*Lease, error
 			err = errPartLost
 		}
 		if err != nil {
-			m.releaseAll(ctx, parts)
+			m.releaseAll(ctx, parts, nil)
 			return nil, err
 		}
 	}
@@ -240,52 +260,58 @@ func (m *MultiLock) waitEach(ctx context.Context, owner string) ([]*Lease, error
 }
 
 // takeAtOnce takes every lock with one script per hash slot, in order,
-// releasing what it took if a slot fails. unreachable reports a failure to
-// reach Redis that a wait would retry.
-func (m *MultiLock) takeAtOnce(ctx context.Context, owner string) (parts []*Lease, unreachable bool, err error) {
-	var leases []Lease // the locks' leases, made together on the first take
+// releasing what it took if a slot fails, and returns the holder of the
+// locks' leases. unreachable reports a failure to reach Redis that a wait
+// would retry.
+func (m *MultiLock) takeAtOnce(ctx context.Context, owner string) (h *multiHolder, unreachable bool, err error) {
+	var buf [4]int64 // a few locks' tokens need no allocation
 	m.forSlotGroups(func(group []*Mutex) bool {
-		var (
-			fences []int64
-			start  time.Time
-		)
-		fences, start, unreachable, err = m.takeGroup(ctx, owner, group)
+		fences := buf[:]
+		if len(group) > len(buf) {
+			fences = make([]int64, len(group))
+		}
+		var start time.Time
+		start, unreachable, err = m.takeGroup(ctx, owner, group, fences)
 		if err != nil {
 			return false
 		}
-		if leases == nil {
-			leases, parts = make([]Lease, len(m.locks)), make([]*Lease, 0, len(m.locks))
+		if h == nil {
+			h = m.newHolder()
 		}
 		for i, mu := range group {
-			l := &leases[len(parts)]
+			l := &h.leases[len(h.parts)]
 			if err = l.start(ctx, m.c.wd, mu, &mu.cfg, owner, fences[i], start, m.cfg.initialPX()); err != nil {
+				// start gave its own lock back; the group's later locks,
+				// taken by the same script, have no lease to do it.
+				m.releaseGroup(ctx, group[i+1:], owner)
 				return false
 			}
-			parts = append(parts, l)
+			h.parts = append(h.parts, l)
 		}
 		return true
 	})
 	if err != nil {
-		m.releaseAll(ctx, parts)
+		if h != nil {
+			m.releaseAll(ctx, h.parts, nil)
+		}
 		return nil, unreachable, err
 	}
-	return parts, false, nil
+	return h, false, nil
 }
 
 // takeGroup takes the locks of group, of one hash slot, with one script
-// sent at start, and returns their tokens; nothing of group is held when
-// it fails.
-func (m *MultiLock) takeGroup(ctx context.Context, owner string, group []*Mutex) (fences []int64, start time.Time, unreachable bool, err error) {
+// sent at start, and writes their tokens to fences, which has a place for
+// each; nothing of group is held when it fails.
+func (m *MultiLock) takeGroup(ctx context.Context, owner string, group []*Mutex, fences []int64) (start time.Time, unreachable bool, err error) {
 	start = time.Now()
 	var buf [4][4]string // the keys of a few locks need no allocation
 	locks := buf[:0]
 	for _, mu := range group {
 		locks = append(locks, mu.keys.array())
 	}
-	keys := protocol.MultiKeys(locks)
 	countAttempt(ctx, &m.cfg)
-	t, err := protocol.MultiAcquire(ctx, m.c.drv, keys, len(group), owner,
-		m.cfg.initialPX(), fenceRetention(m.cfg.ttl), m.cfg.ack())
+	t, err := protocol.MultiAcquire(ctx, m.c.drv, locks, owner,
+		m.cfg.initialPX(), fenceRetention(m.cfg.ttl), m.cfg.ack(), fences)
 	switch {
 	case t.Failed != nil:
 		err = errs.Redis("MultiLock", m.label, err)
@@ -309,9 +335,9 @@ func (m *MultiLock) takeGroup(ctx context.Context, owner string, group []*Mutex)
 				m.c.abandon(ctx, mu, &m.cfg, owner, t.Failed, nil)
 			}
 		}
-		return nil, start, t.Failed != nil && errs.IsTransient(t.Failed), err
+		return start, t.Failed != nil && errs.IsTransient(t.Failed), err
 	}
-	return t.Fences, start, false, nil
+	return start, false, nil
 }
 
 // forSlotGroups calls f with the locks of each Cluster hash slot, in
@@ -347,34 +373,16 @@ func groupBy[T any, K comparable](items []T, key func(T) K) [][]T {
 	return groups
 }
 
-// releaseGroup releases owner's locks of group, which one script took,
-// before any lease was made of them; detached from ctx.
+// releaseGroup releases owner's locks of group, which one script took and
+// no lease holds (too few replicas acknowledged them, or a lease could not
+// start); detached from ctx.
 func (m *MultiLock) releaseGroup(ctx context.Context, group []*Mutex, owner string) {
 	rctx, cancel := detach(ctx, m.cfg.releaseTimeout)
 	defer cancel()
 	for _, mu := range group {
 		if err := mu.release(rctx, owner); err != nil && !errors.Is(err, ErrNotHeld) {
-			m.cfg.logger.Warn("dlock: releasing a lock that too few replicas acknowledged failed; it expires by its TTL",
+			m.cfg.logger.Warn("dlock: releasing a lock the MultiLock took but could not keep failed; it expires by its TTL",
 				slog.String("lock", mu.name), slog.Any("error", err))
 		}
 	}
-}
-
-// TokenOf returns the fencing token the lease holds for the lock called
-// name: for a MultiLock lease, that lock's own token; for any other lease,
-// its Token when name is its Name. ok is false when the lease holds no lock
-// of that name.
-func (l *Lease) TokenOf(name string) (token int64, ok bool) {
-	if h, isMulti := l.h.(*multiHolder); isMulti {
-		for _, p := range h.parts {
-			if p.Name() == name {
-				return p.token, true
-			}
-		}
-		return 0, false
-	}
-	if name == l.Name() {
-		return l.token, true
-	}
-	return 0, false
 }

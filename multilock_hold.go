@@ -13,12 +13,20 @@ import (
 	"github.com/dlock-go/dlock/internal/hold"
 )
 
-// combineValid is combine for leases just granted: unless one of them is
-// already lost or past its validity (this process stalled after the
+// combineValid is combine for the leases of h just granted: unless one of
+// them is already lost or past its validity (this process stalled after the
 // grants, or a lock was force-released meanwhile). Then it gives the others
 // back, waiting for that within ctx, and returns why instead of a lease.
-func (m *MultiLock) combineValid(ctx context.Context, parts []*Lease) (*Lease, error) {
+// oneSend says the leases come from takeAtOnce: the first of them has the
+// earliest validity deadline (its slot's script was sent first, and every
+// lock asked the same px), so it is the only one to read; a loss of any is
+// seen through combine.
+func (m *MultiLock) combineValid(ctx context.Context, h *multiHolder, oneSend bool) (*Lease, error) {
 	now := time.Now()
+	parts := h.parts
+	if oneSend {
+		parts = parts[:1]
+	}
 	for _, p := range parts {
 		if !p.s.ValidAt(now) {
 			// The watchdog may not have declared it lost yet.
@@ -26,50 +34,78 @@ func (m *MultiLock) combineValid(ctx context.Context, parts []*Lease) (*Lease, e
 			if lost == nil {
 				lost = fmt.Errorf("%w: lock %q was past its validity before the lease was made", ErrLockLost, p.Name())
 			}
-			_ = m.releaseAll(ctx, parts) // ErrNotHeld for the lost one
+			_ = m.releaseAll(ctx, h.parts, nil) // ErrNotHeld for the lost one
 			return nil, lost
 		}
 	}
-	l, h := m.combine(parts)
-	if lost := l.s.Lost(); lost != nil {
-		h.awaitReleaseRest(ctx)
-		return nil, lost
+	l := m.combine(h)
+	if h.partLost.Load() {
+		if lost := l.s.Lost(); lost != nil {
+			h.awaitReleaseRest(ctx)
+			return nil, lost
+		}
 	}
 	return l, nil
 }
 
-// combine makes the one Lease of the set, and its holder, from the leases
-// of its locks. The Lease is lost at once if one of them already was.
-func (m *MultiLock) combine(parts []*Lease) (*Lease, *multiHolder) {
-	h := &multiHolder{m: m, parts: parts}
+// newHolder returns the holder for a take of m's locks, with room for
+// their leases: for a few locks, in the holder itself.
+func (m *MultiLock) newHolder() *multiHolder {
+	h := &multiHolder{m: m}
+	if n := len(m.locks); n <= len(h.ownLeases) {
+		h.leases, h.parts = h.ownLeases[:n], h.ownParts[:0:n]
+	} else {
+		h.leases, h.parts = make([]Lease, n), make([]*Lease, 0, n)
+	}
+	return h
+}
+
+// combine makes the one Lease of the set from h, the holder of its locks'
+// leases. The Lease is lost at once if one of them already was.
+func (m *MultiLock) combine(h *multiHolder) *Lease {
 	var token int64
-	for _, p := range parts {
+	for _, p := range h.parts {
 		if p.token > token {
 			token = p.token
 		}
 	}
 	l := &h.lease
 	*l = Lease{h: h, cfg: &m.cfg, token: token, grantedAt: time.Now()}
-	l.s.Init(m.c.wd, (*leaseHost)(l), parts[0].s.Owner(), hold.Settings{TTL: m.cfg.ttl}, nil)
-	for _, p := range parts {
-		p := p
-		p.s.OnLoss(func(err error) {
-			if l.s.Unlocking() {
-				// The holder's Unlock is releasing every lock, and tells
-				// how that went: a lock whose release failed is lost, and
-				// so is the lease then. Releasing the others from here
-				// too raced that Unlock, whose own release of them then
-				// answered ErrNotHeld, and it reported the whole lease
-				// taken over instead of the failure.
-				return
-			}
-			// The release first: a holder woken by the loss may Unlock at
-			// once, and must find the release begun, to wait for it.
-			h.releaseRest(p)
-			l.s.Lose(fmt.Sprintf("lock %q was lost: %v", p.Name(), err))
-		})
+	l.s.Init(m.c.wd, (*leaseHost)(l), h.parts[0].s.Owner(), hold.Settings{TTL: m.cfg.ttl}, nil)
+	// One callback for every lock: it finds which one was lost.
+	lost := func(err error) { h.lostPart(err) }
+	for _, p := range h.parts {
+		p.s.OnLoss(lost)
 	}
-	return l, h
+	return l
+}
+
+// lostPart is the loss callback of every lock of h: err is one lock's
+// loss, and the set's Lease is lost with it.
+func (h *multiHolder) lostPart(err error) {
+	h.partLost.Store(true)
+	l := &h.lease
+	if l.s.Unlocking() {
+		// The holder's Unlock is releasing every lock, and tells how that
+		// went: a lock whose release failed is lost, and so is the lease
+		// then. Releasing the others from here too raced that Unlock,
+		// whose own release of them then answered ErrNotHeld, and it
+		// reported the whole lease taken over instead of the failure.
+		return
+	}
+	// A callback runs after its lease's loss: the first lock found lost is
+	// named, with its own error.
+	lost := h.parts[0]
+	for _, p := range h.parts {
+		if e := p.s.Lost(); e != nil {
+			lost, err = p, e
+			break
+		}
+	}
+	// The release first: a holder woken by the loss may Unlock at once,
+	// and must find the release begun, to wait for it.
+	h.releaseRest(lost)
+	l.s.Lose(fmt.Sprintf("lock %q was lost: %v", lost.Name(), err))
 }
 
 // releaseRest releases, in the background, the locks of a MultiLock lease
@@ -130,6 +166,25 @@ func (h *multiHolder) releaseRest(lost *Lease) {
 	}
 }
 
+// TokenOf returns the fencing token the lease holds for the lock called
+// name: for a MultiLock lease, that lock's own token; for any other lease,
+// its Token when name is its Name. ok is false when the lease holds no lock
+// of that name.
+func (l *Lease) TokenOf(name string) (token int64, ok bool) {
+	if h, isMulti := l.h.(*multiHolder); isMulti {
+		for _, p := range h.parts {
+			if p.Name() == name {
+				return p.token, true
+			}
+		}
+		return 0, false
+	}
+	if name == l.Name() {
+		return l.token, true
+	}
+	return 0, false
+}
+
 // multiHolder is a MultiLock lease's holder: its locks' own leases, which
 // the watchdog renews (in one batch, since they are due together).
 type multiHolder struct {
@@ -144,9 +199,17 @@ type multiHolder struct {
 	// release, its locks.
 	unlocked bool
 
+	// partLost says a lock's loss callback ran (lostPart).
+	partLost atomic.Bool
+
 	// lease is the set's Lease (combine): made with its holder, both cost
-	// one allocation.
-	lease Lease
+	// one allocation. So are, for a few locks, the locks' leases and the
+	// first release's bookkeeping (newHolder, release).
+	lease     Lease
+	leases    []Lease // backs parts, for a take (newHolder)
+	ownLeases [2]Lease
+	ownParts  [2]*Lease
+	scratch   releaseScratch
 }
 
 func (h *multiHolder) lockName() string { return h.m.label }
@@ -189,18 +252,21 @@ func (h *multiHolder) release(ctx context.Context, _ string) error {
 	first := !h.unlocked && h.releasing == nil
 	h.unlocked = true
 	h.mu.Unlock()
-	rest := h.parts
-	if !first {
-		rest = make([]*Lease, 0, len(h.parts))
+	// A lock whose Unlock failed (its release, or the wait for its
+	// renewal in flight) ends lost and unrenewed: Lease.end.
+	var err error
+	if first {
+		// ctx is Lease.end's, detached already, and nothing waited on it.
+		err = h.m.releaseDetached(ctx, ctx, h.parts, &h.scratch)
+	} else {
+		rest := make([]*Lease, 0, len(h.parts))
 		for _, p := range h.parts {
 			if !p.s.ReleasedByUnlock() {
 				rest = append(rest, p)
 			}
 		}
+		err = h.m.releaseAll(ctx, rest, nil)
 	}
-	// A lock whose Unlock failed (its release, or the wait for its
-	// renewal in flight) ends lost and unrenewed: Lease.end.
-	err := h.m.releaseAll(ctx, rest)
 	if errors.Is(err, ErrNotHeld) {
 		return ErrNotHeld
 	}

@@ -19,11 +19,28 @@ import (
 // their Mutex's own release (Mutex.unlock: a local hand-off, or
 // mutex_release.lua, which hands the lock over in Redis or reports it not
 // held), so the Mutex's release logic stays in one place.
-func (m *MultiLock) releaseAll(ctx context.Context, parts []*Lease) error {
+// scratch, when not nil, holds the bookkeeping for a few parts, so that
+// the common release allocates none; only one releaseAll may use it at a
+// time.
+func (m *MultiLock) releaseAll(ctx context.Context, parts []*Lease, scratch *releaseScratch) error {
 	rctx, cancel := detach(ctx, m.cfg.releaseTimeout)
 	defer cancel()
-	u := make(partUnlock, len(parts))
-	batch := make([]int, 0, len(parts)) // parts to release with multi_release.lua
+	return m.releaseDetached(ctx, rctx, parts, scratch)
+}
+
+// releaseDetached is releaseAll within rctx, detached from ctx's
+// cancellation already (a holder's release gets one from Lease.end).
+func (m *MultiLock) releaseDetached(ctx, rctx context.Context, parts []*Lease, scratch *releaseScratch) error {
+	var (
+		u     partUnlock
+		batch []int // parts to release with multi_release.lua
+		keys  []string
+	)
+	if n := len(parts); scratch != nil && n <= len(scratch.u) {
+		u, batch, keys = scratch.u[:n], scratch.batch[:0:n], scratch.keys[:0:2*n]
+	} else {
+		u, batch = make(partUnlock, n), make([]int, 0, n)
+	}
 	for i, p := range parts {
 		if err := p.beginEnd(ctx, rctx, unlockOp); err != nil {
 			u[i].err = err
@@ -50,9 +67,9 @@ func (m *MultiLock) releaseAll(ctx context.Context, parts []*Lease) error {
 		}
 	}
 	if groups := m.releaseGroups(parts, batch); len(groups) > 1 {
-		forEach(len(groups), func(g int) { m.releaseTogether(ctx, rctx, parts, groups[g], u) })
+		forEach(len(groups), func(g int) { m.releaseTogether(ctx, rctx, parts, groups[g], u, nil) })
 	} else if len(batch) > 0 {
-		m.releaseTogether(ctx, rctx, parts, batch, u)
+		m.releaseTogether(ctx, rctx, parts, batch, u, keys)
 	}
 	return u.err()
 }
@@ -63,11 +80,22 @@ const (
 	unlockLost = "it expired or was taken over before Unlock"
 )
 
-// partUnlock collects the outcome of releaseAll per part: the error its
-// Unlock returns, and when its release was sent.
-type partUnlock []struct {
+// partUnlock collects the outcome of releaseAll per part.
+type partUnlock []partResult
+
+// partResult is a part's outcome: the error its Unlock returns, and when
+// its release was sent.
+type partResult struct {
 	err  error
 	sent time.Time
+}
+
+// releaseScratch is releaseAll's bookkeeping for up to two parts, kept in
+// a MultiLock's holder for its first release.
+type releaseScratch struct {
+	u     [2]partResult
+	batch [2]int
+	keys  [4]string
 }
 
 // finish ends part i by err, the answer of its release (Lease.finishEnd).
@@ -91,11 +119,16 @@ func (u partUnlock) err() error {
 // and a hash slot, with one multi_release.lua call, then each lock it left
 // (waiters queued, or not the owner's) through its Mutex's release. A
 // failed call fails every part of the group: it may have released any of
-// them, so each lease ends lost and Unlock may be called again.
-func (m *MultiLock) releaseTogether(ctx, rctx context.Context, parts []*Lease, group []int, u partUnlock) {
+// them, so each lease ends lost and Unlock may be called again. keys, when
+// its capacity is enough, is where the call's keys are laid out.
+func (m *MultiLock) releaseTogether(ctx, rctx context.Context, parts []*Lease, group []int, u partUnlock, keys []string) {
 	owner := parts[group[0]].s.Owner()
 	n := len(group)
-	keys := make([]string, 2*n)
+	if cap(keys) >= 2*n {
+		keys = keys[:2*n]
+	} else {
+		keys = make([]string, 2*n)
+	}
 	for j, i := range group {
 		mu := parts[i].h.(*Mutex)
 		keys[j], keys[n+j] = mu.keys.lock, mu.keys.queue

@@ -11,8 +11,6 @@ import (
 
 // MultiTake is multi_acquire.lua's answer.
 type MultiTake struct {
-	// Fences are the locks' tokens, in order, when all were taken.
-	Fences []int64
 	// Busy is, when none was taken, the 1-based index of a lock in the
 	// way, and HolderTTL its holder's time left (0: free, but others
 	// queued first).
@@ -26,12 +24,15 @@ type MultiTake struct {
 	Failed error
 }
 
-// MultiAcquire runs multi_acquire.lua: it takes n mutexes of one slot for
-// owner, all or none, for px; keys are the n locks' keys by kind (MultiKeys
-// lays them out), and retention is how long the fencing keys last.
-func MultiAcquire(ctx context.Context, drv driver.Driver, keys []string, n int, owner string, px, retention time.Duration, ack Ack) (MultiTake, error) {
+// MultiAcquire runs multi_acquire.lua: it takes the mutexes of one slot
+// whose keys are locks (each lock's lock, fence, queue and waiters keys)
+// for owner, all or none, for px; retention is how long the fencing keys
+// last. When all were taken, their tokens are in fences, which has a
+// place for each lock.
+func MultiAcquire(ctx context.Context, drv driver.Driver, locks [][4]string, owner string, px, retention time.Duration, ack Ack, fences []int64) (MultiTake, error) {
+	n := len(locks)
 	call := &multiCall{px: px.Milliseconds(), retention: retention.Milliseconds()}
-	call.Script, call.Keys, call.member = scripts.MultiAcquire, keys, owner
+	call.Script, call.Keys, call.member = scripts.MultiAcquire, multiKeys(call.keys[:0], locks), owner
 	call.setArgs(&call.member, &call.px, &call.retention)
 	call.run(ctx, drv, ack)
 	if call.Err != nil {
@@ -52,25 +53,36 @@ func MultiAcquire(ctx context.Context, drv driver.Driver, keys []string, n int, 
 		}
 		return MultiTake{Busy: int(busy), HolderTTL: Millis(ttl)}, nil
 	}
-	fences, err := Ints(items, n)
-	if err != nil {
-		return MultiTake{}, err
+	if len(items) < n || len(fences) < n {
+		return MultiTake{}, errs.Unexpected(call.Reply)
 	}
-	return MultiTake{Fences: fences, Acked: call.Acked}, nil
+	for i := 0; i < n; i++ {
+		v, ok := items[i].(int64)
+		if !ok {
+			return MultiTake{}, errs.Unexpected(call.Reply)
+		}
+		fences[i] = v
+	}
+	return MultiTake{Acked: call.Acked}, nil
 }
 
 // multiCall is multi_acquire.lua's call, with the values its arguments
-// point to: one allocation (Call).
+// point to and, for a few locks, its keys: one allocation (Call).
 type multiCall struct {
 	Call
 	px, retention int64
+	keys          [8]string
 }
 
-// MultiKeys lays out the keys of n locks (each lock's lock, fence, queue
-// and waiters keys, in turn) as multi_acquire.lua takes them: by kind.
-func MultiKeys(locks [][4]string) []string {
+// multiKeys appends to dst the keys of locks (each lock's lock, fence,
+// queue and waiters keys, in turn) as multi_acquire.lua takes them: by
+// kind.
+func multiKeys(dst []string, locks [][4]string) []string {
 	n := len(locks)
-	keys := make([]string, 4*n)
+	if cap(dst)-len(dst) < 4*n {
+		dst = make([]string, 0, 4*n)
+	}
+	keys := dst[len(dst) : len(dst)+4*n]
 	for i, k := range locks {
 		for j, key := range k {
 			keys[j*n+i] = key

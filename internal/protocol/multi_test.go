@@ -12,24 +12,29 @@ func TestMultiAcquireReply(t *testing.T) {
 		name  string
 		reply any
 		want  MultiTake
+		fence []int64
 		bad   bool
 	}{
-		{"taken", []any{int64(7), int64(9)}, MultiTake{Fences: []int64{7, 9}}, false},
-		{"busy", []any{"busy", int64(2), int64(500)}, MultiTake{Busy: 2, HolderTTL: 500 * time.Millisecond}, false},
-		{"waiters first", []any{"busy", int64(1), int64(0)}, MultiTake{Busy: 1}, false},
-		{"busy past n", []any{"busy", int64(3), int64(500)}, MultiTake{}, true},
-		{"busy, no ttl", []any{"busy", int64(1)}, MultiTake{}, true},
-		{"too few tokens", []any{int64(7)}, MultiTake{}, true},
-		{"more than the tokens", []any{int64(7), int64(8), int64(9)}, MultiTake{Fences: []int64{7, 8}}, false},
-		{"not ints", []any{int64(7), "x"}, MultiTake{}, true},
-		{"bare", int64(7), MultiTake{}, true},
+		{"taken", []any{int64(7), int64(9)}, MultiTake{}, []int64{7, 9}, false},
+		{"busy", []any{"busy", int64(2), int64(500)}, MultiTake{Busy: 2, HolderTTL: 500 * time.Millisecond}, nil, false},
+		{"waiters first", []any{"busy", int64(1), int64(0)}, MultiTake{Busy: 1}, nil, false},
+		{"busy past n", []any{"busy", int64(3), int64(500)}, MultiTake{}, nil, true},
+		{"busy, no ttl", []any{"busy", int64(1)}, MultiTake{}, nil, true},
+		{"too few tokens", []any{int64(7)}, MultiTake{}, nil, true},
+		{"more than the tokens", []any{int64(7), int64(8), int64(9)}, MultiTake{}, []int64{7, 8}, false},
+		{"not ints", []any{int64(7), "x"}, MultiTake{}, nil, true},
+		{"bare", int64(7), MultiTake{}, nil, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := &replyDriver{reply: tt.reply}
-			got, err := MultiAcquire(context.Background(), d, make([]string, 8), 2, "me", time.Second, time.Hour, Ack{})
+			fences := make([]int64, 2)
+			got, err := MultiAcquire(context.Background(), d, make([][4]string, 2), "me", time.Second, time.Hour, Ack{}, fences)
 			if tt.bad != (err != nil) || !reflect.DeepEqual(got, tt.want) {
 				t.Fatalf("MultiAcquire answered %#v: %+v, %v; want %+v (error %v)", tt.reply, got, err, tt.want, tt.bad)
+			}
+			if tt.fence != nil && !reflect.DeepEqual(fences, tt.fence) {
+				t.Fatalf("MultiAcquire answered %#v: tokens %v; want %v", tt.reply, fences, tt.fence)
 			}
 		})
 	}
@@ -61,9 +66,11 @@ func TestMultiReleaseReply(t *testing.T) {
 }
 
 func TestMultiKeysByKind(t *testing.T) {
-	got := MultiKeys([][4]string{{"a", "a:f", "a:q", "a:w"}, {"b", "b:f", "b:q", "b:w"}})
+	locks := [][4]string{{"a", "a:f", "a:q", "a:w"}, {"b", "b:f", "b:q", "b:w"}}
 	want := []string{"a", "b", "a:f", "b:f", "a:q", "b:q", "a:w", "b:w"}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("MultiKeys = %q; want %q", got, want)
+	for _, dst := range [][]string{nil, make([]string, 0, 8)} {
+		if got := multiKeys(dst, locks); !reflect.DeepEqual(got, want) {
+			t.Fatalf("multiKeys(cap %d) = %q; want %q", cap(dst), got, want)
+		}
 	}
 }

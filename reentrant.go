@@ -335,17 +335,20 @@ func (h *reentrantHold) makeLease(ctx context.Context, cfg *config, member strin
 		*l = Lease{h: h, cfg: cfg, token: max(r.Fence, a.lease.token), grantedAt: time.Now()}
 		l.s.Init(m.c.wd, (*leaseHost)(l), member, hold.Settings{TTL: cfg.ttl}, &a.lease.s)
 	}
-	_, err := m.c.anchors.attach(anchorKey{lock: m.keys.lock, grant: grant}, (*reentrantOwner)(m), &l.s, init,
-		func(a *anchor, first func()) error {
-			return a.lease.startNest(ctx, m.c.wd, a, cfg, grant, r.Fence, from, r.PTTL, first)
-		})
-	if err != nil {
-		if err != errGrantExpired {
-			rctx, cancel := detach(ctx, cfg.releaseTimeout)
-			defer cancel()
-			_ = h.release(rctx, member)
+	key := anchorKey{lock: m.keys.lock, grant: grant}
+	if a, ended := m.c.anchors.join(key, &l.s, init); a == nil {
+		n := &anchor{reentrantOwner: (*reentrantOwner)(m), key: key}
+		// The first hold is adopted before the Watchdog shares the anchor.
+		err := n.lease.startNest(ctx, m.c.wd, n, cfg, grant, r.Fence, from, r.PTTL, func() { init(n); l.s.AdoptFirst() })
+		if err != nil {
+			if err != errGrantExpired {
+				rctx, cancel := detach(ctx, cfg.releaseTimeout)
+				defer cancel()
+				_ = h.release(rctx, member)
+			}
+			return nil, err
 		}
-		return nil, err
+		m.c.anchors.settle(n, ended, &l.s)
 	}
 	// The owner's other holds still queued join this one now: a grant
 	// names one hold, so nothing else would tell them before their poll;

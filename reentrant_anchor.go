@@ -105,37 +105,39 @@ func (s *anchorSet) shard(lock string) *anchorShard {
 	return &s.shards[h%anchorShards]
 }
 
-// attach makes l, a hold's lease, a nested hold of key's live anchor, or
-// of a new one that create starts for o, and returns the anchor. init sets
-// l up under an anchor; create calls first to adopt l before the Watchdog
-// shares the new anchor. A lease lost with its anchor before it is
-// returned comes back with that anchor, as its loss.
-func (s *anchorSet) attach(key anchorKey, o *reentrantOwner, l *hold.Lease, init func(*anchor), create func(a *anchor, first func()) error) (*anchor, error) {
-	sh := s.shard(key.lock)
-	old := sh.get(key)
-	if old != nil {
-		init(old)
-		if l.Adopt() {
-			return old, nil
-		}
+// join makes l, a hold's lease, a nested hold of key's live anchor, set
+// up by init, and returns the anchor. Without one it returns nil, and the
+// anchor of key that ended, if the set holds one, for settle.
+func (s *anchorSet) join(key anchorKey, l *hold.Lease, init func(*anchor)) (a, ended *anchor) {
+	old := s.shard(key.lock).get(key)
+	if old == nil {
+		return nil, nil
 	}
-	a := &anchor{reentrantOwner: o, key: key}
-	if err := create(a, func() { init(a); l.AdoptFirst() }); err != nil { // may claim the lock: a round trip
-		return nil, err
+	init(old)
+	if l.Adopt() {
+		return old, nil
 	}
-	for expect := old; ; {
+	return nil, old
+}
+
+// settle puts a, a new anchor that adopted l as its first hold, in the
+// set in place of ended (join's), and returns the anchor l is on: another
+// hold may have made one meanwhile, which l then joins, and a retires. A
+// lease lost with a before it is returned comes back with a, as its loss.
+func (s *anchorSet) settle(a, ended *anchor, l *hold.Lease) *anchor {
+	sh := s.shard(a.key.lock)
+	for expect := ended; ; {
 		cur, ok := sh.insert(a, expect)
 		if ok {
-			return a, nil
+			return a
 		}
 		if cur != nil {
-			// Another hold made one meanwhile: join it, if it lasts.
 			if l.Readopt(&cur.lease.s) {
 				a.lease.s.Retire()
-				return cur, nil
+				return cur
 			}
 			if a.lease.s.Lost() != nil {
-				return a, nil // l was lost with a, which the set must not take
+				return a // l was lost with a, which the set must not take
 			}
 		}
 		expect = cur // ended, or gone: a takes its place

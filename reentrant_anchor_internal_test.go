@@ -24,23 +24,21 @@ func TestReentrantAnchorsMadeAtOnceBecomeOne(t *testing.T) {
 			h.lease.s.Init(c.wd, (*leaseHost)(&h.lease), "hold", hold.Settings{TTL: m.cfg.ttl}, &a.lease.s)
 		}
 	}
-	start := func(a *anchor, first func()) error {
-		// A full grant needs no claim: nothing is sent.
-		return a.lease.startNest(context.Background(), c.wd, a, &m.cfg, key.grant, 1, time.Now(), m.cfg.ttl, first)
+	// attach is makeLease's: a full grant needs no claim, so nothing is sent.
+	attach := func(h *reentrantHold, meanwhile func()) *anchor {
+		if a, ended := c.anchors.join(key, &h.lease.s, init(h)); a != nil || ended != nil {
+			t.Fatalf("join found an anchor: %v, %v", a, ended)
+		}
+		n := &anchor{reentrantOwner: (*reentrantOwner)(m), key: key}
+		first := func() { init(h)(n); h.lease.s.AdoptFirst() }
+		if err := n.lease.startNest(context.Background(), c.wd, n, &m.cfg, key.grant, 1, time.Now(), m.cfg.ttl, first); err != nil {
+			t.Fatal(err)
+		}
+		meanwhile()
+		return c.anchors.settle(n, nil, &h.lease.s)
 	}
 	var ay *anchor
-	ax, err := c.anchors.attach(key, (*reentrantOwner)(m), &x.lease.s, init(x), func(a *anchor, first func()) error {
-		err := start(a, first)
-		var yerr error
-		ay, yerr = c.anchors.attach(key, (*reentrantOwner)(m), &y.lease.s, init(y), start) // meanwhile
-		if yerr != nil {
-			t.Errorf("the other hold's attach: %v", yerr)
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ax := attach(x, func() { ay = attach(y, func() {}) }) // y makes and settles its own meanwhile
 	if ax != ay {
 		t.Error("the hold that made its anchor second is not on the set's")
 	}

@@ -46,9 +46,7 @@ func ClientRetained(c *Client) Retained {
 	var r Retained
 	notifierRetained(c.notify, &r)
 	r.Queues, _, _ = c.local.Count(func(localQueueKey) bool { return true })
-	c.anchors.mu.Lock()
-	r.Anchors = len(c.anchors.anchors)
-	c.anchors.mu.Unlock()
+	r.Anchors = c.anchors.count()
 	watchdogRetained(c.wd, &r)
 	return r
 }

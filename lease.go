@@ -127,11 +127,21 @@ func (e *leaseHost) Name() string { return e.h.lockName() }
 
 func (e *leaseHost) Lost(err error, reason string) {
 	l := (*Lease)(e)
+	if a, ok := l.h.(*anchor); ok {
+		a.forget()
+	}
 	if o := l.cfg.observer; o != nil {
 		o.Lost(l.info(), err)
 	}
 	l.cfg.logger.Warn("dlock: lock lost", slog.String("lock", l.Name()), slog.String("kind", string(l.h.kind())),
 		slog.Int64("token", l.token), slog.String("reason", reason))
+}
+
+// Unnested: a reentrant owner's anchor ended with its last hold.
+func (e *leaseHost) Unnested() {
+	if a, ok := e.h.(*anchor); ok {
+		a.forget()
+	}
 }
 
 func (e *leaseHost) Renewed(err error) {

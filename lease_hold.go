@@ -82,6 +82,13 @@ func newLease(ctx context.Context, wd *hold.Watchdog, h holder, cfg *config, own
 // start is newLease in l, which a caller may have allocated with what
 // holds it (a reentrant owner's anchor).
 func (l *Lease) start(ctx context.Context, wd *hold.Watchdog, h holder, cfg *config, owner string, fence int64, from time.Time, px time.Duration) error {
+	return l.startNest(ctx, wd, h, cfg, owner, fence, from, px, nil)
+}
+
+// startNest is start for a parent lease (a reentrant owner's anchor):
+// first, unless nil, adopts its first nested hold before the Watchdog
+// shares it.
+func (l *Lease) startNest(ctx context.Context, wd *hold.Watchdog, h holder, cfg *config, owner string, fence int64, from time.Time, px time.Duration, first func()) error {
 	*l = Lease{h: h, cfg: cfg, token: fence, grantedAt: time.Now()}
 	l.s.Start(wd, (*leaseHost)(l), owner, cfg.holdSettings(), from, px)
 	var err error
@@ -92,6 +99,9 @@ func (l *Lease) start(ctx context.Context, wd *hold.Watchdog, h holder, cfg *con
 		}
 	}
 	if err == nil {
+		if first != nil {
+			first()
+		}
 		err = l.s.Track()
 	}
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -159,14 +158,35 @@ func (m *ReentrantMutex) newMember(ctx context.Context) (string, error) {
 	if err := checkOwnerID(id); err != nil {
 		return "", errs.Errorf("dlock: ReentrantMutex(%q): %w", m.name, err)
 	}
-	hold, err := ownerid.New("") // 128 random bits in hex
-	if err != nil {
-		return "", err
-	}
 	if m.cfg.ownerInfo != "" {
-		return hold + m.c.instance + ":" + id + ";" + m.cfg.ownerInfo, nil // one allocation, not two
+		return newHoldMember(m.c.instance, ":", id, ";", m.cfg.ownerInfo)
 	}
-	return hold + m.c.instance + ":" + id, nil
+	return newHoldMember(m.c.instance, ":", id)
+}
+
+// newHoldMember returns a fresh hold id, 128 random bits in hex (an
+// ownerid.New without info), followed by owner, the parts of an owner
+// value: a hold's member in one allocation.
+func newHoldMember(owner ...string) (string, error) {
+	var raw [ownerid.IDLen / 2]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", errs.Errorf("dlock: reading crypto/rand for a random id: %w", err)
+	}
+	n := ownerid.IDLen
+	for _, p := range owner {
+		n += len(p)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	const digits = "0123456789abcdef"
+	for _, c := range raw {
+		b.WriteByte(digits[c>>4])
+		b.WriteByte(digits[c&0xf])
+	}
+	for _, p := range owner {
+		b.WriteString(p)
+	}
+	return b.String(), nil
 }
 
 func (m *ReentrantMutex) lock(ctx context.Context, wait bool) (*Lease, error) {
@@ -221,10 +241,7 @@ type reentrantHold struct {
 	// grant is the id of the hold that took the grant this hold joined,
 	// from the attempt that granted it; "" when this hold took it (or was
 	// handed it).
-	grant    string
-	anchor   *anchor     // the owner's shared renewal, once the hold is granted
-	attached bool        // counted in the anchor's holds
-	onLoss   hold.LossID // the hold's loss callback on the anchor's lease
+	grant string
 	// lease is the Lease the hold is granted (makeLease), at most one:
 	// made with the hold, both cost one allocation.
 	lease Lease
@@ -258,53 +275,28 @@ func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) 
 	return grantAcked(ctx, h, &m.cfg, member, a)
 }
 
-// release gives up this hold (or its place in the queue). When it was the
-// owner's last hold the lock is released, or handed to the next waiter.
-// The owner's anchor is renewed by the watchdog; while every hold on it is
-// being released, its renewals stop (and one in flight is waited for)
-// before the release that may be the owner's last is sent, so that no
-// renewal follows the owner's last release, even when several goroutines
-// release the owner's holds at the same moment.
+// release gives up this hold (or its place in the queue), which no Lease
+// holds: when it was the owner's last hold the lock is released, or handed
+// to the next waiter.
 func (h *reentrantHold) release(ctx context.Context, member string) error {
-	return h.end(ctx, member, false)
+	_, err := h.sendRelease(ctx, member)
+	return err
 }
 
-// unlock is Unlock's release: as release, but the owner's last hold may
-// hand the lock straight to a hold of another owner of this Client that
-// waits in its local line (mutex_wait.go).
+// unlock is the release of the hold's Lease. Its BeginUnlock paused the
+// renewals of the owner's anchor when every hold on it is being released
+// (and waited for one in flight), so that no renewal follows the owner's
+// last release, even when several goroutines release the owner's holds
+// at the same moment; its EndUnlock does the anchor's part of the outcome
+// (hold.Lease's nesting). The owner's last hold may hand the lock straight
+// to a hold of another owner of this Client that waits in its local line
+// (mutex_wait.go).
 func (h *reentrantHold) unlock(ctx context.Context, member string) error {
-	return h.end(ctx, member, true)
-}
-
-func (h *reentrantHold) end(ctx context.Context, member string, handOff bool) error {
-	if !h.attached {
-		_, err := h.sendRelease(ctx, member)
+	if h.lease.s.ReleasesLast() {
+		_, err := h.sendUnlock(ctx, member)
 		return err
 	}
-	anchors := &h.m.c.anchors
-	last, err := anchors.beginRelease(ctx, h.anchor)
-	ended := false
-	if err == nil {
-		if handOff && last {
-			ended, err = h.sendUnlock(ctx, member)
-		} else {
-			ended, err = h.sendRelease(ctx, member)
-		}
-	}
-	if ended || err != nil {
-		// Gone, or its lease ends lost with the failure (Lease.end), as
-		// any lease whose release fails: either way it no longer counts
-		// on the anchor, which may renew the owner's other holds for long
-		// yet, and must not renew the lock for this one.
-		h.attached = false
-		h.anchor.lease.s.DropLoss(h.onLoss)
-	}
-	var failed error // the release may not have landed
-	if !ended {
-		failed = err
-	}
-	anchors.endRelease(h.anchor, ended, failed)
-	return err
+	return h.release(ctx, member)
 }
 
 // sendUnlock is sendRelease by way of a local hand-off, when one serves.
@@ -349,28 +341,36 @@ func (h *reentrantHold) grantValue() string {
 	return h.member
 }
 
-// makeLease returns the Lease of a granted hold: a child of the anchor of
-// the grant it joined, which the grant's first hold here creates.
+// makeLease returns the Lease of a granted hold: a nested hold of the
+// anchor of the grant it joined, which the grant's first hold here creates.
 func (h *reentrantHold) makeLease(ctx context.Context, cfg *config, member string, r wait.Result, from time.Time) (*Lease, error) {
 	m := h.m
 	grant := h.grantValue()
-	anchor, err := m.c.anchors.attach(anchorKey{lock: m.keys.lock, grant: grant}, func(l *Lease) error {
-		return l.start(ctx, m.c.wd, (*reentrantOwner)(m), cfg, grant, r.Fence, from, r.PTTL)
-	})
-	if err != nil {
-		if err != errGrantExpired {
-			rctx, cancel := detach(ctx, cfg.releaseTimeout)
-			defer cancel()
-			_ = h.release(rctx, member)
-		}
-		return nil, err
+	l := &h.lease
+	init := func(a *anchor) {
+		// A nested hold carries its owner's grant's token. The server
+		// reports the counter's value, which is 0 once the counter expired
+		// under an owner that held the lock longer than its retention
+		// (renewals do not push it back), so the anchor's token, from the
+		// grant, stands in.
+		*l = Lease{h: h, cfg: cfg, token: max(r.Fence, a.lease.token), grantedAt: time.Now()}
+		l.s.Init(m.c.wd, (*leaseHost)(l), member, hold.Settings{TTL: cfg.ttl}, &a.lease.s)
 	}
-	h.anchor, h.attached = anchor, true
-	// A nested hold carries its owner's grant's token. The server reports
-	// the counter's value, which is 0 once the counter expired under an
-	// owner that held the lock longer than its retention (renewals do not
-	// push it back), so the anchor's token, from the grant, stands in.
-	token := max(r.Fence, anchor.lease.token)
+	key := anchorKey{lock: m.keys.lock, grant: grant}
+	if a, ended := m.c.anchors.join(key, &l.s, init); a == nil {
+		n := &anchor{reentrantOwner: (*reentrantOwner)(m), key: key}
+		// The first hold is adopted before the Watchdog shares the anchor.
+		err := n.lease.startNest(ctx, m.c.wd, n, cfg, grant, r.Fence, from, r.PTTL, func() { init(n); l.s.AdoptFirst() })
+		if err != nil {
+			if err != errGrantExpired {
+				rctx, cancel := detach(ctx, cfg.releaseTimeout)
+				defer cancel()
+				_ = h.release(rctx, member)
+			}
+			return nil, err
+		}
+		m.c.anchors.settle(n, ended, &l.s)
+	}
 	// The owner's other holds still queued join this one now: a grant
 	// names one hold, so nothing else would tell them before their poll;
 	// those in the local line would wait behind others for a lock their
@@ -379,9 +379,5 @@ func (h *reentrantHold) makeLease(ctx context.Context, cfg *config, member strin
 	m.c.notify.WakeMatching(m.keys.channel(), func(queued string) bool {
 		return queued != member && isHoldOf(queued, h.owner)
 	})
-	l := &h.lease
-	*l = Lease{h: h, cfg: cfg, token: token, grantedAt: time.Now()}
-	l.s.Init(m.c.wd, (*leaseHost)(l), member, hold.Settings{TTL: cfg.ttl}, &anchor.lease.s)
-	h.onLoss = anchor.lease.s.OnLoss(func(err error) { l.s.Lose(fmt.Sprintf("the owner's hold ended: %v", err)) })
 	return l, nil
 }

@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -60,170 +59,159 @@ func (k anchorKey) owner() anchorOwner {
 	return anchorOwner{k.lock, k.grant[ownerid.IDLen:]}
 }
 
+// anchor is the owner's renewal of one grant: the parent lease of the
+// grant's holds in this Client (hold.Lease's nesting), which ends with the
+// last of them. It is its lease's holder, so that the lease's end reaches
+// the set.
+type anchor struct {
+	*reentrantOwner
+	key   anchorKey
+	lease Lease // made with the anchor: one allocation for both
+	// gone (guarded by the shard's mu) says the anchor ended before it
+	// was put in the set, which must then not take it.
+	gone bool
+}
+
+// forget takes a, which ended, out of its set.
+func (a *anchor) forget() { a.c.anchors.shard(a.key.lock).forget(a) }
+
+// anchorShards spreads a Client's anchors over mutexes by lock name:
+// goroutines holding different locks do not queue for one mutex.
+const anchorShards = 16
+
 // anchorSet is a Client's anchors: for each grant of a reentrant lock to an
-// owner of the Client, the internal lease the watchdog renews, and how many
-// holds hang on it. A later grant to the same owner, after the earlier one
-// vanished (ForceUnlock, eviction), has an anchor of its own: the earlier
-// one's renewals fail, and its holds are lost.
+// owner of the Client, the anchor that renews it for its holds. A later
+// grant to the same owner, after the earlier one vanished (ForceUnlock,
+// eviction), has an anchor of its own: the earlier one's renewals fail, and
+// its holds are lost.
 type anchorSet struct {
+	shards [anchorShards]anchorShard
+}
+
+type anchorShard struct {
 	mu      sync.Mutex
 	anchors map[anchorKey]*anchor
 	// owners counts the anchors of each lock and owner value, for owns.
 	owners map[anchorOwner]int
+	_      [40]byte // a cache line each
 }
 
-type anchor struct {
-	key   anchorKey
-	lease Lease // made with the anchor: one allocation for both
-	// holds and releasing (guarded by anchorSet.mu) count the holds on the
-	// anchor and those of them whose release is in flight.
-	holds, releasing int
-	// pauseMu orders the decisions to pause and resume the anchor's
-	// renewals with the watchdog calls that carry them out; paused (guarded
-	// by pauseMu) says the renewals are paused.
-	pauseMu sync.Mutex
-	paused  bool
+// shard is lock's shard (FNV-1a).
+func (s *anchorSet) shard(lock string) *anchorShard {
+	h := uint32(2166136261)
+	for i := 0; i < len(lock); i++ {
+		h = (h ^ uint32(lock[i])) * 16777619
+	}
+	return &s.shards[h%anchorShards]
 }
 
-// attach returns the live anchor for key, or makes one, whose lease create
-// starts, and counts one more hold on it.
-func (s *anchorSet) attach(key anchorKey, create func(*Lease) error) (*anchor, error) {
-	if a := s.join(key); a != nil {
-		return a, nil
+// join makes l, a hold's lease, a nested hold of key's live anchor, set
+// up by init, and returns the anchor. Without one it returns nil, and the
+// anchor of key that ended, if the set holds one, for settle.
+func (s *anchorSet) join(key anchorKey, l *hold.Lease, init func(*anchor)) (a, ended *anchor) {
+	old := s.shard(key.lock).get(key)
+	if old == nil {
+		return nil, nil
 	}
-	a := &anchor{key: key, holds: 1}
-	l := &a.lease
-	if err := create(l); err != nil { // may claim the lock: a round trip, not under mu
-		return nil, err
+	init(old)
+	if l.Adopt() {
+		return old, nil
 	}
-	s.mu.Lock()
-	if b := s.joinLocked(key); b != nil {
-		s.mu.Unlock()
-		// Another hold made one meanwhile; it renews the same key.
-		l.s.Retire()
-		return b, nil
-	}
-	if s.anchors == nil {
-		s.anchors = make(map[anchorKey]*anchor)
-		s.owners = make(map[anchorOwner]int)
-	}
-	if lost := s.anchors[key]; lost != nil {
-		s.deleteLocked(lost) // its loss's forget finds it gone
-	}
-	s.anchors[key] = a
-	s.owners[key.owner()]++
-	s.mu.Unlock()
-	l.s.OnLoss(func(error) { s.forget(a) })
-	return a, nil
+	return nil, old
 }
 
-// join counts one more hold on key's live anchor, if there is one.
-func (s *anchorSet) join(key anchorKey) *anchor {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.joinLocked(key)
+// settle puts a, a new anchor that adopted l as its first hold, in the
+// set in place of ended (join's), and returns the anchor l is on: another
+// hold may have made one meanwhile, which l then joins, and a retires. A
+// lease lost with a before it is returned comes back with a, as its loss.
+func (s *anchorSet) settle(a, ended *anchor, l *hold.Lease) *anchor {
+	sh := s.shard(a.key.lock)
+	for expect := ended; ; {
+		cur, ok := sh.insert(a, expect)
+		if ok {
+			return a
+		}
+		if cur != nil {
+			if l.Readopt(&cur.lease.s) {
+				a.lease.s.Retire()
+				return cur
+			}
+			if a.lease.s.Lost() != nil {
+				return a // l was lost with a, which the set must not take
+			}
+		}
+		expect = cur // ended, or gone: a takes its place
+	}
 }
 
-// joinLocked is join with s.mu held.
-func (s *anchorSet) joinLocked(key anchorKey) *anchor {
-	if a := s.anchors[key]; a != nil && a.lease.s.Lost() == nil {
-		a.holds++
-		return a
-	}
-	return nil
+// get returns key's anchor, live or not.
+func (sh *anchorShard) get(key anchorKey) *anchor {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.anchors[key]
 }
 
-// beginRelease counts one more release in flight on a. When every hold on
-// a is then being released, any of these releases may be the owner's last
-// (last): a's renewals stop (waiting for one in flight) before it is sent.
-// endRelease resumes them when a release leaves a hold that is not being
-// released. It fails when ctx ends while a renewal in flight is waited for;
-// endRelease follows it either way.
-func (s *anchorSet) beginRelease(ctx context.Context, a *anchor) (last bool, err error) {
-	a.pauseMu.Lock()
-	defer a.pauseMu.Unlock()
-	s.mu.Lock()
-	a.releasing++
-	last = a.releasing >= a.holds && s.anchors[a.key] == a
-	pause := !a.paused && last
-	s.mu.Unlock()
-	if !pause {
-		return last, nil
+// insert puts a in the set in place of expect, an anchor that ended (nil:
+// none), unless another took its place meanwhile: then it returns that
+// one. An anchor that ended before is not put in the set.
+func (sh *anchorShard) insert(a, expect *anchor) (cur *anchor, ok bool) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if a.gone {
+		return nil, true
 	}
-	err = a.lease.s.BeginUnlock(ctx, true)
-	switch {
-	case err == nil:
-		a.paused = true
-	case hold.IsRenewalPending(err):
-		return last, err
+	if cur = sh.anchors[a.key]; cur != expect {
+		return cur, false
 	}
-	return last, nil // lost or retired meanwhile: the release finds out
+	if cur != nil {
+		sh.deleteLocked(cur) // its own forget finds it gone
+	}
+	if sh.anchors == nil {
+		sh.anchors = make(map[anchorKey]*anchor)
+		sh.owners = make(map[anchorOwner]int)
+	}
+	sh.anchors[a.key] = a
+	sh.owners[a.key.owner()]++
+	return nil, true
+}
+
+// forget takes a, which ended, out of the set, or keeps the set from
+// taking it.
+func (sh *anchorShard) forget(a *anchor) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.anchors[a.key] == a {
+		sh.deleteLocked(a)
+	} else {
+		a.gone = true
+	}
+}
+
+func (sh *anchorShard) deleteLocked(a *anchor) {
+	delete(sh.anchors, a.key)
+	o := a.key.owner()
+	if sh.owners[o]--; sh.owners[o] <= 0 {
+		delete(sh.owners, o)
+	}
 }
 
 // owns reports whether owner, an owner value, holds the lock: whether it
-// has an anchor, which a grant's first hold makes and its last retires.
+// has an anchor, which a grant's first hold makes and its last ends.
 func (s *anchorSet) owns(lock, owner string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.owners[anchorOwner{lock, owner}] > 0
+	sh := s.shard(lock)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.owners[anchorOwner{lock, owner}] > 0
 }
 
-func (s *anchorSet) deleteLocked(a *anchor) {
-	delete(s.anchors, a.key)
-	o := a.key.owner()
-	if s.owners[o]--; s.owners[o] <= 0 {
-		delete(s.owners, o)
+// count is how many anchors s holds.
+func (s *anchorSet) count() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.anchors)
+		sh.mu.Unlock()
 	}
-}
-
-// endRelease counts a release done, and with ended (the hold is gone) or
-// failed (its release may not have landed) one hold less on a: the last
-// hold retires a. A hold granted meanwhile keeps it: the
-// anchor renews the key by owner, whichever grant put the owner there (and
-// renews again if it was paused). When the last hold's release failed, the
-// release may not have landed: a ends lost, unrenewed, and the lock expires
-// within its TTL, as a Mutex's does after a failed release. (Counted on,
-// the failed hold kept the lock renewed for as long as the process lived,
-// with no Lease left to release it.)
-func (s *anchorSet) endRelease(a *anchor, ended bool, failed error) {
-	a.pauseMu.Lock()
-	defer a.pauseMu.Unlock()
-	s.mu.Lock()
-	a.releasing--
-	if ended || failed != nil {
-		a.holds--
-	}
-	current := s.anchors[a.key] == a
-	last := current && a.holds <= 0
-	if last {
-		s.deleteLocked(a)
-	}
-	resume := !last && a.paused && (a.holds > a.releasing || !current)
-	s.mu.Unlock()
-	l := &a.lease.s
-	switch {
-	case last && failed != nil && a.paused:
-		l.EndUnlock(failed) // ends it lost
-	case last && failed != nil:
-		// Not Retire, which would wait for the renewal in flight that a
-		// silent server has kept from returning.
-		l.Lose(fmt.Sprintf("releasing the owner's last hold failed (%v), and the release may still reach Redis", failed))
-	case last && a.paused:
-		l.EndUnlock(nil)
-	case last:
-		l.Retire()
-	case resume:
-		l.Resume()
-	default:
-		return
-	}
-	a.paused = false
-}
-
-func (s *anchorSet) forget(a *anchor) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.anchors[a.key] == a {
-		s.deleteLocked(a)
-	}
+	return n
 }

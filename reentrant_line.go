@@ -25,11 +25,10 @@ func (h *reentrantHold) newPlace() (string, error) {
 	member := h.fresh
 	h.fresh = ""
 	if member == "" {
-		hold, err := ownerid.New("") // 128 random bits in hex
-		if err != nil {
+		var err error
+		if member, err = newHoldMember(h.owner); err != nil {
 			return "", err
 		}
-		member = hold + h.owner
 	}
 	h.hold, h.member, h.grant = member[:ownerid.IDLen], member, ""
 	return member, nil

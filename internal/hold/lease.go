@@ -43,16 +43,23 @@ type Lease struct {
 	lossFuncs  []lossFunc    // on lossSlots until more than fit there
 	heapIndex  int
 	eventAt    time.Time
-	// lossSlots hold the first loss callbacks: a MultiLock's lock has one,
-	// a reentrant owner's renewal one and one per hold, and a slice of
-	// their own would be an allocation per grant.
-	lossSlots  [2]lossFunc
-	state      state
-	autoRenew  bool
-	capped     bool // the current grant reaches holdUntil: no more renewals
-	endedAs    bool // EndAs ended it: err says what replaced it
-	doneClosed bool
-	lostInEnd  bool // err was declared by a failed Unlock (EndUnlock), not while held
+	// lossSlots hold the first loss callbacks (a MultiLock's lock has one):
+	// a slice of their own would be an allocation per grant.
+	lossSlots [2]lossFunc
+	// kin links a parent's nested holds (nest.go): a parent's first, a
+	// nested hold's next. holds counts them, releasing those of them being
+	// released; both are a parent's.
+	kin              *Lease
+	holds, releasing int32
+	state            state
+	paused           bool // a parent's renewals wait for its holds' releases
+	adopted          bool // a nested hold counted by its parent
+	lastHold         bool // a nested hold whose release may end its parent's lock
+	autoRenew        bool
+	capped           bool // the current grant reaches holdUntil: no more renewals
+	endedAs          bool // EndAs ended it: err says what replaced it
+	doneClosed       bool
+	lostInEnd        bool // err was declared by a failed Unlock (EndUnlock), not while held
 }
 
 // Init makes l the lease of owner's hold of host's lock, watched by wd;

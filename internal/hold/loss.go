@@ -88,6 +88,9 @@ func (l *Lease) loseLocked(reason string) []func(error) {
 	}
 	clear(l.lossFuncs) // the slots must not keep the callbacks
 	l.lossFuncs = nil
+	if l.kin != nil && l.parent == nil {
+		funcs = append(funcs, l.loseKinLocked(l.err)...)
+	}
 	host := l.host
 	return append(funcs, func(err error) { host.Lost(err, reason) })
 }

@@ -37,6 +37,10 @@ func (l *Lease) BeginUnlock(ctx context.Context, keep bool) error {
 		w.leases.remove(l.heapIndex)
 	}
 	renewing := l.renewing
+	l.lastHold = false
+	if l.adopted {
+		renewing = l.beginReleaseLocked() // its parent's
+	}
 	w.mu.Unlock()
 	if renewing != nil {
 		select {
@@ -80,6 +84,13 @@ func (l *Lease) Resume() {
 	w := l.wd
 	w.mu.Lock()
 	l.state = held
+	if l.adopted && l.parent != nil {
+		funcs, _ := l.cancelReleaseLocked()
+		w.mu.Unlock()
+		l.parent.runLoss(funcs)
+		w.poke()
+		return
+	}
 	funcs := l.watchAgainLocked()
 	w.mu.Unlock()
 	l.runLoss(funcs)
@@ -112,8 +123,19 @@ func (l *Lease) watchAgainLocked() []func(error) {
 // LostInEnd said before: read in the same step, since every Unlock asks and
 // wd.mu is every lease's.
 func (l *Lease) EndUnlock(err error) (retried bool) {
-	var funcs []func(error)
+	var (
+		funcs, parentFuncs []func(error)
+		unnested, resumed  bool
+	)
+	p := l.parent
 	l.wd.mu.Lock()
+	if l.adopted && l.state == unlocking {
+		var failed error // the release may not have landed
+		if !endsHold(err) {
+			failed = err
+		}
+		parentFuncs, unnested, resumed = l.endReleaseLocked(failed)
+	}
 	retried = l.lostInEnd
 	switch {
 	case err == nil, errs.ReleasedAnyway(err):
@@ -139,7 +161,30 @@ func (l *Lease) EndUnlock(err error) (retried bool) {
 	}
 	l.wd.mu.Unlock()
 	l.runLoss(funcs)
+	if p != nil {
+		p.afterRelease(parentFuncs, unnested, resumed)
+	}
 	return retried
+}
+
+// endsHold reports whether a release that returned err ended the hold:
+// released, or no longer there.
+func endsHold(err error) bool {
+	return err == nil || errs.ReleasedAnyway(err) || errors.Is(err, errs.ErrNotHeld)
+}
+
+// afterRelease tells, after wd.mu is released, what a nested hold's
+// release did to p, its parent: its loss, its end, its renewals resumed.
+func (p *Lease) afterRelease(funcs []func(error), unnested, resumed bool) {
+	p.runLoss(funcs)
+	if unnested {
+		if u, ok := p.host.(Unnester); ok {
+			u.Unnested()
+		}
+	}
+	if resumed {
+		p.wd.poke()
+	}
 }
 
 // EndAs ends the lease, whose renewal BeginUnlock stopped, as replaced: its

@@ -159,34 +159,9 @@ func (m *ReentrantMutex) newMember(ctx context.Context) (string, error) {
 		return "", errs.Errorf("dlock: ReentrantMutex(%q): %w", m.name, err)
 	}
 	if m.cfg.ownerInfo != "" {
-		return newHoldMember(m.c.instance, ":", id, ";", m.cfg.ownerInfo)
+		return ownerid.Prefixed(m.c.instance, ":", id, ";", m.cfg.ownerInfo) // the hold id, then the owner value
 	}
-	return newHoldMember(m.c.instance, ":", id)
-}
-
-// newHoldMember returns a fresh hold id, 128 random bits in hex (an
-// ownerid.New without info), followed by owner, the parts of an owner
-// value: a hold's member in one allocation.
-func newHoldMember(owner ...string) (string, error) {
-	var raw [ownerid.IDLen / 2]byte
-	if _, err := rand.Read(raw[:]); err != nil {
-		return "", errs.Errorf("dlock: reading crypto/rand for a random id: %w", err)
-	}
-	n := ownerid.IDLen
-	for _, p := range owner {
-		n += len(p)
-	}
-	var b strings.Builder
-	b.Grow(n)
-	const digits = "0123456789abcdef"
-	for _, c := range raw {
-		b.WriteByte(digits[c>>4])
-		b.WriteByte(digits[c&0xf])
-	}
-	for _, p := range owner {
-		b.WriteString(p)
-	}
-	return b.String(), nil
+	return ownerid.Prefixed(m.c.instance, ":", id)
 }
 
 func (m *ReentrantMutex) lock(ctx context.Context, wait bool) (*Lease, error) {

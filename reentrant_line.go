@@ -26,7 +26,7 @@ func (h *reentrantHold) newPlace() (string, error) {
 	h.fresh = ""
 	if member == "" {
 		var err error
-		if member, err = newHoldMember(h.owner); err != nil {
+		if member, err = ownerid.Prefixed(h.owner); err != nil {
 			return "", err
 		}
 	}

@@ -16,24 +16,33 @@ const IDLen = 32
 // info when it is not empty. The whole value is what a lock's key holds and
 // what release and renewal compare, so it never repeats.
 func New(info string) (string, error) {
+	if info == "" {
+		return Prefixed()
+	}
+	return Prefixed(";", info)
+}
+
+// Prefixed returns 128 fresh random bits in hex followed by parts, in one
+// allocation: a value that never repeats, whatever parts say (a reentrant
+// hold's member is its hold id followed by its owner value).
+func Prefixed(parts ...string) (string, error) {
 	var raw [IDLen / 2]byte
 	if _, err := rand.Read(raw[:]); err != nil {
 		return "", errs.Errorf("dlock: reading crypto/rand for a random id: %w", err)
 	}
-	const digits = "0123456789abcdef"
-	var b strings.Builder
 	n := IDLen
-	if info != "" {
-		n += 1 + len(info)
+	for _, p := range parts {
+		n += len(p)
 	}
+	var b strings.Builder
 	b.Grow(n)
+	const digits = "0123456789abcdef"
 	for _, c := range raw {
 		b.WriteByte(digits[c>>4])
 		b.WriteByte(digits[c&0xf])
 	}
-	if info != "" {
-		b.WriteByte(';')
-		b.WriteString(info)
+	for _, p := range parts {
+		b.WriteString(p)
 	}
 	return b.String(), nil
 }

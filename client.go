@@ -52,8 +52,11 @@ type Client struct {
 	cfg      config
 	notify   *notify.Notifier
 	wd       *hold.Watchdog
-	instance string    // random id of this Client, scoping reentrant owners
-	anchors  anchorSet // reentrant owners' shared renewals
+	instance string // random id of this Client, scoping reentrant owners
+	// grantTag names this Client's grant channels (lockKeys.grants), and
+	// fairTimings is the Client's timings argument with it (fair.go).
+	grantTag, fairTimings string
+	anchors               anchorSet // reentrant owners' shared renewals
 
 	cleanups  *workers.Pool // abandoned acquires being cleaned up; after Close, in the caller
 	local     mutexLine     // Mutex waiters sharing one place per name
@@ -96,6 +99,8 @@ func NewWithDriver(d driver.Driver, opts ...Option) (*Client, error) {
 	}
 	c := &Client{drv: d, cfg: cfg, instance: NewOwnerID(), closed: make(chan struct{}), cleanups: workers.New()}
 	c.cfg.seal(nil)
+	c.grantTag = c.instance[:grantTagLen]
+	c.fairTimings = tagTimings(c.grantTag, c.cfg.timings)
 	c.notify = notify.New(d, cfg.logger)
 	c.waits = wait.Engine{Notify: c.notify, Places: &c.places, Driver: d, Closed: c.closed}
 	c.wd = hold.NewWatchdog(d)

@@ -45,9 +45,9 @@ type LeaderInfo struct {
 // is reported by every method, matching ErrInvalidArgument.
 func (c *Client) Election(name string, opts ...Option) *Election {
 	m := c.newMutex("Election", name, opts)
-	m.fair = true
 	base := electionBase(m.cfg.keyPrefix, name)
 	m.keys = newLockKeysAt(base)
+	c.makeFair(m, base+":g"+c.grantTag)
 	return &Election{m: m, record: electionRecord(base), err: m.err}
 }
 

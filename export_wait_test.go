@@ -34,6 +34,13 @@ func SetStandbyGrace(c *Client, d time.Duration) { c.local.SetGrace(d) }
 // listening before they let a grant through.
 func GrantWaiters(c *Client, channel string) int { return c.notify.Waiters(channel) }
 
+// FairGrantChannel is the channel c's FairMutex waiters for name hear their
+// grants on.
+func FairGrantChannel(c *Client, name string) string {
+	_, grants := newFairKeys(c.cfg.keyPrefix, name, c.grantTag)
+	return grants
+}
+
 // Subscribed reports whether c's subscription to channel (a lock's key,
 // for a Mutex) is confirmed, so tests can have a wait begin with it in
 // place.

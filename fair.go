@@ -22,10 +22,45 @@ type FairMutex struct {
 // defaults. It sends nothing and never fails: an invalid name or option is
 // reported by the first TryLock or Lock.
 func (c *Client) FairMutex(name string, opts ...Option) *FairMutex {
-	m := c.newMutex("FairMutex", name, opts)
-	m.fair = true
-	return &FairMutex{m: m}
+	// Small enough to inline, so that a FairMutex made per call can stay
+	// on its caller's stack.
+	return &FairMutex{m: c.newFairMutex(name, opts)}
 }
+
+// newFairMutex is FairMutex's lock: a Mutex with c's grant channel.
+func (c *Client) newFairMutex(name string, opts []Option) *Mutex {
+	m := &Mutex{c: c, name: name}
+	m.err = c.lockConfig(&m.cfg, "FairMutex", name, opts)
+	var grants string
+	m.keys, grants = newFairKeys(m.cfg.keyPrefix, name, c.grantTag)
+	c.makeFair(m, grants)
+	return m
+}
+
+// grantTagLen is the length of a Client's grantTag: random hex, so that
+// two Clients rarely share one (if they do, each only hears the other's
+// grants too, as every Client hears a Mutex's).
+const grantTagLen = 8
+
+// makeFair makes m strict in order, with its waiters heard on grants, c's
+// grant channel for m's lock: its timings argument names the channel's
+// tag, which mutex_acquire.lua stores in the waiter's queue entry and the
+// grant that serves the entry publishes on (lock_lib.lua). A grant then
+// wakes the one Client it is for, not every Client that waits for the lock
+// (docs/waiting.md).
+func (c *Client) makeFair(m *Mutex, grants string) {
+	m.grants = grants
+	if m.cfg.timings == c.cfg.timings {
+		m.cfg.timings = c.fairTimings // the Client's: nothing to format
+	} else {
+		m.cfg.timings = tagTimings(c.grantTag, m.cfg.timings)
+	}
+}
+
+// tagTimings is the Mutex scripts' timings argument with a grant channel's
+// tag in front ("g<tag> <timings>"; the channel is the lock key, ":g" and
+// the tag).
+func tagTimings(tag, timings string) string { return "g" + tag + " " + timings }
 
 // Name returns the lock's name.
 func (f *FairMutex) Name() string { return f.m.name }

@@ -42,6 +42,9 @@ func TestLockKeys(t *testing.T) {
 		if at := newLockKeysAt(base); at != k {
 			t.Errorf("newLockKeysAt(%q) = %+v, want %+v", base, at, k)
 		}
+		if fair, grants := newFairKeys(c.prefix, c.name, "1f"); fair != k || grants != base+":g1f" {
+			t.Errorf("newFairKeys(%q, %q, \"1f\") = %+v, %q; want %+v, %q", c.prefix, c.name, fair, grants, k, base+":g1f")
+		}
 	}
 }
 

@@ -10,7 +10,10 @@ import (
 // "<prefix>{N}<suffix>": the braces make N the Cluster hash tag, so all of
 // them live in one slot and one script can touch them together. The
 // notification channel is the lock key itself (channels and keys are
-// separate namespaces in Redis), so it hashes to the same slot for SPUBLISH.
+// separate namespaces in Redis), so it hashes to the same slot for SPUBLISH;
+// a FairMutex's waiters hear their grants on a channel of their Client's,
+// the lock key followed by ":g" and the Client's tag, in the same slot
+// (Mutex.grants).
 type lockKeys struct {
 	lock    string // the holder's owner value, with PX
 	fence   string // last fencing token issued
@@ -27,20 +30,30 @@ func newLockKeys(prefix, name string) lockKeys {
 	return splitLockKeys(s, n)
 }
 
+// newFairKeys is newLockKeys, and the grant channel of a Client whose
+// grantTag is tag, in the same allocation.
+func newFairKeys(prefix, name, tag string) (k lockKeys, grants string) {
+	n := len(prefix) + len(name) + 2
+	s := prefix + "{" + name + "}" + prefix + "{" + name + "}:fence" + prefix + "{" + name + "}:q" + prefix + "{" + name + "}:w" +
+		prefix + "{" + name + "}:held" + prefix + "{" + name + "}:g" + tag
+	return splitLockKeys(s, n), s[5*n+15:]
+}
+
 // newLockKeysAt names the keys of a queued lock whose lock key is base.
 func newLockKeysAt(base string) lockKeys {
 	return splitLockKeys(base+base+":fence"+base+":q"+base+":w"+base+":held", len(base))
 }
 
 // splitLockKeys cuts s, the five keys of a lock whose key has n bytes
-// written one after the other, into its keys.
+// written one after the other (then, for newFairKeys, its grant channel),
+// into its keys.
 func splitLockKeys(s string, n int) lockKeys {
 	return lockKeys{
 		lock:    s[:n],
 		fence:   s[n : 2*n+6],
 		queue:   s[2*n+6 : 3*n+8],
 		waiters: s[3*n+8 : 4*n+10],
-		held:    s[4*n+10:],
+		held:    s[4*n+10 : 5*n+15],
 	}
 }
 

@@ -29,7 +29,11 @@ type Mutex struct {
 	cfg  config
 	keys lockKeys
 	err  error // invalid name or option, reported by TryLock and Lock
-	fair bool  // a FairMutex's: never take a free lock past a queued waiter
+	// grants is set for a FairMutex (strict order: a free lock never goes
+	// past a queued waiter) and an Election: the channel on which its
+	// waiters of this Client hear their grants (fair.go). Empty for a
+	// Mutex, whose waiters hear them on the lock's key.
+	grants string
 }
 
 var (
@@ -92,7 +96,15 @@ func (m *Mutex) lockName() string { return m.name }
 
 func (m *Mutex) kind() Kind { return KindMutex }
 
-func (m *Mutex) channel() string { return m.keys.channel() }
+func (m *Mutex) channel() string {
+	if m.grants != "" {
+		return m.grants
+	}
+	return m.keys.channel()
+}
+
+// fair reports whether m grants in strict arrival order.
+func (m *Mutex) fair() bool { return m.grants != "" }
 
 // place serves a FairMutex's waiters, and a MultiLock's, each with a place
 // of its own (a Mutex's share one: mutex_wait.go).
@@ -105,7 +117,7 @@ func (m *Mutex) place(owner string) wait.Place {
 var flagNewOwner = protocol.JoinNew
 
 // mode is the Mutex scripts' mode argument for this lock and driver.
-func (m *Mutex) mode() any { return protocol.LockMode(m.c.drv, m.fair) }
+func (m *Mutex) mode() any { return protocol.LockMode(m.c.drv, m.fair()) }
 
 func (m *Mutex) attempt(ctx context.Context, owner string, queue bool) (wait.Result, error) {
 	return m.acquire(ctx, owner, protocol.Join(queue))
@@ -125,7 +137,7 @@ func (m *Mutex) acquire(ctx context.Context, owner string, join any) (wait.Resul
 // that waits for the lock when the local hand-off allows it (mutex_wait.go),
 // else through the lock's queue in Redis.
 func (m *Mutex) unlock(ctx context.Context, owner string) error {
-	if !m.fair {
+	if !m.fair() {
 		if done, err := m.c.handOff(ctx, m, owner); done {
 			return err
 		}
@@ -147,7 +159,7 @@ func (m *Mutex) transfer(ctx context.Context, owner, next string, px time.Durati
 func (m *Mutex) release(ctx context.Context, owner string) error {
 	r, err := protocol.MutexRelease(ctx, m.c.drv, m.keys.array(), owner, m.mode(), &m.cfg.timings,
 		func(next string, fence int64, px time.Duration) {
-			m.c.notify.Deliver(m.keys.channel(), next, fence, px)
+			m.c.notify.Deliver(m.channel(), next, fence, px)
 		})
 	return releaseErr(r, err)
 }

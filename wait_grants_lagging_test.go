@@ -132,8 +132,7 @@ func TestGrantHeardAfterALaterAttemptIsIgnored(t *testing.T) {
 				waited <- result{got, err}
 			}()
 			waitUntil(t, 10*time.Second, "waiter queued and subscribed", func() bool {
-				subs := rdb.PubSubNumSub(ctx, k.queue(name)[:len(k.queue(name))-2]).Val()
-				return rdb.ZCard(ctx, k.queue(name)).Val() == 1 && subs[k.queue(name)[:len(k.queue(name))-2]] > 0
+				return rdb.ZCard(ctx, k.queue(name)).Val() == 1 && subscribedFor(ctx, rdb, k.queue(name)[:len(k.queue(name))-2])
 			})
 
 			ps.HoldReplies(true) // the grant will be heard late

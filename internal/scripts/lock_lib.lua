@@ -9,7 +9,11 @@
 --   queue   zset     waiting owners, scored by arrival time (server µs)
 --   waiters hash     owner -> "<lease expiry, server ms> <grant px>[ <extra>]"
 -- The optional extra field is the primitive's own (a permit count, a hold
--- id): the helpers carry it through without reading it.
+-- id): the helpers carry it through without reading it. In a Mutex's queue
+-- it names the waiter's grant channel, if it has one: "g<hex tag>", and the
+-- channel is the lock key, ":" and that (a FairMutex's, so that a grant
+-- wakes only the Client it is for; it reads as no number, so Inspect counts
+-- no permits for it).
 -- Numbers that can exceed 14 digits are formatted with %.0f: Lua's default
 -- number formatting would print them in exponent notation.
 --
@@ -86,7 +90,8 @@ end
 
 -- dlock_grant hands the lock to a waiter: the waiter leaves the queue, owns
 -- the key for px ms (its claim window, extended by the waiter once it hears
--- of the grant) and is told on the lock's channel as "<fence> <px> <granted at µs> <owner>".
+-- of the grant) and is told on the lock's channel as "<fence> <px> <granted at µs> <owner>",
+-- or on its own grant channel when its entry's extra field, tag, names one.
 -- owner comes from dlock_live_head, which has read both queue keys, so only
 -- the fencing key can still raise, and it does before anything is written.
 -- Every publish of dlock's scripts goes through redis.pcall: it is only a
@@ -95,8 +100,11 @@ end
 -- channels unless acl-pubsub-default says so), must not fail the grant after
 -- its writes: the release would have handed the lock over and still report
 -- failure, and its lease would be reported lost.
-local function dlock_grant(lock_key, fence_key, queue_key, waiters_key, owner, px, now_us, retention_ms, publish, channel)
+local function dlock_grant(lock_key, fence_key, queue_key, waiters_key, owner, px, now_us, retention_ms, publish, channel, tag)
   local token = dlock_issue_fence(fence_key, retention_ms)
+  if tag and string.byte(tag) == 103 then -- 'g': a grant channel's tag
+    channel = channel .. ':' .. tag
+  end
   redis.call('ZREM', queue_key, owner)
   redis.call('HDEL', waiters_key, owner)
   redis.call('SET', lock_key, owner, 'PX', px)

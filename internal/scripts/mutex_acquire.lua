@@ -6,8 +6,9 @@
 --       "0" not to join, 4 mode: two characters, "1" for strict arrival
 --       order (a FairMutex: a free lock never goes past a queued waiter) or
 --       "0", then "s" when grants are announced with SPUBLISH (sharded
---       pub/sub on a Cluster) or "p" for PUBLISH, 5 timings: "<waiter lease
---       ms> <grant px> <fence retention ms>", the waiter's lease in the
+--       pub/sub on a Cluster) or "p" for PUBLISH, 5 timings: "[g<hex tag> ]<waiter
+--       lease ms> <grant px> <fence retention ms>", the tag of the waiter's
+--       grant channel if it has one (lock_lib.lua), the waiter's lease in the
 --       queue, the claim window of a hand-off to it, and how long the
 --       fencing counter outlives its last grant. The lock's channel is its
 --       key. Few arguments, because the server pays for each one on every
@@ -57,7 +58,8 @@ end
 
 local cur = redis.call('GET', KEYS[1])
 --@lib
-local lease_ms, grant_px, retention_ms = string.match(ARGV[5], '^(%d+) (%d+) (%d+)$')
+local lease_ms, grant_px, retention_ms = string.match(ARGV[5], '(%d+) (%d+) (%d+)$')
+local tag = string.match(ARGV[5], '^(g%x+) ')
 local publish = string.sub(ARGV[4], 2) == 's' and 'SPUBLISH' or 'PUBLISH'
 
 if cur == owner then
@@ -78,7 +80,7 @@ end
 local now_us
 if not cur then
   now_us = dlock_now_us()
-  local head, px = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000))
+  local head, px, head_tag = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000))
   if not head or head == owner then
     local token = dlock_issue_fence(KEYS[2], retention_ms)
     if head then
@@ -88,12 +90,12 @@ if not cur then
     return {1, token, tonumber(ARGV[2])}
   end
   -- Free, but others queued first: the head gets it, owner keeps waiting.
-  dlock_grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head, px, now_us, retention_ms, publish, KEYS[1])
+  dlock_grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head, px, now_us, retention_ms, publish, KEYS[1], head_tag)
   pttl = tonumber(px)
 end
 
 local position = 0
 if ARGV[3] ~= '0' then
-  position = dlock_enqueue(KEYS[3], KEYS[4], owner, now_us or dlock_now_us(), lease_ms, grant_px)
+  position = dlock_enqueue(KEYS[3], KEYS[4], owner, now_us or dlock_now_us(), lease_ms, grant_px, tag)
 end
 return {0, pttl, position, dlock_last_fence(KEYS[2])}

@@ -2,7 +2,8 @@
 -- also how a waiter that gives up leaves the queue.
 -- KEYS: 1 lock, 2 fence, 3 queue, 4 waiters (see lock_lib.lua)
 -- ARGV: 1 owner value, 2 mode, 3 timings (as mutex_acquire.lua's 4 and 5;
---       the lock's channel is its key)
+--       the lock's channel is its key, and a waiter's own grant channel
+--       is named by its queue entry)
 -- Returns: 0: owner does not hold the lock (its queue entry, if any, is gone);
 --          1: released, nobody waiting;
 --          {2, fence, px, next}: handed over to the waiter `next`, with its
@@ -41,13 +42,13 @@ local ok, reply = pcall(function()
   -- handed back to it.
   dlock_dequeue(KEYS[3], KEYS[4], owner)
   local now_us = dlock_now_us()
-  local head, px = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000))
+  local head, px, tag = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000))
   if not head then
     return 1
   end
   local retention_ms = string.match(ARGV[3], '(%d+)$')
   local publish = string.sub(ARGV[2], 2) == 's' and 'SPUBLISH' or 'PUBLISH'
-  local token = dlock_grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head, px, now_us, retention_ms, publish, KEYS[1])
+  local token = dlock_grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head, px, now_us, retention_ms, publish, KEYS[1], tag)
   return {2, token, tonumber(px), head}
 end)
 if ok and reply ~= 1 then

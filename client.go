@@ -99,6 +99,7 @@ func NewWithDriver(d driver.Driver, opts ...Option) (*Client, error) {
 	}
 	c := &Client{drv: d, cfg: cfg, instance: NewOwnerID(), closed: make(chan struct{}), cleanups: workers.New()}
 	c.cfg.seal(nil)
+	c.anchors.init()
 	c.grantTag = c.instance[:grantTagLen]
 	c.fairTimings = tagTimings(c.grantTag, c.cfg.timings)
 	c.notify = notify.New(d, cfg.logger)

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"hash/maphash"
 	"sync"
 	"time"
 
@@ -85,8 +86,12 @@ const anchorShards = 16
 // eviction), has an anchor of its own: the earlier one's renewals fail, and
 // its holds are lost.
 type anchorSet struct {
+	seed   maphash.Seed // spreads lock names over shards (init)
 	shards [anchorShards]anchorShard
 }
+
+// init readies s for use.
+func (s *anchorSet) init() { s.seed = maphash.MakeSeed() }
 
 type anchorShard struct {
 	mu      sync.Mutex
@@ -96,13 +101,9 @@ type anchorShard struct {
 	_      [40]byte // a cache line each
 }
 
-// shard is lock's shard (FNV-1a).
+// shard is lock's shard.
 func (s *anchorSet) shard(lock string) *anchorShard {
-	h := uint32(2166136261)
-	for i := 0; i < len(lock); i++ {
-		h = (h ^ uint32(lock[i])) * 16777619
-	}
-	return &s.shards[h%anchorShards]
+	return &s.shards[maphash.String(s.seed, lock)%anchorShards]
 }
 
 // join makes l, a hold's lease, a nested hold of key's live anchor, set

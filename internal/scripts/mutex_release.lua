@@ -52,7 +52,7 @@ local ok, reply = pcall(function()
   local retention_ms = string.match(ARGV[3], '^.* (%d+)$')
   local publish = (ARGV[2] == '1s' or ARGV[2] == '0s') and 'SPUBLISH' or 'PUBLISH'
   local token = dlock_grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head, px, now_us, retention_ms, publish, KEYS[1], tag)
-  return {2, token, tonumber(px), head}
+  return {2, token, px + 0, head}
 end)
 if ok and reply ~= 1 then
   return reply

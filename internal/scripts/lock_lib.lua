@@ -124,9 +124,10 @@ local function dlock_keep(key, px)
   end
 end
 
--- dlock_keep_queue is dlock_keep for a wait queue's keys, whose expiry only
--- collects what crashed waiters leave: one it extends lives twice px, so
--- that the enqueues and renewals of the next px ms cost a PTTL each.
+-- dlock_keep_queue makes a wait queue's key live at least px ms more, and
+-- never shortens its life. That expiry only collects what crashed waiters
+-- leave, so a key it extends lives twice px: the enqueues and renewals of
+-- the next px ms then cost a PTTL each.
 local function dlock_keep_queue(key, px)
   px = px + 0 -- digits or a number: coerced, at half the cost of tonumber
   if redis.call('PTTL', key) < px then

@@ -14,8 +14,11 @@
 -- channel is the lock key, ":" and that (a FairMutex's, so that a grant
 -- wakes only the Client it is for; it reads as no number, so Inspect counts
 -- no permits for it).
--- Numbers that can exceed 14 digits are formatted with %.0f: Lua's default
--- number formatting would print them in exponent notation.
+-- Numbers that can exceed 14 digits are formatted with %d (below 2^53, where
+-- every integer is exact) or %.0f: Lua's default number formatting would
+-- print them in exponent notation, and %d costs the server a fraction of
+-- %.0f. Numbers passed to redis.call are strings where they are constants
+-- ('0'): Redis formats a Lua number argument the same slow way.
 --
 -- A key of N that holds something no lock wrote (a string under queue, say)
 -- must be reported (WRONGTYPE, or DLOCK_CONFLICT) before a script queues or
@@ -31,7 +34,7 @@
 -- dlock_now_us returns the server's clock in microseconds.
 local function dlock_now_us()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return t[1] * 1000000 + t[2] -- coerced, at half the cost of tonumber
 end
 
 -- dlock_dequeue removes owner from the wait queue, if it is there. It
@@ -54,7 +57,7 @@ local function dlock_waiter(waiters_key, owner, now_ms)
     return false
   end
   local expiry, px, extra = string.match(entry, '^(%d+) (%d+) ?(.*)$')
-  if not expiry or tonumber(expiry) <= now_ms then
+  if not expiry or expiry + 0 <= now_ms then
     return false
   end
   if extra == '' then
@@ -68,7 +71,7 @@ end
 -- expired waiters on the way; nil when nobody waits.
 local function dlock_live_head(queue_key, waiters_key, now_ms)
   while true do
-    local head = redis.call('ZRANGE', queue_key, 0, 0)
+    local head = redis.call('ZRANGE', queue_key, '0', '0')
     if #head == 0 then
       return nil
     end
@@ -85,7 +88,9 @@ end
 -- "<fence> <px> <granted at, server µs> <owner>". The owner comes last, as
 -- it may contain spaces; the time lets the waiter measure the hand-off.
 local function dlock_grant_message(token, px, now_us, owner)
-  return string.format('%.0f', token) .. ' ' .. px .. ' ' .. string.format('%.0f', now_us) .. ' ' .. owner
+  -- %d past 2^53 could print a token that is not the counter's value.
+  local form = token < 9007199254740992 and '%d %s %d ' or '%.0f %s %.0f '
+  return string.format(form, token, px, now_us) .. owner
 end
 
 -- dlock_grant hands the lock to a waiter: the waiter leaves the queue, owns
@@ -119,29 +124,54 @@ local function dlock_keep(key, px)
   end
 end
 
+-- dlock_keep_queue makes a wait queue's key live at least px ms more, and
+-- never shortens its life. That expiry only collects what crashed waiters
+-- leave, so a key it extends lives twice px: the enqueues and renewals of
+-- the next px ms then cost a PTTL each.
+local function dlock_keep_queue(key, px)
+  px = px + 0 -- digits or a number: coerced, at half the cost of tonumber
+  if redis.call('PTTL', key) < px then
+    redis.call('PEXPIRE', key, px + px)
+  end
+end
+
 -- dlock_enqueue adds owner to the wait queue, or renews its lease there,
--- and returns its 1-based position. extra (may be nil) is stored with it.
--- A foreign queue or waiters key raises WRONGTYPE before anything is
--- written: ZSCORE reads the queue's type, and HSET, the first write, is the
--- only one left that can fail (ZADD first would leave a queue without an
--- expiry behind a failing HSET).
-local function dlock_enqueue(queue_key, waiters_key, owner, now_us, lease_ms, grant_px, extra)
-  local queued = redis.call('ZSCORE', queue_key, owner)
-  local expiry = math.floor(now_us / 1000) + tonumber(lease_ms)
-  local entry = string.format('%.0f', expiry) .. ' ' .. grant_px
+-- and returns 1 (queued). extra (may be nil) is stored with it. It does not
+-- compute owner's place: no caller reads it, and a ZRANK on a short queue
+-- costs more than any other command here (Inspect reports places).
+-- fresh says that owner was never queued (a Lock's first attempt), so that
+-- no read is needed to tell whether it is.
+-- A foreign queue or waiters key raises WRONGTYPE, and leaves nothing
+-- written: ZSCORE reads the queue's type before HSET, the first write, or,
+-- for a fresh owner, ZADD is the first write and a HSET that fails after
+-- it is undone (a queue without an expiry must not stay behind).
+local function dlock_enqueue(queue_key, waiters_key, owner, now_us, lease_ms, grant_px, extra, fresh)
+  local queued = not fresh and redis.call('ZSCORE', queue_key, owner)
+  lease_ms = lease_ms + 0
+  local expiry = math.floor(now_us / 1000) + lease_ms
+  local entry = string.format('%d ', expiry) .. grant_px
   if extra then
     entry = entry .. ' ' .. extra
   end
-  redis.call('HSET', waiters_key, owner, entry)
-  if not queued then
-    redis.call('ZADD', queue_key, string.format('%.0f', now_us), owner)
+  if fresh then
+    -- NX: a call sent again after a lost reply keeps the place it took.
+    redis.call('ZADD', queue_key, 'NX', string.format('%d', now_us), owner)
+    if type(redis.pcall('HSET', waiters_key, owner, entry)) == 'table' then
+      redis.call('ZREM', queue_key, owner)
+      redis.call('HSET', waiters_key, owner, entry) -- raises the same error
+    end
+  else
+    redis.call('HSET', waiters_key, owner, entry)
+    if not queued then
+      redis.call('ZADD', queue_key, string.format('%d', now_us), owner)
+    end
   end
   -- The queue keys live as long as the longest lease in them may. Each is
   -- checked on its own: one deleted by hand comes back from HSET or ZADD
   -- without an expiry, while the other still has its own.
-  dlock_keep(queue_key, lease_ms)
-  dlock_keep(waiters_key, lease_ms)
-  return redis.call('ZRANK', queue_key, owner) + 1
+  dlock_keep_queue(queue_key, lease_ms)
+  dlock_keep_queue(waiters_key, lease_ms)
+  return 1
 end
 
 -- dlock_released_but is a release's reply when its hand-off raised err

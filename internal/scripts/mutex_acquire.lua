@@ -19,9 +19,8 @@
 --          {1, fence, pttl}: owner holds the lock now (taken by this call,
 --          or handed over earlier while it waited); pttl is the key's
 --          remaining ms.
---          {0, pttl, position, fence}: another owner holds it for pttl ms
---          more; position is owner's 1-based place in the queue, 0 if not
---          queued; fence is the last token issued, so that the waiter can
+--          {0, pttl, queued, fence}: another owner holds it for pttl ms
+--          more; queued is 1 when owner is in the queue, 0 if not; fence is the last token issued, so that the waiter can
 --          tell a grant made after this call (a higher token) from one made
 --          before it and heard late.
 --          Error DLOCK_CONFLICT (or WRONGTYPE) when a key holds something
@@ -58,9 +57,16 @@ end
 
 local cur = redis.call('GET', KEYS[1])
 --@lib
-local lease_ms, grant_px, retention_ms = string.match(ARGV[5], '(%d+) (%d+) (%d+)$')
-local tag = string.match(ARGV[5], '^(g%x+) ')
-local publish = string.sub(ARGV[4], 2) == 's' and 'SPUBLISH' or 'PUBLISH'
+-- Patterns anchored at both ends, and a byte or a whole string compared
+-- rather than cut out: Lua's unanchored matching, tries from every offset,
+-- costs the server more than a Redis command.
+local tag, lease_ms, grant_px, retention_ms
+if string.byte(ARGV[5]) == 103 then -- 'g': the waiter's grant channel's tag
+  tag, lease_ms, grant_px, retention_ms = string.match(ARGV[5], '^(g%x+) (%d+) (%d+) (%d+)$')
+else
+  lease_ms, grant_px, retention_ms = string.match(ARGV[5], '^(%d+) (%d+) (%d+)$')
+end
+local publish = (ARGV[4] == '1s' or ARGV[4] == '0s') and 'SPUBLISH' or 'PUBLISH'
 
 if cur == owner then
   dlock_dequeue(KEYS[3], KEYS[4], owner)
@@ -94,8 +100,8 @@ if not cur then
   pttl = tonumber(px)
 end
 
-local position = 0
+local queued = 0
 if ARGV[3] ~= '0' then
-  position = dlock_enqueue(KEYS[3], KEYS[4], owner, now_us or dlock_now_us(), lease_ms, grant_px, tag)
+  queued = dlock_enqueue(KEYS[3], KEYS[4], owner, now_us or dlock_now_us(), lease_ms, grant_px, tag, ARGV[3] == 'n')
 end
-return {0, pttl, position, dlock_last_fence(KEYS[2])}
+return {0, pttl, queued, dlock_last_fence(KEYS[2])}

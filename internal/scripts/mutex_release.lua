@@ -39,17 +39,20 @@ end
 local ok, reply = pcall(function()
   -- The holder is not in the queue (a grant takes it out, and so does the
   -- acquire that finds the lock free); were it there, the lock would be
-  -- handed back to it.
+  -- handed back to it. This ZREM is also the script's first write, after
+  -- which Redis at maxmemory no longer refuses the grant's INCR: a holder
+  -- must be able to release then.
   dlock_dequeue(KEYS[3], KEYS[4], owner)
   local now_us = dlock_now_us()
   local head, px, tag = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000))
   if not head then
     return 1
   end
-  local retention_ms = string.match(ARGV[3], '(%d+)$')
-  local publish = string.sub(ARGV[2], 2) == 's' and 'SPUBLISH' or 'PUBLISH'
+  -- Anchored patterns and whole strings compared: see mutex_acquire.lua.
+  local retention_ms = string.match(ARGV[3], '^.* (%d+)$')
+  local publish = (ARGV[2] == '1s' or ARGV[2] == '0s') and 'SPUBLISH' or 'PUBLISH'
   local token = dlock_grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], head, px, now_us, retention_ms, publish, KEYS[1], tag)
-  return {2, token, tonumber(px), head}
+  return {2, token, px + 0, head}
 end)
 if ok and reply ~= 1 then
   return reply

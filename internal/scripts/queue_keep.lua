@@ -39,8 +39,8 @@ for i = 2, #ARGV do
 end
 if #renewed > 0 then
   redis.call('HSET', KEYS[2], unpack(renewed))
-  dlock_keep(KEYS[1], ARGV[1])
-  dlock_keep(KEYS[2], ARGV[1])
+  dlock_keep_queue(KEYS[1], ARGV[1])
+  dlock_keep_queue(KEYS[2], ARGV[1])
 end
 if KEYS[3] then
   kept[#kept + 1] = redis.call('PTTL', KEYS[3])

@@ -14,8 +14,8 @@
 --          hold is counted (taken now, nested, or handed over while waiting);
 --          holds is the owner's hold count, grant the id of the hold that
 --          took this grant of the lock.
---          {0, holder pttl, position, fence}: another owner holds it;
---          fence is the last token issued (see mutex_acquire.lua).
+--          {0, holder pttl, queued, fence}: another owner holds it;
+--          queued is 1 when the hold is in the queue, else 0; fence is the last token issued (see mutex_acquire.lua).
 -- The holds: while the holds set is absent, the owner holds the lock once,
 -- with the hold that took the grant (the lock's value names it), so the
 -- common single hold writes nothing but the lock. A second hold creates the
@@ -104,8 +104,8 @@ if not cur then
   pttl = tonumber(px)
 end
 
-local position = 0
+local queued = 0
 if ARGV[3] == '1' then
-  position = dlock_enqueue(KEYS[3], KEYS[4], member, now_us or dlock_now_us(), lease_ms, grant_px)
+  queued = dlock_enqueue(KEYS[3], KEYS[4], member, now_us or dlock_now_us(), lease_ms, grant_px)
 end
-return {0, pttl, position, dlock_last_fence(KEYS[2])}
+return {0, pttl, queued, dlock_last_fence(KEYS[2])}

@@ -11,9 +11,9 @@
 -- Returns: fence alone: the fast path below took the free lock for ttl ms.
 --          {1, fence, pttl}: member holds the lock now (taken by this call,
 --          or handed over earlier while it waited); pttl is its remaining ms.
---          {0, pttl, position, free, fence}: not granted; pttl is the
---          longest remaining time of the current holders, position member's
---          1-based place in the queue (0 if not queued), free 1 when the
+--          {0, pttl, queued, free, fence}: not granted; pttl is the
+--          longest remaining time of the current holders, queued 1 when
+--          member is in the queue (0 if not), free 1 when the
 --          holders would let member in but others queued first (a reader
 --          behind a waiting writer), else 0, fence the last token issued
 --          (see mutex_acquire.lua).
@@ -87,11 +87,11 @@ if writer and string.sub(writer, 1, 1) == 'W' and writer ~= member and writer_pt
   local fence = redis.pcall('GET', KEYS[2])
   local tokens = redis.call('TYPE', KEYS[5]).ok
   if type(fence) ~= 'table' and (not fence or dlock_counter(fence)) and (tokens == 'none' or tokens == 'hash') then
-    local position = 0
+    local queued = 0
     if join then
-      position = dlock_enqueue(KEYS[3], KEYS[4], member, now_us, lease_ms, grant_px)
+      queued = dlock_enqueue(KEYS[3], KEYS[4], member, now_us, lease_ms, grant_px)
     end
-    return {0, writer_pttl, position, 0, tonumber(fence or '0')}
+    return {0, writer_pttl, queued, 0, tonumber(fence or '0')}
   end
 end
 
@@ -111,11 +111,11 @@ if not score then
   if writer == member then
     return {1, token, px}
   elseif writer then
-    local position = 0
+    local queued = 0
     if join then
-      position = dlock_enqueue(KEYS[3], KEYS[4], member, now_us, lease_ms, grant_px)
+      queued = dlock_enqueue(KEYS[3], KEYS[4], member, now_us, lease_ms, grant_px)
     end
-    return {0, px, position, 0, token}
+    return {0, px, queued, 0, token}
   end
   score = redis.call('ZSCORE', KEYS[1], member)
 end
@@ -130,13 +130,13 @@ if redis.call('EXISTS', KEYS[3]) == 0 and rw_free_for(KEYS, mode) then
   return {1, token, tonumber(ARGV[2])}
 end
 
-local position = 0
+local queued = 0
 if join then
-  position = dlock_enqueue(KEYS[3], KEYS[4], member, now_us, lease_ms, grant_px)
+  queued = dlock_enqueue(KEYS[3], KEYS[4], member, now_us, lease_ms, grant_px)
 end
 local pttl = 0
 local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 if #last > 0 then
   pttl = tonumber(last[2]) - now_ms
 end
-return {0, pttl, position, rw_free_for(KEYS, mode) and 1 or 0, dlock_last_fence(KEYS[2])}
+return {0, pttl, queued, rw_free_for(KEYS, mode) and 1 or 0, dlock_last_fence(KEYS[2])}

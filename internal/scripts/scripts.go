@@ -1,8 +1,9 @@
 // Package scripts holds dlock's Lua scripts, one operation per .lua file,
 // each opening with its KEYS, ARGV and Returns contract.
 //
-// Scripts that share helpers get lock_lib.lua prepended at package init, so
-// each remains one self-contained body for EVALSHA/EVAL. Fencing tokens are
+// Scripts that share helpers get lock_lib.lua prepended at package init (the
+// helpers each calls, see shake), so each remains one self-contained body
+// for EVALSHA/EVAL. Fencing tokens are
 // issued by fence_lib.lua alone, copied into each script that grants (see
 // expand).
 package scripts
@@ -105,9 +106,11 @@ var (
 // withLib builds a script from helpers and a body. A body with a line
 // "--@lib" gets the helpers there instead of at the top: code above it (a
 // fast path that returns early) runs without paying for defining them,
-// which costs more than a few Redis commands.
+// which costs more than a few Redis commands. Only the helpers the body
+// needs go in (shake).
 func withLib(lib, body string) *driver.Script {
 	body = expand(body)
+	lib = shake(lib, body)
 	const marker = "\n--@lib\n"
 	if i := strings.Index(body, marker); i >= 0 {
 		return driver.NewScript(body[:i+1] + lib + "\n" + body[i+len(marker):])

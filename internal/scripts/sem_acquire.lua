@@ -16,9 +16,9 @@
 --          {1, fence, pttl}: owner holds its permits now (taken by this
 --          call, or granted earlier while it waited); pttl is their
 --          remaining ms.
---          {0, pttl, position, free, fence}: not enough permits are free,
+--          {0, pttl, queued, free, fence}: not enough permits are free,
 --          or others queued first; pttl is the ms until the first holder's
---          permits expire (0: no holder), position owner's 1-based place
+--          permits expire (0: no holder), queued 1 when owner is
 --          in the queue (0: not queued), free the permits not held (enough
 --          for owner when others queued first), fence the last token
 --          issued (a grant heard later with a token no higher was made
@@ -109,11 +109,11 @@ if holders_pttl and holders_pttl > 0 then
   if full then
     local fence = redis.pcall('GET', KEYS[4])
     if type(fence) ~= 'table' and (not fence or tonumber(fence)) then
-      local position = 0
+      local queued = 0
       if join then
-        position = dlock_enqueue(KEYS[5], KEYS[6], owner, now_us, lease_ms, grant_px, ARGV[2])
+        queued = dlock_enqueue(KEYS[5], KEYS[6], owner, now_us, lease_ms, grant_px, ARGV[2])
       end
-      return {0, first_ms - now_ms, position, limit - used, tonumber(fence or '0')}
+      return {0, first_ms - now_ms, queued, limit - used, tonumber(fence or '0')}
     end
   end
 end
@@ -158,9 +158,9 @@ if redis.call('EXISTS', KEYS[5]) == 0 and used + n <= limit then
   return {1, token, tonumber(ARGV[3])}
 end
 
-local position = 0
+local queued = 0
 if join then
-  position = dlock_enqueue(KEYS[5], KEYS[6], owner, now_us, lease_ms, grant_px, ARGV[2])
+  queued = dlock_enqueue(KEYS[5], KEYS[6], owner, now_us, lease_ms, grant_px, ARGV[2])
 end
 local pttl = 0
 if lone then
@@ -171,4 +171,4 @@ else
     pttl = tonumber(first[2]) - now_ms
   end
 end
-return {0, pttl, position, limit - used, dlock_last_fence(KEYS[4])}
+return {0, pttl, queued, limit - used, dlock_last_fence(KEYS[4])}

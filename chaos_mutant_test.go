@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -144,10 +143,17 @@ func summarizeChecks(vs []chaos.Violation) string {
 	return strings.Join(parts, "; ")
 }
 
-// runWipeScenario has a holder in this process renew its lock (TTL 300ms)
-// while the test deletes the lock's key, as a restart without persistence
-// would; with successor, another client takes the lock right after. A
-// prober watches the key. mutant, if set, is installed in this process.
+// runWipeScenario has a holder in this process renew its lock while the
+// test deletes the lock's key, as a restart without persistence would;
+// with successor, another client takes the lock right after. A prober
+// watches the key until the holder is done. mutant, if set, is installed in
+// this process.
+//
+// The holder's TTL of 3 s is renewed every second, and it holds for 2.5 s:
+// its renewals after the wipe (and after the successor's grant) come at
+// about 1 s and 2 s, and a process that waits for a core for a moment on a
+// loaded machine keeps its lease. (A lease lost to a stall would end the
+// holder before it renews, and a mutant would go uncaught.)
 func runWipeScenario(t *testing.T, r *rand.Rand, mutant string, successor bool) chaos.History {
 	t.Helper()
 	if mutant != "" {
@@ -159,14 +165,13 @@ func runWipeScenario(t *testing.T, r *rand.Rand, mutant string, successor bool) 
 	name := t.Name()
 	var rec chaos.Recorder
 	granted := make(chan struct{})
+	holderDone := make(chan struct{})
 	holderSeed, succSeed := r.Int63(), r.Int63()
-	var wg sync.WaitGroup
-	wg.Add(1)
 	go func() {
-		defer wg.Done()
+		defer close(holderDone)
 		err := runChaosWorker(ctx, chaosSpec{
-			Proc: "holder", Addrs: []string{srv.Addr()}, Locks: []string{name}, TTL: 300 * time.Millisecond,
-			Sections: 1, Hold: 1500 * time.Millisecond, Beat: 5 * time.Millisecond, StopOnLoss: true, Hooks: true,
+			Proc: "holder", Addrs: []string{srv.Addr()}, Locks: []string{name}, TTL: 3 * time.Second,
+			Sections: 1, Hold: 2500 * time.Millisecond, Beat: 5 * time.Millisecond, StopOnLoss: true, Hooks: true,
 			Seed: holderSeed, onLease: func(*dlock.Lease) { close(granted) },
 		}, &rec)
 		if err != nil {
@@ -174,29 +179,34 @@ func runWipeScenario(t *testing.T, r *rand.Rand, mutant string, successor bool) 
 		}
 	}()
 	probeCtx, stopProbe := context.WithCancel(ctx)
-	wg.Add(1)
+	probed := make(chan struct{})
 	go func() {
-		defer wg.Done()
+		defer close(probed)
 		probe(probeCtx, rdb, &rec, lockKey(name), 5*time.Millisecond)
 	}()
-	<-granted
+	select {
+	case <-granted:
+	case <-holderDone:
+		stopProbe()
+		<-probed
+		t.Fatal("the holder ended without a grant")
+	}
 	time.Sleep(time.Duration(150+r.Intn(100)) * time.Millisecond)
 	t0 := chaos.Now()
 	rdb.Del(ctx, lockKey(name))
 	rec.Add(chaos.Event{Kind: chaos.Fault, T0: t0, T: chaos.Now(), Note: "wipe", Lock: name})
 	if successor {
 		err := runChaosWorker(ctx, chaosSpec{
-			Proc: "successor", Addrs: []string{srv.Addr()}, Locks: []string{name}, TTL: 300 * time.Millisecond,
+			Proc: "successor", Addrs: []string{srv.Addr()}, Locks: []string{name}, TTL: 3 * time.Second,
 			Sections: 1, Hold: 600 * time.Millisecond, Beat: 5 * time.Millisecond, Hooks: true, Seed: succSeed,
 		}, &rec)
 		if err != nil {
-			t.Fatal(err)
+			t.Error(err)
 		}
-	} else {
-		time.Sleep(600 * time.Millisecond)
 	}
+	<-holderDone
 	stopProbe()
-	wg.Wait()
+	<-probed
 	return rec.History()
 }
 

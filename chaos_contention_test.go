@@ -76,15 +76,16 @@ func TestChaosRWContention(t *testing.T) {
 }
 
 // TestChaosRenewalRacesRelease runs the contention scenario with holds that
-// straddle the renewal period (TTL 300 ms, renewed every 100 ms, holds of
-// 75–150 ms), so that the watchdog renews while holds are held and
-// released, on a Mutex, a ReentrantMutex (whose holds share one renewed
-// lease per owner) and an RWMutex: the same checks, among them that no
-// renewal follows a release, and renewals must have been sent, or that
-// check proved nothing. (The other contention scenarios hold for
-// milliseconds under a 1 s TTL and send none in the short tier.) A release
-// meets a renewal in flight only now and then here; TestNoRenewalAfterUnlock
-// and TestReentrantNoRenewalFollowsTheLastRelease test that race directly.
+// straddle the renewal period (in the long tier TTL 300 ms, renewed every
+// 100 ms, holds of 75–150 ms; in the short tier five times that), so that
+// the watchdog renews while holds are held and released, on a Mutex, a
+// ReentrantMutex (whose holds share one renewed lease per owner) and an
+// RWMutex: the same checks, among them that no renewal follows a release,
+// and renewals must have been sent, or that check proved nothing. (The
+// other contention scenarios hold for milliseconds under a 1 s TTL and send
+// none in the short tier.) A release meets a renewal in flight only now and
+// then here; TestNoRenewalAfterUnlock and
+// TestReentrantNoRenewalFollowsTheLastRelease test that race directly.
 func TestChaosRenewalRacesRelease(t *testing.T) {
 	chaosParallel(t)
 	for _, kind := range []string{"", "reentrant", "rwmutex"} {
@@ -94,11 +95,13 @@ func TestChaosRenewalRacesRelease(t *testing.T) {
 			name = "mutex"
 		}
 		t.Run(name, func(t *testing.T) {
-			// The short tier runs beside the whole suite, where a 300 ms
-			// TTL can lapse while the process waits for a core: a lost
-			// lease is a failure here, so its times are doubled there.
-			c := runContention(t, chaosSpec{Kind: kind, Reads: 50, TTL: chaos.Pick(600*time.Millisecond, 300*time.Millisecond),
-				Sections: chaos.Pick(4, 20), Hold: chaos.Pick(300*time.Millisecond, 150*time.Millisecond), HoldRand: true, Beat: 10 * time.Millisecond})
+			// The short tier runs beside the whole suite on a loaded
+			// machine, where a process can wait for a core for hundreds of
+			// milliseconds and a short TTL lapses meanwhile: a lost lease
+			// is a failure here, so its times are five times longer there
+			// (a lease survives a stall of about 1 s), with fewer sections.
+			c := runContention(t, chaosSpec{Kind: kind, Reads: 50, TTL: chaos.Pick(1500*time.Millisecond, 300*time.Millisecond),
+				Sections: chaos.Pick(3, 20), Hold: chaos.Pick(750*time.Millisecond, 150*time.Millisecond), HoldRand: true, Beat: 10 * time.Millisecond})
 			c.check(t)
 			renewals := c.h.Count(chaos.Cmd, func(e chaos.Event) bool { return e.Note == "renew" })
 			if renewals == 0 {

@@ -60,8 +60,15 @@ func TestRedlockLateGiveBackKeepsLaterGrant(t *testing.T) {
 	name := t.Name()
 
 	// The nodes know the scripts, as long-running ones do: a late EVALSHA
-	// would otherwise find none and do nothing.
-	l, err := x.Mutex(name + "-before").TryLock(ctx)
+	// would otherwise find none and do nothing. A Redlock of its own on the
+	// same clients loads them, with time to dial and fall back to EVAL that
+	// the short node timeout does not leave on a loaded machine.
+	warm, err := dlock.NewRedlock(nodes, dlock.WithNodeTimeout(10*time.Second))
+	if err != nil {
+		t.Fatalf("NewRedlock: %v", err)
+	}
+	t.Cleanup(func() { _ = warm.Close() })
+	l, err := warm.Mutex(name + "-before").TryLock(ctx)
 	if err != nil {
 		t.Fatalf("TryLock: %v", err)
 	}
@@ -138,7 +145,9 @@ func TestRedlockLateGiveBackKeepsLaterGrant(t *testing.T) {
 			}
 		}
 	}
-	y := newRedlock(t, addrsOf(servers), opts...)
+	// Y waits for every node's answer: a node timeout on a loaded machine
+	// would read as ErrQuorum, not as the refusal this checks for.
+	y := newRedlock(t, addrsOf(servers), append(opts, dlock.WithNodeTimeout(10*time.Second))...)
 	if ly, err := y.Mutex(name).TryLock(ctx); err == nil {
 		_ = ly.Unlock(context.Background())
 		t.Fatal("Y took the Redlock while X's lease is valid")

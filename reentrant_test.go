@@ -420,9 +420,12 @@ func TestReentrantConcurrentLastReleasesWaitForTheRenewal(t *testing.T) {
 	}
 }
 
-// clientWithHeldRenewals returns a Client with a TTL of 300 ms whose
-// go-redis client carries a heldRenewals hook (and opts), the scripts loaded first so
-// that the order the hook records has no EVAL fallbacks in it.
+// clientWithHeldRenewals returns a Client with a TTL of 3 s whose go-redis
+// client carries a heldRenewals hook (and opts), the scripts loaded first so
+// that the order the hook records has no EVAL fallbacks in it. The watchdog
+// renews after 1 s, and a renewal held before the wire leaves the lease 2 s
+// of validity: ample for a test that holds it for a moment, even when the
+// process waits for a core on a loaded machine.
 func clientWithHeldRenewals(t *testing.T, ctx context.Context, opts ...dlock.Option) (*dlock.Client, *heldRenewals) {
 	t.Helper()
 	srv := redistest.Shared(t)
@@ -443,7 +446,7 @@ func clientWithHeldRenewals(t *testing.T, ctx context.Context, opts ...dlock.Opt
 		releaseStarted: make(chan struct{}, 1), releaseResume: make(chan struct{}),
 	}
 	rdb.AddHook(hook)
-	c, err := dlock.New(rdb, append([]dlock.Option{dlock.WithTTL(300 * time.Millisecond)}, opts...)...)
+	c, err := dlock.New(rdb, append([]dlock.Option{dlock.WithTTL(3 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

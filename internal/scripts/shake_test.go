@@ -10,9 +10,9 @@ import (
 func libHelpers() map[string]bool {
 	names := map[string]bool{}
 	for _, lib := range []string{fenceFuncs, lockLibBody, rwLib, semLib, reentrantLib, latchLib} {
-		for _, line := range strings.Split(lib, "\n") {
-			if m := libFunc.FindStringSubmatch(line); m != nil {
-				names[m[1]] = true
+		for _, c := range libChunks(lib) {
+			if c.name != "" {
+				names[c.name] = true
 			}
 		}
 	}
@@ -52,5 +52,27 @@ func TestShakeLeavesOutUncalledHelpers(t *testing.T) {
 		if strings.Contains(all[c.script].Source(), "local function "+c.helper+"(") {
 			t.Errorf("%s defines %s, which it never calls", c.script, c.helper)
 		}
+	}
+}
+
+// TestShakeIsCheap: shake runs for every script at package init, in every
+// program that imports dlock: a few allocations (the lib's parts, the kept
+// text), not one per word or line.
+func TestShakeIsCheap(t *testing.T) {
+	lib := lockLib + "\n" + rwLib
+	if n := testing.AllocsPerRun(10, func() { shake(lib, rwAcquire) }); n > 16 {
+		t.Errorf("shake made %.0f allocations, want at most 16", n)
+	}
+}
+
+// TestShakeTellsWholeNames: a helper whose name begins another's is kept
+// only when named itself.
+func TestShakeTellsWholeNames(t *testing.T) {
+	lib := "local function f_a()\nend\nlocal function f_ab()\nend\n"
+	if got, want := shake(lib, "f_ab()"), "local function f_ab()\nend\n"; got != want {
+		t.Errorf("shake kept %q, want %q", got, want)
+	}
+	if got := shake(lib, "f_a()"); !strings.Contains(got, "f_a()") || strings.Contains(got, "f_ab") {
+		t.Errorf("shake kept %q, want f_a alone", got)
 	}
 }

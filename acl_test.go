@@ -51,10 +51,10 @@ func TestMinimalACLRunsEveryPrimitive(t *testing.T) {
 		l, err := other.Mutex("m").Lock(waitCtx)
 		got <- unlockIf(ctx, l, err)
 	}()
-	waitUntil(t, 10*time.Second, "the waiter queued", func() bool {
+	waitFor(t, 10*time.Second, func() bool {
 		n, _ := srv.Do(t, "ZCARD", "dlock:{m}:q").(int64)
 		return n == 1
-	})
+	}, "the waiter queued")
 	check("Extend", held.Extend(ctx, time.Minute))
 	check("Unlock with a waiter", held.Unlock(ctx))
 	check("the waiter", <-got)
@@ -182,10 +182,10 @@ func TestReleaseWhenPublishIsDenied(t *testing.T) {
 				waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
 				waited := make(chan error, 1)
 				go func() { waited <- k.wait(waitCtx) }()
-				waitUntil(t, 10*time.Second, k.kind+" waiter queued", func() bool {
+				waitFor(t, 10*time.Second, func() bool {
 					n, _ := srv.Do(t, "ZCARD", k.queue).(int64)
 					return n == 1
-				})
+				}, k.kind+" waiter queued")
 				if err := release(); err != nil {
 					t.Errorf("%s: release with a waiter: %v", k.kind, err)
 				}
@@ -317,10 +317,10 @@ func TestWaitWithoutPubSubPollsAndWarns(t *testing.T) {
 				l, err := c.Mutex(name).Lock(waitCtx)
 				got <- unlockIf(ctx, l, err)
 			}()
-			waitUntil(t, 10*time.Second, "the warning", func() bool {
+			waitFor(t, 10*time.Second, func() bool {
 				_, ok := h.find("dlock: cannot subscribe; waiting by polling")
 				return ok
-			})
+			}, "the warning")
 			if err := held.Unlock(ctx); err != nil {
 				t.Fatal(err)
 			}

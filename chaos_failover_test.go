@@ -29,17 +29,10 @@ func startFailoverPair(t *testing.T) *failoverPair {
 	link := redistest.StartProxy(t, master.Addr())
 	_, port, _ := strings.Cut(link.Addr(), ":")
 	replica := redistest.Start(t, redistest.WithArgs("--replicaof", "127.0.0.1", port, "--replica-announce-ip", "127.0.0.1"))
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waitFor(t, 30*time.Second, func() bool {
 		info, _ := replica.Do(t, "INFO", "replication").(string)
-		if strings.Contains(info, "master_link_status:up") && strings.Contains(info, "master_sync_in_progress:0") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replica of %s not in sync: %s", master.Addr(), info)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return strings.Contains(info, "master_link_status:up") && strings.Contains(info, "master_sync_in_progress:0")
+	}, "the replica of "+master.Addr()+" in sync")
 	// A write the replica acknowledged, on one connection (WAIT counts the
 	// replicas that have that connection's last write, and with none it
 	// counts them all): the stream flows end to end. Redis 7.0 holds the

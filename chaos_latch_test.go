@@ -60,9 +60,9 @@ func TestChaosLatch(t *testing.T) {
 				t.Error(err)
 			}
 		}()
-		waitUntil(t, 30*time.Second, "5 waiters", func() bool {
+		waitFor(t, 30*time.Second, func() bool {
 			return rec.History().Count(chaos.Await, func(e chaos.Event) bool { return e.Lock == name && e.Note == "invoked" }) == 5
-		})
+		}, "5 waiters")
 		time.Sleep(50 * time.Millisecond) // let them subscribe
 
 		flushAt := time.Duration(r.Int63n(int64(window)))

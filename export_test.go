@@ -85,3 +85,7 @@ func RedlockGateHears(r *Redlock, name string) bool {
 func RedlockNodeSilent(r *Redlock, i int) bool {
 	return r.nodes[i].health.silentErr() != nil
 }
+
+// WaitFor is waitFor (helpers_internal_test.go), the one poll of every test
+// in and outside the package.
+var WaitFor = waitFor

@@ -57,7 +57,7 @@ func TestHandOffRefusedStillReleases(t *testing.T) {
 				result <- err
 			}()
 			queue := k.key(name) + ":q"
-			waitUntil(t, 10*time.Second, "the waiter in the queue", func() bool { return srv.Do(t, "ZCARD", queue) == int64(1) })
+			waitFor(t, 10*time.Second, func() bool { return srv.Do(t, "ZCARD", queue) == int64(1) }, "the waiter in the queue")
 			srv.Do(t, "ACL", "SETUSER", user, "-incr")
 
 			err = held.Unlock(ctx)

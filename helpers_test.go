@@ -105,18 +105,9 @@ func waitDone(t testing.TB, l *dlock.Lease, limit time.Duration) time.Duration {
 	}
 }
 
-// waitUntil polls cond (a state observed from outside, such as a server's
-// subscriptions) until it holds, failing t after timeout.
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s after %v", what, timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// waitFor is the package's own (helpers_internal_test.go), for the tests
+// outside it.
+var waitFor = dlock.WaitFor
 
 // afterLostReply runs call on a client behind proxies whose first replies
 // never arrive: the proxies hold the replies on the connections open when

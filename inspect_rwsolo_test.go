@@ -40,14 +40,14 @@ func TestInspectRWMutexSoloHolder(t *testing.T) {
 	}
 	wantSolo(ctx, t, srv, name, "W", w)
 	var h dlock.Holder
-	waitUntil(t, 20*time.Second, "the watchdog to record the hold's start", func() bool {
+	waitFor(t, 20*time.Second, func() bool {
 		info := rwInfo(ctx, t, c, name)
 		if len(info.Holders) != 1 {
 			t.Fatalf("holders = %+v, want the solo writer", info.Holders)
 		}
 		h = info.Holders[0]
 		return h.HeldFor > 0
-	})
+	}, "the watchdog to record the hold's start")
 	if h.Owner != w.Owner() || h.Info != "solo-writer" || h.Mode != dlock.ModeWrite {
 		t.Errorf("holder %+v, want owner %s, info solo-writer, mode %s", h, w.Owner(), dlock.ModeWrite)
 	}

@@ -309,9 +309,9 @@ func TestForeignWaitersKeyWhileQueued(t *testing.T) {
 					l, err := kind.lock(wctx, b, name)
 					done <- result{l, err}
 				}()
-				waitUntil(t, 5*time.Second, "B to queue", func() bool {
+				waitFor(t, 5*time.Second, func() bool {
 					return rdb.ZCard(ctx, queueK).Val() == 1 && rdb.Exists(ctx, waitersK).Val() == 1
-				})
+				}, "B to queue")
 				return la, done
 			}
 			la, done := aHoldsBWaits()

@@ -154,19 +154,19 @@ func TestQueueKeyDeletedByHandGetsAnExpiryBack(t *testing.T) {
 					}
 				}()
 				go wait(long)
-				waitUntil(t, 5*time.Second, "the long lease queued", func() bool {
+				waitFor(t, 5*time.Second, func() bool {
 					return rdb.PTTL(ctx, base+":w").Val() > 10*time.Second
-				})
+				}, "the long lease queued")
 				go wait(short)
-				waitUntil(t, 5*time.Second, "the short lease queued", func() bool {
+				waitFor(t, 5*time.Second, func() bool {
 					return rdb.HLen(ctx, base+":w").Val() == 2
-				})
+				}, "the short lease queued")
 				if err := rdb.Del(ctx, key).Err(); err != nil {
 					t.Fatal(err)
 				}
-				waitUntil(t, 5*time.Second, "a refresh to re-create "+key, func() bool {
+				waitFor(t, 5*time.Second, func() bool {
 					return rdb.Exists(ctx, key).Val() == 1
-				})
+				}, "a refresh to re-create "+key)
 				if pttl := rdb.PTTL(ctx, key).Val(); pttl <= 0 {
 					t.Errorf("%s came back without an expiry (PTTL %v)", key, pttl)
 				}

@@ -68,9 +68,9 @@ func TestStrayShorterExtendDoesNotShortenTheHold(t *testing.T) {
 			if err := held.Extend(ctx, 20*time.Second); err != nil {
 				t.Fatalf("Extend(20s) past the stray one: %v", err)
 			}
-			waitUntil(t, 10*time.Second, "the stray Extend to land", func() bool {
+			waitFor(t, 10*time.Second, func() bool {
 				return commandCalls(t, srv, "evalsha") >= before+2
-			})
+			}, "the stray Extend to land")
 			if d, err := held.TTL(ctx); err != nil || d < 15*time.Second {
 				t.Errorf("after the stray Extend(2s) landed: TTL %v, %v; want over 15s, as Extend(20s) set", d, err)
 			}
@@ -106,9 +106,9 @@ func TestRedlockStrayShorterExtendDoesNotShortenTheHold(t *testing.T) {
 	if err := l.Extend(ctx, 20*time.Second); err != nil {
 		t.Fatalf("Extend(20s) past the stray one: %v", err)
 	}
-	waitUntil(t, 10*time.Second, "the stray Extends to land", func() bool {
+	waitFor(t, 10*time.Second, func() bool {
 		return commandCalls(t, servers[1], "evalsha") >= before[1]+2 && commandCalls(t, servers[2], "evalsha") >= before[2]+2
-	})
+	}, "the stray Extends to land")
 	for i, s := range servers {
 		if d := s.Client(t).PTTL(ctx, lockKey(name)).Val(); d < 15*time.Second {
 			t.Errorf("node %d: PTTL %v after the stray Extend(2s) landed, want over 15s, as Extend(20s) set", i, d)
@@ -178,8 +178,8 @@ func TestStrayExtendDoesNotOutliveTheMaxHold(t *testing.T) {
 	// expiry to the cap: before it, the key expires about a second before
 	// the cap (the first Extend's), and the stray alone would set it about
 	// half a second past.
-	waitUntil(t, 10*time.Second, "renewal bringing the key back to the cap", func() bool {
+	waitFor(t, 10*time.Second, func() bool {
 		d := expiry().Sub(capAt)
 		return d > -100*time.Millisecond && d < 100*time.Millisecond
-	})
+	}, "renewal bringing the key back to the cap")
 }

@@ -357,16 +357,16 @@ func TestWaitingLockEndsWhenTheRedisClientCloses(t *testing.T) {
 	}
 	// Every waiter queued and subscribed: the Mutex's and the FairMutex's
 	// share the lock's queue, the Semaphore's has one of its own.
-	waitUntil(t, 10*time.Second, "waiters queued", func() bool {
+	waitFor(t, 10*time.Second, func() bool {
 		a, _ := srv.Client(t).ZCard(ctx, "dlock:{"+name+"}:q").Result()
 		b, _ := srv.Client(t).ZCard(ctx, "dlock:{"+name+"-sem}:sem:q").Result()
 		return a == 2 && b == 1
-	})
-	waitUntil(t, 10*time.Second, "subscriptions", func() bool {
+	}, "waiters queued")
+	waitFor(t, 10*time.Second, func() bool {
 		mutexCh, semCh := lockKey(name), "dlock:{"+name+"-sem}:sem"
 		n, _ := srv.Client(t).PubSubNumSub(ctx, mutexCh, semCh).Result()
 		return n[mutexCh] >= 1 && n[semCh] >= 1
-	})
+	}, "subscriptions")
 	closed := time.Now()
 	_ = rdb.Close()
 	for range waits {

@@ -166,9 +166,9 @@ func testRedlockSentTwice(t *testing.T, handoff bool) {
 	from := dlock.LeaseOwner(got.l)
 	// The hand-off returned once a quorum moved: let the last node catch
 	// up, or its reply would be held below.
-	waitUntil(t, 10*time.Second, "every node to hold the new owner", func() bool {
+	waitFor(t, 10*time.Second, func() bool {
 		return keyOn(0) == from && keyOn(1) == from && keyOn(2) == from
-	})
+	}, "every node to hold the new owner")
 
 	done := func() bool { return keyOn(0) == "" && keyOn(1) == "" }
 	what := "release"

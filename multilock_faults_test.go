@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -411,14 +412,8 @@ func TestMultiLockUnlockBehindAPendingRenewalRenewsNothing(t *testing.T) {
 		t.Fatalf("after the failed Unlock (%v), Err = %v, want ErrLockLost", uerr, err)
 	}
 	check := srv.Client(t)
-	deadline := time.Now().Add(4 * ttl)
-	for check.Exists(ctx, lockKey(a), lockKey(b)).Val() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("Unlock failed (%v) and the lease is lost (%v), but its locks are still held %v later: renewed by nobody's lease",
-				uerr, l.Err(), 4*ttl)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, 4*ttl, func() bool { return check.Exists(ctx, lockKey(a), lockKey(b)).Val() == 0 },
+		fmt.Sprintf("the locks to expire after a failed Unlock (%v) and a lost lease (%v): renewed by nobody's lease", uerr, l.Err()))
 	if err := l.Unlock(ctx); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("Unlock again: %v", err)
 	}

@@ -194,18 +194,6 @@ func waitQueued(t testing.TB, srv *redistest.Server, name string, n int64) {
 	}, fmt.Sprintf("%d waiters queued on %q", n, name))
 }
 
-// waitFor polls cond until it holds, failing after limit.
-func waitFor(t testing.TB, limit time.Duration, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestWaitersAreServedInArrivalOrder(t *testing.T) {
 	srv := redistest.Shared(t)
 	name := t.Name()

@@ -233,17 +233,10 @@ func holdFromAnotherClient(t *testing.T, srv *redistest.Server, k placeKind, nam
 // waitForQueue waits until the queue key holds n entries.
 func waitForQueue(t *testing.T, srv *redistest.Server, queue string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	waitFor(t, 20*time.Second, func() bool {
 		got, _ := srv.Do(t, "ZCARD", queue).(int64)
-		if got == int64(n) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue %s has %d entries after 20s; want %d", queue, got, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return got == int64(n)
+	}, fmt.Sprintf("%d entries in queue %s", n, queue))
 }
 
 // waitPlaces waits until the queue key holds n entries and the group of
@@ -253,13 +246,8 @@ func waitForQueue(t *testing.T, srv *redistest.Server, queue string, n int) {
 func (w *placeWaiters) waitPlaces(t *testing.T, srv *redistest.Server, queue string, n int) {
 	t.Helper()
 	waitForQueue(t, srv, queue, n)
-	deadline := time.Now().Add(20 * time.Second)
-	for len(w.members(queue)) != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d members in the group of %s after 20s; want %d", len(w.members(queue)), queue, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, 20*time.Second, func() bool { return len(w.members(queue)) == n },
+		fmt.Sprintf("%d members in the group of %s", n, queue))
 }
 
 // keptRounds waits until the leader has renewed every waiter of the group

@@ -164,7 +164,7 @@ func TestUnlockAtMaxMemoryWithLocalWaiters(t *testing.T) {
 			}
 			results <- err
 		}()
-		waitUntil(t, 10*time.Second, "the waiter in line", func() bool { return dlock.LocalWaiters(c, name) == i+1 })
+		waitFor(t, 10*time.Second, func() bool { return dlock.LocalWaiters(c, name) == i+1 }, "the waiter in line")
 	}
 	fillMemory(t, srv)
 
@@ -211,13 +211,13 @@ func TestWaiterRefusedAtMaxMemoryLeavesTheQueue(t *testing.T) {
 		result <- err
 	}()
 	queue := lockKey(name) + ":q"
-	waitUntil(t, 10*time.Second, "the waiter in the queue", func() bool { return srv.Do(t, "ZCARD", queue) == int64(1) })
+	waitFor(t, 10*time.Second, func() bool { return srv.Do(t, "ZCARD", queue) == int64(1) }, "the waiter in the queue")
 	fillMemory(t, srv)
 
 	if err := <-result; !isOOM(err) {
 		t.Fatalf("waiter at maxmemory: %v; want Redis's OOM refusal", err)
 	}
-	waitUntil(t, 10*time.Second, "the refused waiter's place removed", func() bool { return srv.Do(t, "ZCARD", queue) == int64(0) })
+	waitFor(t, 10*time.Second, func() bool { return srv.Do(t, "ZCARD", queue) == int64(0) }, "the refused waiter's place removed")
 	if err := held.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock at maxmemory: %v", err)
 	}
@@ -310,10 +310,10 @@ func TestEvictedLockIsReportedLost(t *testing.T) {
 				}
 				next <- l
 			}()
-			waitUntil(t, 10*time.Second, "the waiter queued", func() bool {
+			waitFor(t, 10*time.Second, func() bool {
 				n, _ := srv.Do(t, "ZCARD", "dlock:{"+name+"}:q").(int64)
 				return n == 1
-			})
+			}, "the waiter queued")
 
 			// A limit below what an empty server uses: the next command
 			// makes Redis evict every key the policy allows, then the

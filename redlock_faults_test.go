@@ -277,7 +277,7 @@ func testLockDeadlineDuringHandoff(t *testing.T, name string, wake, successor bo
 	var next <-chan leaseOrError
 	if successor {
 		next = startRedlockLock(ctx, r, name)
-		waitUntil(t, 10*time.Second, "second Lock in line", func() bool { n, _ := dlock.RedlockGateState(r, name); return n == 2 })
+		waitFor(t, 10*time.Second, func() bool { n, _ := dlock.RedlockGateState(r, name); return n == 2 }, "second Lock in line")
 	}
 
 	if left := time.Until(deadline); left < patience/4 {
@@ -296,11 +296,11 @@ func testLockDeadlineDuringHandoff(t *testing.T, name string, wake, successor bo
 	unlocked := make(chan error, 1)
 	go func() { unlocked <- holder.Unlock(ctx) }()
 	var head string
-	waitUntil(t, 10*time.Second, "hand-off in flight", func() bool {
+	waitFor(t, 10*time.Second, func() bool {
 		var n int
 		n, head = dlock.RedlockGateState(r, name)
 		return head == "taken" || n == 0
-	})
+	}, "hand-off in flight")
 	if head != "taken" {
 		t.Skip("the Lock's deadline came before the Unlock began to hand it over: too slow a machine to tell")
 	}

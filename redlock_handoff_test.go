@@ -3,7 +3,6 @@ package dlock_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -23,10 +22,10 @@ func lockWhenHeir(ctx context.Context, t *testing.T, r *dlock.Redlock, name stri
 		l, err := r.Mutex(name).Lock(ctx)
 		got <- leaseOrError{l, err}
 	}()
-	waitUntil(t, 10*time.Second, "Lock waiting between attempts", func() bool {
+	waitFor(t, 10*time.Second, func() bool {
 		_, head := dlock.RedlockGateState(r, name)
 		return head == "waiting"
-	})
+	}, "Lock waiting between attempts")
 	return got
 }
 
@@ -56,14 +55,14 @@ func TestRedlockUnlockHandsOverLocally(t *testing.T) {
 	if n := commandCalls(t, servers[0], "publish") - published; n != 0 {
 		t.Errorf("the hand-off published %d messages; want none (nothing was released)", n)
 	}
-	eventually(t, func() string {
-		for i, v := range holdersOf(t, servers, lockKey(name)) {
+	waitFor(t, 10*time.Second, func() bool {
+		for _, v := range holdersOf(t, servers, lockKey(name)) {
 			if v != dlock.LeaseOwner(got.l) {
-				return "node " + string(rune('0'+i)) + " holds " + v + ", not the new lease's owner"
+				return false
 			}
 		}
-		return ""
-	})
+		return true
+	}, "every node to hold the new lease's owner")
 	if err := held.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("a second Unlock of the lease handed over: got %v, want ErrNotHeld", err)
 	}
@@ -119,15 +118,15 @@ func TestRedlockHandoffToALockThatGaveUp(t *testing.T) {
 	}
 	unlocked := make(chan error, 1)
 	go func() { unlocked <- held.Unlock(ctx) }()
-	waitUntil(t, 10*time.Second, "hand-off in flight", func() bool {
+	waitFor(t, 10*time.Second, func() bool {
 		_, head := dlock.RedlockGateState(r, name)
 		return head == "taken"
-	})
+	}, "hand-off in flight")
 	cancel()
-	waitUntil(t, 10*time.Second, "waiter leaving", func() bool {
+	waitFor(t, 10*time.Second, func() bool {
 		_, head := dlock.RedlockGateState(r, name)
 		return head == ""
-	})
+	}, "waiter leaving")
 	for _, p := range proxies {
 		p.HoldReplies(false)
 	}
@@ -141,14 +140,14 @@ func TestRedlockHandoffToALockThatGaveUp(t *testing.T) {
 	// machine the replies can be held past the node timeout: the transfer
 	// then fails, and what it moved without saying so is given back in the
 	// background, a moment later.)
-	eventually(t, func() string {
-		for i, v := range holdersOf(t, servers, lockKey(name)) {
+	waitFor(t, 10*time.Second, func() bool {
+		for _, v := range holdersOf(t, servers, lockKey(name)) {
 			if v != "" {
-				return fmt.Sprintf("node %d still holds the key: %q", i, v)
+				return false
 			}
 		}
-		return ""
-	})
+		return true
+	}, "no node to hold the key")
 	if _, err := r.Mutex(name).TryLock(ctx); err != nil {
 		t.Errorf("TryLock after the abandoned hand-off: %v", err)
 	}
@@ -188,10 +187,10 @@ func handOverTwice(ctx context.Context, t *testing.T, r *dlock.Redlock, servers 
 		l, err := r.Mutex(name).Lock(ctx)
 		c <- leaseOrError{l, err}
 	}()
-	waitUntil(t, 10*time.Second, "second waiter in line", func() bool { n, _ := dlock.RedlockGateState(r, name); return n == 2 })
+	waitFor(t, 10*time.Second, func() bool { n, _ := dlock.RedlockGateState(r, name); return n == 2 }, "second waiter in line")
 	// Until the line's subscription is confirmed, whoever is first in it
 	// asks the nodes rather than wait for a release it could miss.
-	waitUntil(t, 10*time.Second, "the line hearing releases", func() bool { return dlock.RedlockGateHears(r, name) })
+	waitFor(t, 10*time.Second, func() bool { return dlock.RedlockGateHears(r, name) }, "the line hearing releases")
 	if err := a.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +201,7 @@ func handOverTwice(ctx context.Context, t *testing.T, r *dlock.Redlock, servers 
 	// The second waiter is now first in line while this process holds the
 	// lock: it must not ask the nodes, only wait for the hand-off. Give it
 	// time to (wrongly) ask before unlocking: the caller counts.
-	waitUntil(t, 10*time.Second, "second waiter first in line", func() bool { n, _ := dlock.RedlockGateState(r, name); return n == 1 })
+	waitFor(t, 10*time.Second, func() bool { n, _ := dlock.RedlockGateState(r, name); return n == 1 }, "second waiter first in line")
 	time.Sleep(200 * time.Millisecond) // observing that nothing happens: no event to await
 	if err := gotB.l.Unlock(ctx); err != nil {
 		t.Fatal(err)

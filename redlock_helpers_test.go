@@ -2,7 +2,7 @@ package dlock_test
 
 import (
 	"context"
-	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -108,31 +108,6 @@ func wantNoKey(t testing.TB, servers []*redistest.Server, key string) {
 	}
 }
 
-// eventually polls cond until it returns "" or a second has passed, then
-// fails with its last message. A Redlock call returns once a quorum of nodes
-// answered: the others catch up a moment later.
-func eventually(t testing.TB, cond func() string) {
-	t.Helper()
-	eventuallyWithin(t, time.Second, cond)
-}
-
-// eventuallyWithin is eventually with a bound of d.
-func eventuallyWithin(t testing.TB, d time.Duration, cond func() string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		msg := cond()
-		if msg == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Error(msg)
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // tryLockOnEveryNode takes name with r's TryLock and waits until every
 // node holds its share (waitAllHold): a share still on its way could be
 // beaten by another attempt, such as a waiter's, which would then take
@@ -153,28 +128,23 @@ func tryLockOnEveryNode(ctx context.Context, t testing.TB, r *dlock.Redlock, ser
 // fails it, so its bound only bounds a hang.
 func waitAllHold(t testing.TB, servers []*redistest.Server, key string) {
 	t.Helper()
-	eventuallyWithin(t, 10*time.Second, func() string {
-		for i, v := range holdersOf(t, servers, key) {
-			if v == "" {
-				return fmt.Sprintf("node %d never got its share of %s", i, key)
-			}
-		}
-		return ""
-	})
+	waitFor(t, 10*time.Second, func() bool {
+		return !slices.Contains(holdersOf(t, servers, key), "")
+	}, "every node's share of "+key)
 }
 
 // waitNoKey waits until no live server holds key: a Lock that its ctx
 // ended gives back what its last attempt took in the background.
 func waitNoKey(t testing.TB, servers []*redistest.Server, key string) {
 	t.Helper()
-	eventually(t, func() string {
-		for i, v := range holdersOf(t, servers, key) {
+	waitFor(t, 10*time.Second, func() bool {
+		for _, v := range holdersOf(t, servers, key) {
 			if v != "" && v != "(down)" {
-				return fmt.Sprintf("node %d still holds %s = %q", i, key, v)
+				return false
 			}
 		}
-		return ""
-	})
+		return true
+	}, "no live node to hold "+key)
 }
 
 // nodeErrorsIn collects every *dlock.NodeError in err's tree.

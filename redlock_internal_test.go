@@ -225,15 +225,14 @@ func TestRedlockTooSlowAcquisitionRollsBack(t *testing.T) {
 		t.Errorf("want node timeouts, got %v", err)
 	}
 	// The SETs land after the attempt gave up; the releases follow them.
-	deadline := time.Now().Add(2 * time.Second) // well before the 5s TTL
-	for _, s := range servers {
-		for s.Do(t, "EXISTS", "dlock:{"+t.Name()+"}") != int64(0) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s still holds the key: the late share was not released", s.Addr())
+	waitFor(t, 2*time.Second, func() bool { // well before the 5s TTL
+		for _, s := range servers {
+			if s.Do(t, "EXISTS", "dlock:{"+t.Name()+"}") != int64(0) {
+				return false
 			}
-			time.Sleep(10 * time.Millisecond)
 		}
-	}
+		return true
+	}, "every node to release the late share")
 }
 
 // TestRedlockRenewalBoundedByValidity checks that a renewal succeeds only
@@ -306,24 +305,13 @@ func TestRedlockGiveBackFollowsItsRequest(t *testing.T) {
 	if held(0) {
 		t.Error("node 0, which granted, still holds the share after giveBack returned")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for held(1) {
-		if time.Now().After(deadline) {
-			t.Fatal("node 1, which answered, still holds the share")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, 5*time.Second, func() bool { return !held(1) }, "node 1, which answered, to give back its share")
 	time.Sleep(100 * time.Millisecond) // the release to node 2 must not go yet
 	if !held(2) {
 		t.Fatal("node 2's share was given back before its request returned")
 	}
 	close(settled)
-	for held(2) {
-		if time.Now().After(deadline) {
-			t.Fatal("node 2's share was not given back once the requests had returned")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, 5*time.Second, func() bool { return !held(2) }, "node 2's share given back once the requests had returned")
 
 	// Every node answered: all given back at once, and the value may be
 	// used again.

@@ -274,7 +274,7 @@ func TestRedlockUnlockWithASilentNode(t *testing.T) {
 			// A waiter of the same Redlock: the Unlock hands the lock over.
 			// Until node 0 counts silent (a request above has failed
 			// there), the waiter's attempts would still wait for it.
-			waitUntil(t, 10*time.Second, "node 0 counted silent", func() bool { return dlock.RedlockNodeSilent(a, 0) })
+			waitFor(t, 10*time.Second, func() bool { return dlock.RedlockNodeSilent(a, 0) }, "node 0 counted silent")
 			l, err := a.Mutex(name).TryLock(ctx)
 			if err != nil {
 				t.Fatalf("TryLock before the hand-off: %v", err)
@@ -282,7 +282,7 @@ func TestRedlockUnlockWithASilentNode(t *testing.T) {
 			next := lockWhenHeir(ctx, t, a, name)
 			// Measured from when the waiter listens on the live nodes: its
 			// own first subscription is not the hand-off's.
-			waitUntil(t, 10*time.Second, "the waiter listening", func() bool { return dlock.RedlockGateHears(a, name) })
+			waitFor(t, 10*time.Second, func() bool { return dlock.RedlockGateHears(a, name) }, "the waiter listening")
 			start := time.Now()
 			if err := l.Unlock(ctx); err != nil {
 				t.Fatalf("Unlock handing over: %v", err)

@@ -115,7 +115,7 @@ func TestRedlockTakesAFreeKeyWithANativeSet(t *testing.T) {
 	// (the subscription lingers): the lock is contended, and r asks with
 	// the script at once, which answers a taken key in one round trip.
 	got := startRedlockLock(ctx, r, name)
-	waitUntil(t, 10*time.Second, "the waiting Lock to listen for releases", func() bool { return dlock.RedlockGateHears(r, name) })
+	waitFor(t, 10*time.Second, func() bool { return dlock.RedlockGateHears(r, name) }, "the waiting Lock to listen for releases")
 	if err := held.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -163,15 +163,15 @@ func TestRedlockLeaseSemantics(t *testing.T) {
 		t.Errorf("Name() = %q, Err() = %v", lease.Name(), lease.Err())
 	}
 	// The owner value is on every node, under the Mutex's key layout.
-	eventually(t, func() string {
+	waitFor(t, 10*time.Second, func() bool {
 		vals := holdersOf(t, servers, lockKey(name))
 		for _, v := range vals {
 			if v == "" || v != vals[0] {
-				return fmt.Sprintf("the nodes hold %q, want one owner value on all", vals)
+				return false
 			}
 		}
-		return ""
-	})
+		return true
+	}, "one owner value on every node")
 	if d, err := lease.TTL(ctx); err != nil || d <= 9*time.Second || d > 10*time.Second {
 		t.Errorf("TTL() = %v, %v; want about 10s", d, err)
 	}
@@ -191,12 +191,9 @@ func TestRedlockLeaseSemantics(t *testing.T) {
 		t.Errorf("TTL() after Extend(20s) = %v, %v", d, err)
 	}
 	for i, s := range servers {
-		eventually(t, func() string {
-			if pttl := s.Do(t, "PTTL", lockKey(name)).(int64); pttl <= 19000 {
-				return fmt.Sprintf("node %d: PTTL %d after Extend(20s)", i, pttl)
-			}
-			return ""
-		})
+		waitFor(t, 10*time.Second, func() bool {
+			return s.Do(t, "PTTL", lockKey(name)).(int64) > 19000
+		}, fmt.Sprintf("node %d's PTTL above 19 s after Extend(20s)", i))
 	}
 
 	if err := lease.Unlock(ctx); err != nil {

@@ -32,14 +32,14 @@ func holdElsewhere(ctx context.Context, t *testing.T, addrs []string, name strin
 // releases on every one of servers.
 func waitListening(t *testing.T, servers []*redistest.Server, name string) {
 	t.Helper()
-	waitUntil(t, 10*time.Second, "waiter listening on every node", func() bool {
+	waitFor(t, 10*time.Second, func() bool {
 		for _, s := range servers {
 			if subscribers(t, s, name) == 0 {
 				return false
 			}
 		}
 		return true
-	})
+	}, "waiter listening on every node")
 }
 
 // subscribers counts the pub/sub subscribers of the lock called name's
@@ -215,7 +215,7 @@ func TestRedlockLocalWaitersTakeTurnsInOrder(t *testing.T) {
 				t.Errorf("waiter %d: Unlock: %v", i, err)
 			}
 		}()
-		waitUntil(t, 10*time.Second, "waiter "+strconv.Itoa(i)+" in line", func() bool { n, _ := dlock.RedlockGateState(r, name); return n == i+1 })
+		waitFor(t, 10*time.Second, func() bool { n, _ := dlock.RedlockGateState(r, name); return n == i+1 }, "waiter "+strconv.Itoa(i)+" in line")
 	}
 	waitListening(t, servers, name)
 	if err := held.Unlock(ctx); err != nil {
@@ -251,7 +251,7 @@ func TestRedlockCloseEndsQueuedWaiters(t *testing.T) {
 			errs <- err
 		}()
 	}
-	waitUntil(t, 10*time.Second, "three waiters in line", func() bool { n, _ := dlock.RedlockGateState(r, name); return n == 3 })
+	waitFor(t, 10*time.Second, func() bool { n, _ := dlock.RedlockGateState(r, name); return n == 3 }, "three waiters in line")
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}

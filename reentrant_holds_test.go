@@ -223,9 +223,9 @@ func TestReentrantLocalHandOffFromTheSet(t *testing.T) {
 			out <- grant{l, err}
 		}(octx, grants[i])
 		want := i + 1
-		waitUntil(t, 10*time.Second, "the hold to line up", func() bool {
+		waitFor(t, 10*time.Second, func() bool {
 			return dlock.LineWaiters(c, reentrantKey(name)) == want
-		})
+		}, "the hold to line up")
 	}
 	receive := func(who int) *dlock.Lease {
 		t.Helper()

@@ -239,11 +239,11 @@ func TestRWMutexReleaseOfExpiredReadLockIsNotHeld(t *testing.T) {
 	}
 	defer func() { _ = long.Unlock(ctx) }()
 	rdb := srv.Client(t)
-	waitUntil(t, 10*time.Second, "the short hold's expiry past on the server clock", func() bool {
+	waitFor(t, 10*time.Second, func() bool {
 		first := rdb.ZRangeWithScores(ctx, rwKey(name), 0, 0).Val()
 		now, err := rdb.Time(ctx).Result()
 		return err == nil && rdb.ZCard(ctx, rwKey(name)).Val() == 2 && len(first) == 1 && first[0].Score < float64(now.UnixMilli())
-	})
+	}, "the short hold's expiry past on the server clock")
 	if err := short.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("Unlock of an expired read hold: %v; want ErrNotHeld", err)
 	}

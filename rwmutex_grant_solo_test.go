@@ -38,7 +38,7 @@ func TestRWMutexQueueGrantToWriterIsSolo(t *testing.T) {
 	}
 
 	granted := time.Now()
-	waitUntil(t, 20*time.Second, "three TTLs of renewals", func() bool { return time.Since(granted) > 3*ttl })
+	waitFor(t, 20*time.Second, func() bool { return time.Since(granted) > 3*ttl }, "three TTLs of renewals")
 	if err := w2.Err(); err != nil {
 		t.Fatalf("the granted writer lost its lease while renewed: %v", err)
 	}

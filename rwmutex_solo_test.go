@@ -158,7 +158,7 @@ func TestRWMutexSoloHolderRenewed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, 10*time.Second, "three TTLs of renewals", func() bool { return time.Since(start) > 3*ttl })
+		waitFor(t, 10*time.Second, func() bool { return time.Since(start) > 3*ttl }, "three TTLs of renewals")
 		if err := l.Err(); err != nil {
 			t.Fatalf("%s: the renewed solo holder lost its lease: %v", mode, err)
 		}

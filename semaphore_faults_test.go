@@ -283,11 +283,11 @@ func TestSemaphoreReleaseOfExpiredPermitsIsNotHeld(t *testing.T) {
 	long := mustAcquire(t, c.Semaphore(name, 2), 1)
 	defer func() { _ = long.Release(ctx) }()
 	rdb := srv.Client(t)
-	waitUntil(t, 10*time.Second, "the short holder's expiry past on the server clock", func() bool {
+	waitFor(t, 10*time.Second, func() bool {
 		first := rdb.ZRangeWithScores(ctx, semKey(name), 0, 0).Val()
 		now, err := rdb.Time(ctx).Result()
 		return err == nil && rdb.ZCard(ctx, semKey(name)).Val() == 2 && len(first) == 1 && first[0].Score < float64(now.UnixMilli())
-	})
+	}, "the short holder's expiry past on the server clock")
 	if err := short.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("Release of expired permits: %v; want ErrNotHeld", err)
 	}

@@ -58,7 +58,7 @@ func TestSemaphoreQueueGrantOfEveryPermitIsSolo(t *testing.T) {
 	}
 
 	granted := time.Now()
-	waitUntil(t, 20*time.Second, "three TTLs of renewals", func() bool { return time.Since(granted) > 3*ttl })
+	waitFor(t, 20*time.Second, func() bool { return time.Since(granted) > 3*ttl }, "three TTLs of renewals")
 	if err := p2.Err(); err != nil {
 		t.Fatalf("the granted holder lost its permits while renewed: %v", err)
 	}

@@ -103,10 +103,10 @@ func TestSoakHiccups(t *testing.T) {
 	// the blackhole ends). What the client wants is what a new connection
 	// subscribes to, so one is made: no channel may be left then.
 	proxy.ResetAll()
-	waitUntil(t, 10*time.Second, "channels unsubscribed on the server", func() bool {
+	waitFor(t, 10*time.Second, func() bool {
 		return len(admin.PubSubChannels(ctx, "*").Val()) == 0
-	})
+	}, "channels unsubscribed on the server")
 	checkServerKeys(t, admin)
 	closeLeavingNoGoroutines(t, goBefore, "the Clients", c, rival)
-	waitUntil(t, 5*time.Second, "subscribed connections closed", func() bool { return countClients(t, admin, true) == 0 })
+	waitFor(t, 5*time.Second, func() bool { return countClients(t, admin, true) == 0 }, "subscribed connections closed")
 }

@@ -105,9 +105,9 @@ func TestSoakRedlockDistinctNames(t *testing.T) {
 		"the rival", func() dlock.Retained { return dlock.RedlockRetained(rival) })
 	for i, s := range nodes {
 		admin := s.Client(t)
-		waitUntil(t, 10*time.Second, fmt.Sprintf("channels unsubscribed on node %d", i), func() bool {
+		waitFor(t, 10*time.Second, func() bool {
 			return len(admin.PubSubChannels(ctx, "*").Val()) == 0
-		})
+		}, fmt.Sprintf("channels unsubscribed on node %d", i))
 	}
 	closeLeavingNoGoroutines(t, goBefore, "the Redlocks", r, rival)
 }

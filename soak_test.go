@@ -289,9 +289,9 @@ func TestSoakDistinctNames(t *testing.T) {
 	t.Logf("retained after the linger: %+v", got)
 
 	// The server: no channel left subscribed, no key without an expiry.
-	waitUntil(t, 10*time.Second, "channels unsubscribed on the server", func() bool {
+	waitFor(t, 10*time.Second, func() bool {
 		return len(admin.PubSubChannels(ctx, "*").Val()) == 0
-	})
+	}, "channels unsubscribed on the server")
 	checkServerKeys(t, admin)
 	t.Logf("server: %d clients connected", countClients(t, admin, false))
 
@@ -303,7 +303,7 @@ func TestSoakDistinctNames(t *testing.T) {
 	// Close gives everything back: goroutines (the workers' idle ones
 	// included) and the subscription's connection.
 	closeLeavingNoGoroutines(t, goBefore, "the Clients", c, rival)
-	waitUntil(t, 5*time.Second, "subscribed connections closed", func() bool { return countClients(t, admin, true) == 0 })
+	waitFor(t, 5*time.Second, func() bool { return countClients(t, admin, true) == 0 }, "subscribed connections closed")
 	heapClosed := liveHeap()
 	t.Logf("after Close: live heap %d KiB; goroutines %d", heapClosed>>10, ourGoroutines())
 }
@@ -366,8 +366,8 @@ func TestSoakClientsCreatedAndClosed(t *testing.T) {
 	if n := settledGoroutines(goBefore); n > goBefore {
 		t.Errorf("%d goroutines after %d Clients were made and closed, %d before:\n%s", n, cycles, goBefore, goroutineDump())
 	}
-	waitUntil(t, 5*time.Second, "subscribed connections closed", func() bool { return countClients(t, admin, true) == 0 })
-	waitUntil(t, 5*time.Second, "channels unsubscribed", func() bool { return len(admin.PubSubChannels(ctx, "*").Val()) == 0 })
+	waitFor(t, 5*time.Second, func() bool { return countClients(t, admin, true) == 0 }, "subscribed connections closed")
+	waitFor(t, 5*time.Second, func() bool { return len(admin.PubSubChannels(ctx, "*").Val()) == 0 }, "channels unsubscribed")
 	conns := countClients(t, admin, false)
 	heapAfter := liveHeap()
 	t.Logf("%d Clients made and closed: goroutines %d before, %d after; connections %d before, %d after; live heap %d KiB before, %d KiB after",

@@ -106,8 +106,8 @@ func TestAbandonedAcquireIsCleanedUpAfterItLands(t *testing.T) {
 			}
 			close(hold.resume) // the acquire goes out, late, and takes the lock
 			<-hold.replied
-			waitUntil(t, 10*time.Second, "free "+tc.name+" after the abandoned acquire landed (it is kept for the 1 min TTL when the clean-up went first)",
-				func() bool { return tc.free(ctx, other, name) })
+			waitFor(t, 10*time.Second, func() bool { return tc.free(ctx, other, name) },
+				"free "+tc.name+" after the abandoned acquire landed (it is kept for the 1 min TTL when the clean-up went first)")
 		})
 	}
 }
@@ -210,16 +210,16 @@ func TestHandedOverPlaceIsCleanedUpAfterTheHeadsAttemptLands(t *testing.T) {
 	defer wcancel()
 	headErr, nextErr := make(chan error, 1), make(chan error, 1)
 	go func() { _, err := c.Mutex(name).Lock(hctx); headErr <- err }()
-	waitUntil(t, 10*time.Second, "the head queued", func() bool { return srv.Client(t).ZCard(ctx, lockKey(name)+":q").Val() == 1 })
+	waitFor(t, 10*time.Second, func() bool { return srv.Client(t).ZCard(ctx, lockKey(name)+":q").Val() == 1 }, "the head queued")
 	go func() { _, err := c.Mutex(name).Lock(wctx); nextErr <- err }()
-	waitUntil(t, 10*time.Second, "a goroutine behind the head", func() bool { return dlock.LocalWaiters(c, name) == 2 })
+	waitFor(t, 10*time.Second, func() bool { return dlock.LocalWaiters(c, name) == 2 }, "a goroutine behind the head")
 	hold.armed.Store(true)
 	<-hold.started // the head's next poll, on its way
 	hcancel()
 	if err := <-headErr; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the head's Lock: %v", err)
 	}
-	waitUntil(t, 10*time.Second, "the next goroutine waiting as the head", func() bool { return dlock.LocalWaiters(c, name) == 1 })
+	waitFor(t, 10*time.Second, func() bool { return dlock.LocalWaiters(c, name) == 1 }, "the next goroutine waiting as the head")
 	release.armed.Store(true)
 	wcancel() // its clean-up must wait for the head's attempt
 	if err := <-nextErr; !errors.Is(err, context.Canceled) {
@@ -234,6 +234,6 @@ func TestHandedOverPlaceIsCleanedUpAfterTheHeadsAttemptLands(t *testing.T) {
 	}
 	close(hold.resume) // the head's attempt lands on the free lock and takes it
 	<-hold.replied
-	waitUntil(t, 10*time.Second, "the lock free after the head's late attempt landed (kept for the 1 min TTL when the clean-up went first)",
-		func() bool { return mutexFree(ctx, other, name) })
+	waitFor(t, 10*time.Second, func() bool { return mutexFree(ctx, other, name) },
+		"the lock free after the head's late attempt landed (kept for the 1 min TTL when the clean-up went first)")
 }

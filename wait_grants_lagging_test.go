@@ -131,23 +131,23 @@ func TestGrantHeardAfterALaterAttemptIsIgnored(t *testing.T) {
 				got, err := k.lock(ctx, w, name)
 				waited <- result{got, err}
 			}()
-			waitUntil(t, 10*time.Second, "waiter queued and subscribed", func() bool {
+			waitFor(t, 10*time.Second, func() bool {
 				return rdb.ZCard(ctx, k.queue(name)).Val() == 1 && subscribedFor(ctx, rdb, k.queue(name)[:len(k.queue(name))-2])
-			})
+			}, "waiter queued and subscribed")
 
 			ps.HoldReplies(true) // the grant will be heard late
 			pc.Blackhole(true)   // and the waiter cannot ask meanwhile
 			held.release()       // grants the waiter, for its 1 s claim window
 			var other acquired
-			waitUntil(t, 10*time.Second, "the lock for another client once the unclaimed grant expired", func() bool {
+			waitFor(t, 10*time.Second, func() bool {
 				got, err := k.try(ctx, x, name)
 				other = got
 				return err == nil
-			})
+			}, "the lock for another client once the unclaimed grant expired")
 			pc.Blackhole(false)
-			waitUntil(t, 10*time.Second, "the waiter queued again behind the new holder", func() bool {
+			waitFor(t, 10*time.Second, func() bool {
 				return rdb.ZCard(ctx, k.queue(name)).Val() == 1
-			})
+			}, "the waiter queued again behind the new holder")
 			ps.HoldReplies(false) // the old grant arrives now
 
 			select {

@@ -99,14 +99,14 @@ func TestLateGrantToAHeadThatGaveUpIsIgnored(t *testing.T) {
 	head, second := make(chan error, 1), make(chan multiLockResult, 1)
 	go func() { _, err := w.Mutex(name).Lock(hctx); head <- err }()
 	key := lockKey(name)
-	waitUntil(t, 10*time.Second, "the head queued and subscribed", func() bool {
+	waitFor(t, 10*time.Second, func() bool {
 		return rdb.ZCard(ctx, key+":q").Val() == 1 && rdb.PubSubNumSub(ctx, key).Val()[key] > 0
-	})
+	}, "the head queued and subscribed")
 	go func() {
 		l, err := w.Mutex(name).Lock(ctx)
 		second <- multiLockResult{l, err}
 	}()
-	waitUntil(t, 10*time.Second, "a second goroutine behind the head", func() bool { return dlock.LocalWaiters(w, name) == 2 })
+	waitFor(t, 10*time.Second, func() bool { return dlock.LocalWaiters(w, name) == 2 }, "a second goroutine behind the head")
 
 	ps.HoldReplies(true) // the grant will be heard late
 	pc.Blackhole(true)   // and the waiter cannot ask meanwhile
@@ -114,16 +114,16 @@ func TestLateGrantToAHeadThatGaveUpIsIgnored(t *testing.T) {
 		t.Fatal(err)
 	}
 	var other *dlock.Lease
-	waitUntil(t, 10*time.Second, "the lock for another client once the unclaimed grant expired", func() bool {
+	waitFor(t, 10*time.Second, func() bool {
 		l, err := x.Mutex(name).TryLock(ctx)
 		other = l
 		return err == nil
-	})
+	}, "the lock for another client once the unclaimed grant expired")
 	hcancel() // the head gives up: its place passes to the second goroutine
 	if err := <-head; err == nil {
 		t.Fatal("the head got the lock")
 	}
-	waitUntil(t, 10*time.Second, "the second goroutine waiting as the head", func() bool { return dlock.GrantWaiters(w, key) == 1 })
+	waitFor(t, 10*time.Second, func() bool { return dlock.GrantWaiters(w, key) == 1 }, "the second goroutine waiting as the head")
 	ps.HoldReplies(false) // the old grant arrives now
 	checkIgnoredThenGranted(t, ignored, claimFailed.seen, second, other, func() { pc.Blackhole(false) })
 }
@@ -216,9 +216,9 @@ func TestSecondCopyOfAnExpiredGrantIsIgnored(t *testing.T) {
 		waited <- multiLockResult{l, err}
 	}()
 	key := lockKey(name)
-	waitUntil(t, 10*time.Second, "the waiter queued and subscribed", func() bool {
+	waitFor(t, 10*time.Second, func() bool {
 		return rdb.ZCard(ctx, key+":q").Val() == 1 && subscribedFor(ctx, rdb, key)
-	})
+	}, "the waiter queued and subscribed")
 	hook.failAcquire.Store(true) // the waiter's polls fail from now on
 	hook.holdRelease.Store(true) // the release's reply, with the grant, is late
 	ps.HoldReplies(true)         // and so is the grant's message
@@ -226,11 +226,11 @@ func TestSecondCopyOfAnExpiredGrantIsIgnored(t *testing.T) {
 	go func() { unlocked <- held.Unlock(ctx) }()
 	<-hook.releaseHeld
 	var other *dlock.Lease
-	waitUntil(t, 10*time.Second, "the lock for another client once the unclaimed grant expired", func() bool {
+	waitFor(t, 10*time.Second, func() bool {
 		l, err := x.Mutex(name).TryLock(ctx)
 		other = l
 		return err == nil
-	})
+	}, "the lock for another client once the unclaimed grant expired")
 	ps.HoldReplies(false) // the first copy: too late, its claim finds the lock gone
 	select {
 	case <-hook.claimGone:
@@ -239,7 +239,7 @@ func TestSecondCopyOfAnExpiredGrantIsIgnored(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no claim found the lock gone")
 	}
-	waitUntil(t, 10*time.Second, "the waiter waiting again", func() bool { return dlock.GrantWaiters(w, dlock.FairGrantChannel(w, name)) == 1 })
+	waitFor(t, 10*time.Second, func() bool { return dlock.GrantWaiters(w, dlock.FairGrantChannel(w, name)) == 1 }, "the waiter waiting again")
 	close(hook.resume) // the second copy, from the release's reply
 	if err := <-unlocked; err != nil {
 		t.Logf("the holder's Unlock: %v", err)

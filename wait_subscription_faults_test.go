@@ -104,13 +104,8 @@ func TestUnconfirmedSubscriptionIsUnsubscribedAfterTheWait(t *testing.T) {
 	}
 	ps.HoldOpenReplies(false)
 	t.Log("waiting out the subscription linger")
-	deadline := time.Now().Add(40 * time.Second)
-	for rdb.PubSubNumSub(ctx, lockKey(name)).Val()[lockKey(name)] != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the channel is still subscribed 40 s after its last waiter left: nothing will unsubscribe it")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	waitFor(t, 40*time.Second, func() bool { return rdb.PubSubNumSub(ctx, lockKey(name)).Val()[lockKey(name)] == 0 },
+		"the channel unsubscribed after its last waiter left (else nothing will unsubscribe it)")
 }
 
 // gatedDriver is the go-redis driver on a real server, except that its

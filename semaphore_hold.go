@@ -40,7 +40,7 @@ func (a *semAcquisition) place(owner string) wait.Place {
 
 func (a *semAcquisition) attempt(ctx context.Context, owner string, queue bool) (wait.Result, error) {
 	s := a.s
-	r, err := protocol.SemAcquire(ctx, s.c.drv, s.keys.all, owner, a.n, s.permits, queue, &s.ms.TTL, &s.settings, s.cfg.ack())
+	r, err := protocol.SemAcquire(ctx, s.c.drv, s.keys.all[:], owner, a.n, s.permits, queue, &s.ms.TTL, &s.settings, s.cfg.ack())
 	if err != nil {
 		var lerr *protocol.LimitError
 		if errors.As(err, &lerr) {
@@ -88,7 +88,7 @@ func (a *semAcquisition) release(ctx context.Context, owner string) error {
 // (the permits it keeps, when it kept some).
 func (a *semAcquisition) releaseSome(ctx context.Context, owner string, keep int) (int64, error) {
 	s := a.s
-	r, err := protocol.SemRelease(ctx, s.c.drv, s.keys.all, owner, &s.settings, keep, s.deliver)
+	r, err := protocol.SemRelease(ctx, s.c.drv, s.keys.all[:], owner, &s.settings, keep, s.deliver)
 	if err != nil {
 		return 0, releaseErr(r, err)
 	}

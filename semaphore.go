@@ -152,8 +152,8 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool) (*Permits, er
 	if n < 1 || n > MaxPermits {
 		return nil, errs.Errorf("dlock: Semaphore(%q): %w", s.name, errs.InvalidArgf("asked for %d permits: want between 1 and the limit", n))
 	}
-	// The acquisition and the Permits that hold it are made together: one
-	// allocation per Acquire rather than two.
+	// The acquisition, its Lease (makeLease) and the Permits that hold
+	// them are made together: one allocation per Acquire rather than three.
 	both := &struct {
 		p Permits
 		a semAcquisition

@@ -108,7 +108,7 @@ func (c *Client) Semaphore(name string, permits int, opts ...Option) *Semaphore 
 		err = errs.Errorf("dlock: Semaphore(%q): %w", name, errs.InvalidArgf("%d permits: want between 1 and %d", permits, MaxPermits))
 	}
 	s.ms, s.err = queueTimings(&s.cfg), err
-	var buf [100]byte // room for any settings: they are not kept here
+	var buf [100]byte // room for any settings, copied into the keys' string
 	settings := protocol.AppendSemSettings(buf[:0], c.drv, permits, &s.ms)
 	s.keys, s.settings = newSemKeys(s.cfg.keyPrefix, name, settings)
 	return s

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -51,17 +52,17 @@ func TestLockKeys(t *testing.T) {
 func TestSemAndRWKeys(t *testing.T) {
 	for _, c := range []struct{ prefix, name string }{{"dlock:", "orders:1"}, {"", "x"}, {"app:", "{cart:7}:items"}} {
 		base := c.prefix + "{" + c.name + "}"
-		s := newSemKeys(c.prefix, c.name)
+		s, settings := newSemKeys(c.prefix, c.name, []byte("1 2 PUBLISH"))
 		got := []string{s.holders, s.counts, s.limit, s.fence, s.queue, s.waiters, s.calls, s.held}
 		want := []string{base + ":sem", base + ":sem:n", base + ":sem:limit", base + ":sem:fence", base + ":sem:q", base + ":sem:w", base + ":sem:calls", base + ":sem:held"}
-		if fmt.Sprint(got) != fmt.Sprint(want) || fmt.Sprint(s.all) != fmt.Sprint(want[:6]) || cap(s.all) != 6 {
-			t.Errorf("newSemKeys(%q, %q) = %q, all %q (cap %d); want %q", c.prefix, c.name, got, s.all, cap(s.all), want)
+		if fmt.Sprint(got) != fmt.Sprint(want) || fmt.Sprint(s.all) != fmt.Sprint(want[:6]) || settings != "1 2 PUBLISH" {
+			t.Errorf("newSemKeys(%q, %q) = %q, all %q, settings %q; want %q", c.prefix, c.name, got, s.all, settings, want)
 		}
 		r := newRWKeys(c.prefix, c.name)
 		got = []string{r.holders, r.fence, r.queue, r.waiters, r.tokens, r.held}
 		want = []string{base + ":rw", base + ":rw:fence", base + ":rw:q", base + ":rw:w", base + ":rw:tok", base + ":rw:held"}
 		renew := []string{want[0], want[4]}
-		if fmt.Sprint(got) != fmt.Sprint(want) || fmt.Sprint(r.all) != fmt.Sprint(want[:5]) || cap(r.all) != 5 || fmt.Sprint(r.renew) != fmt.Sprint(renew) {
+		if fmt.Sprint(got) != fmt.Sprint(want) || fmt.Sprint(r.all) != fmt.Sprint(want[:5]) || fmt.Sprint(r.renew) != fmt.Sprint(renew) {
 			t.Errorf("newRWKeys(%q, %q) = %q, all %q, renew %q; want %q", c.prefix, c.name, got, r.all, r.renew, want)
 		}
 	}
@@ -76,9 +77,37 @@ func TestReentrantKeys(t *testing.T) {
 		base := c.cfg.keyPrefix + "{" + name + "}:re"
 		want := []string{base, base + ":fence", base + ":q", base + ":w", base + ":holds", base + ":held"}
 		got := []string{m.keys.lock, m.keys.fence, m.keys.queue, m.keys.waiters, m.holds, m.keys.held}
-		if fmt.Sprint(got) != fmt.Sprint(want) || fmt.Sprint(m.all) != fmt.Sprint(want[:5]) || cap(m.all) != 5 {
+		if fmt.Sprint(got) != fmt.Sprint(want) || fmt.Sprint(m.all) != fmt.Sprint(want[:5]) {
 			t.Errorf("ReentrantMutex(%q) keys %q, all %q; want %q", name, got, m.all, want)
 		}
+	}
+}
+
+// descriptorSink keeps TestDescriptorAllocs's descriptors on the heap, as
+// a caller's are.
+var descriptorSink any
+
+// TestDescriptorAllocs: a descriptor is two allocations, as a Mutex's is:
+// itself, and one string for its keys (and the Semaphore's settings).
+func TestDescriptorAllocs(t *testing.T) {
+	c := sharedClient(t)
+	for _, d := range []struct {
+		kind string
+		make func()
+	}{
+		{"Mutex", func() { descriptorSink = c.Mutex("orders:1") }},
+		{"Semaphore", func() { descriptorSink = c.Semaphore("orders:1", 8) }},
+		{"RWMutex", func() { descriptorSink = c.RWMutex("orders:1") }},
+		{"ReentrantMutex", func() { descriptorSink = c.ReentrantMutex("orders:1") }},
+	} {
+		if n := testing.AllocsPerRun(100, d.make); n > 2 {
+			t.Errorf("%s: %v allocations, want 2", d.kind, n)
+		}
+	}
+	s := c.Semaphore("orders:1", 8)
+	want := string(protocol.AppendSemSettings(nil, c.drv, 8, &s.ms))
+	if s.settings != want {
+		t.Errorf("Semaphore settings %q, want %q", s.settings, want)
 	}
 }
 

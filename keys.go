@@ -57,13 +57,15 @@ func splitLockKeys(s string, n int) lockKeys {
 	}
 }
 
-// keyFamily returns the keys base+suffix for each suffix, where base is
-// prefix+"{"+name+"}"+kind, all cut from one string: two allocations (the
-// string and the slice) rather than one per key. The RWMutex's and the
-// Semaphore's descriptors are made per call, as a Mutex's are.
-func keyFamily(prefix, name, kind string, suffixes ...string) []string {
+// keyFamily sets keys[i] to prefix+"{"+name+"}"+kind+suffixes[i] for each
+// suffix, and returns tail as a string, all cut from one string: the keys
+// of a Semaphore, RWMutex or ReentrantMutex descriptor and its own script
+// argument (the Semaphore's settings; nil for the others) in one
+// allocation, as a Mutex's are. The descriptors are made per call, and
+// each keeps its keys in arrays inside its own allocation.
+func keyFamily(keys []string, tail []byte, prefix, name, kind string, suffixes ...string) string {
 	n := len(prefix) + len(name) + 2 + len(kind)
-	total := 0
+	total := len(tail)
 	for _, s := range suffixes {
 		total += n + len(s)
 	}
@@ -77,12 +79,12 @@ func keyFamily(prefix, name, kind string, suffixes ...string) []string {
 		b.WriteString(kind)
 		b.WriteString(s)
 	}
+	b.Write(tail)
 	all := b.String()
-	keys := make([]string, len(suffixes))
 	for i, s := range suffixes {
 		keys[i], all = all[:n+len(s)], all[n+len(s):]
 	}
-	return keys
+	return all
 }
 
 // array returns the keys in the order of the Mutex scripts' KEYS (held is

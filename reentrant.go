@@ -77,9 +77,11 @@ type ReentrantMutex struct {
 	name  string
 	cfg   config
 	keys  lockKeys
-	holds string   // the set of the holder's hold ids, from its second hold on
-	all   []string // the scripts' KEYS: the lock's keys, then holds
-	err   error
+	holds string // the set of the holder's hold ids, from its second hold on
+	// all are the scripts' KEYS: the lock's keys, then holds, in an array
+	// so that they live in the descriptor's own allocation.
+	all [5]string
+	err error
 }
 
 // ReentrantMutex returns the reentrant lock called name. opts override the
@@ -93,9 +95,10 @@ func (c *Client) ReentrantMutex(name string, opts ...Option) *ReentrantMutex {
 		// expire would end the others too.
 		err = errs.Errorf("dlock: ReentrantMutex(%q): %w", name, errs.InvalidArgf("WithMinHold does not apply to a ReentrantMutex, whose holds share one key"))
 	}
-	all := keyFamily(m.cfg.keyPrefix, name, ":re", "", ":fence", ":q", ":w", ":holds", ":held")
-	m.keys = lockKeys{lock: all[0], fence: all[1], queue: all[2], waiters: all[3], held: all[5]}
-	m.holds, m.all, m.err = all[4], all[:5:5], err
+	var k [6]string
+	keyFamily(k[:], nil, m.cfg.keyPrefix, name, ":re", "", ":fence", ":q", ":w", ":holds", ":held")
+	m.keys = lockKeys{lock: k[0], fence: k[1], queue: k[2], waiters: k[3], held: k[5]}
+	m.holds, m.all, m.err = k[4], [5]string(k[:5]), err
 	return m
 }
 
@@ -239,7 +242,7 @@ func (h *reentrantHold) place(member string) wait.Place {
 func (h *reentrantHold) attempt(ctx context.Context, member string, queue bool) (wait.Result, error) {
 	m := h.m
 	h.grant = ""
-	a, err := protocol.ReentrantAcquire(ctx, m.c.drv, m.all, member, &m.cfg.pxMillis,
+	a, err := protocol.ReentrantAcquire(ctx, m.c.drv, m.all[:], member, &m.cfg.pxMillis,
 		protocol.Join(queue), protocol.LockMode(m.c.drv, false), &m.cfg.timings, m.cfg.ack())
 	if err != nil {
 		return wait.Result{}, err
@@ -287,7 +290,7 @@ func (h *reentrantHold) sendUnlock(ctx context.Context, member string) (ended bo
 // (released, handed on, or no longer there).
 func (h *reentrantHold) sendRelease(ctx context.Context, member string) (ended bool, err error) {
 	m := h.m
-	r, err := protocol.ReentrantRelease(ctx, m.c.drv, m.all, member, protocol.LockMode(m.c.drv, false), &m.cfg.timings,
+	r, err := protocol.ReentrantRelease(ctx, m.c.drv, m.all[:], member, protocol.LockMode(m.c.drv, false), &m.cfg.timings,
 		func(next string, fence int64, px time.Duration) {
 			m.c.notify.Deliver(m.keys.channel(), next, fence, px)
 		})

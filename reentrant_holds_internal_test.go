@@ -25,7 +25,7 @@ func TestReentrantLoneHoldAcquiredTwiceCountsOnce(t *testing.T) {
 	}
 	var tokens [2]int64
 	for i := range tokens {
-		a, err := protocol.ReentrantAcquire(ctx, c.drv, m.all, member, &m.cfg.pxMillis,
+		a, err := protocol.ReentrantAcquire(ctx, c.drv, m.all[:], member, &m.cfg.pxMillis,
 			protocol.Join(false), protocol.LockMode(c.drv, false), &m.cfg.timings, m.cfg.ack())
 		if err != nil || !a.Granted {
 			t.Fatalf("acquire %d: granted %v, %v", i+1, a.Granted, err)

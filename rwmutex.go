@@ -57,23 +57,25 @@ type rwKeys struct {
 	waiters string // hash: waiting members' leases
 	tokens  string // hash: member -> its fencing token
 	held    string // hash: member -> when its hold began (held_record.lua)
-	all     []string
-	// renew is rw_extend.lua's KEYS, an array so that it lives inside the
-	// descriptor's own allocation.
+	// all are the five keys above, the scripts' KEYS, and renew is
+	// rw_extend.lua's: arrays, so that they live in the descriptor's own
+	// allocation.
+	all   [5]string
 	renew [2]string
 }
 
 func newRWKeys(prefix, name string) rwKeys {
-	keys := keyFamily(prefix, name, ":rw", "", ":fence", ":q", ":w", ":tok", ":held")
+	var k [6]string
+	keyFamily(k[:], nil, prefix, name, ":rw", "", ":fence", ":q", ":w", ":tok", ":held")
 	return rwKeys{
-		holders: keys[0],
-		fence:   keys[1],
-		queue:   keys[2],
-		waiters: keys[3],
-		tokens:  keys[4],
-		held:    keys[5],
-		all:     keys[:5:5],
-		renew:   [2]string{keys[0], keys[4]},
+		holders: k[0],
+		fence:   k[1],
+		queue:   k[2],
+		waiters: k[3],
+		tokens:  k[4],
+		held:    k[5],
+		all:     [5]string(k[:5]),
+		renew:   [2]string{k[0], k[4]},
 	}
 }
 

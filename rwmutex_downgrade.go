@@ -128,7 +128,7 @@ func (rw *RWMutex) readConfig(start, holdUntil time.Time) (*config, time.Duratio
 // replicas acknowledged it. Waiters of this Client that it granted are told
 // directly.
 func (rw *RWMutex) downgrade(ctx context.Context, writeOwner, readOwner string, px time.Duration) (int64, error) {
-	fence, acked, err := protocol.RWDowngrade(ctx, rw.c.drv, rw.keys.all,
+	fence, acked, err := protocol.RWDowngrade(ctx, rw.c.drv, rw.keys.all[:],
 		string(rwWrite)+writeOwner, string(rwRead)+readOwner, px,
 		&rw.ms, rw.keys.holders, rw.cfg.ack(), rw.deliver)
 	if err != nil {

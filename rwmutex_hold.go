@@ -49,7 +49,7 @@ func (h *rwHalf) channel() string { return h.rw.keys.holders }
 // attempt runs rw_acquire.lua and translates its reply.
 func (h *rwHalf) attempt(ctx context.Context, owner string, queue bool) (wait.Result, error) {
 	rw := h.rw
-	a, err := protocol.RWAcquire(ctx, rw.c.drv, rw.keys.all, h.member(owner), &rw.cfg.pxMillis, queue, &rw.cfg.timings, rw.cfg.ack())
+	a, err := protocol.RWAcquire(ctx, rw.c.drv, rw.keys.all[:], h.member(owner), &rw.cfg.pxMillis, queue, &rw.cfg.timings, rw.cfg.ack())
 	if err != nil {
 		return wait.Result{}, err
 	}
@@ -68,7 +68,7 @@ func (h *rwHalf) attempt(ctx context.Context, owner string, queue bool) (wait.Re
 // directly.
 func (h *rwHalf) release(ctx context.Context, owner string) error {
 	rw := h.rw
-	r, err := protocol.RWRelease(ctx, rw.c.drv, rw.keys.all, h.member(owner), &rw.cfg.timings, rw.deliver)
+	r, err := protocol.RWRelease(ctx, rw.c.drv, rw.keys.all[:], h.member(owner), &rw.cfg.timings, rw.deliver)
 	return releaseErr(r, err)
 }
 

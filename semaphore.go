@@ -35,7 +35,8 @@ type Semaphore struct {
 	cfg     config
 	ms      protocol.Timings // computed with the descriptor: calls point at them
 	// settings are permits and timings as the acquire and release scripts
-	// take them (protocol.SemSettings), built once with the descriptor.
+	// take them (protocol.AppendSemSettings), built once with the
+	// descriptor, in the allocation of its keys.
 	settings string
 	keys     semKeys
 	err      error // invalid name, permits or option, reported on first use
@@ -62,26 +63,31 @@ type semKeys struct {
 	fence   string // last fencing token issued
 	queue   string // waiting owners by arrival
 	waiters string // waiting owners' leases and requests
-	all     []string
+	// all are the six keys above, the scripts' KEYS, in an array so that
+	// they live in the descriptor's own allocation.
+	all [6]string
 	// calls remembers AddPermits's recent call ids. Only AddPermits touches
 	// it, so it is not in all, and inspection does not read it.
 	calls string
 	held  string // owner -> when its hold began (held_record.lua)
 }
 
-func newSemKeys(prefix, name string) semKeys {
-	keys := keyFamily(prefix, name, ":sem", "", ":n", ":limit", ":fence", ":q", ":w", ":calls", ":held")
+// newSemKeys returns the keys of the semaphore name, and settings (the
+// scripts' argument, AppendSemSettings) as a string made with them.
+func newSemKeys(prefix, name string, settings []byte) (semKeys, string) {
+	var k [8]string
+	tail := keyFamily(k[:], settings, prefix, name, ":sem", "", ":n", ":limit", ":fence", ":q", ":w", ":calls", ":held")
 	return semKeys{
-		holders: keys[0],
-		counts:  keys[1],
-		limit:   keys[2],
-		fence:   keys[3],
-		queue:   keys[4],
-		waiters: keys[5],
-		all:     keys[:6:6], // calls is not among them (an append copies)
-		calls:   keys[6],
-		held:    keys[7],
-	}
+		holders: k[0],
+		counts:  k[1],
+		limit:   k[2],
+		fence:   k[3],
+		queue:   k[4],
+		waiters: k[5],
+		all:     [6]string(k[:6]),
+		calls:   k[6],
+		held:    k[7],
+	}, tail
 }
 
 // channel is where grants and wake-ups are published: the holders key's
@@ -101,8 +107,10 @@ func (c *Client) Semaphore(name string, permits int, opts ...Option) *Semaphore 
 	if err == nil && (permits < 1 || permits > MaxPermits) {
 		err = errs.Errorf("dlock: Semaphore(%q): %w", name, errs.InvalidArgf("%d permits: want between 1 and %d", permits, MaxPermits))
 	}
-	s.ms, s.keys, s.err = queueTimings(&s.cfg), newSemKeys(s.cfg.keyPrefix, name), err
-	s.settings = protocol.SemSettings(c.drv, permits, &s.ms)
+	s.ms, s.err = queueTimings(&s.cfg), err
+	var buf [100]byte // room for any settings, copied into the keys' string
+	settings := protocol.AppendSemSettings(buf[:0], c.drv, permits, &s.ms)
+	s.keys, s.settings = newSemKeys(s.cfg.keyPrefix, name, settings)
 	return s
 }
 
@@ -144,8 +152,8 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool) (*Permits, er
 	if n < 1 || n > MaxPermits {
 		return nil, errs.Errorf("dlock: Semaphore(%q): %w", s.name, errs.InvalidArgf("asked for %d permits: want between 1 and the limit", n))
 	}
-	// The acquisition and the Permits that hold it are made together: one
-	// allocation per Acquire rather than two.
+	// The acquisition, its Lease (makeLease) and the Permits that hold
+	// them are made together: one allocation per Acquire rather than three.
 	both := &struct {
 		p Permits
 		a semAcquisition
@@ -246,7 +254,7 @@ func (s *Semaphore) changeLimit(ctx context.Context, op string, v int, id string
 		ctx, cancel = context.WithTimeout(ctx, semCallMemory)
 		defer cancel()
 	}
-	limit, err := protocol.SemSetPermits(ctx, s.c.drv, s.keys.all, s.keys.channel(), &s.ms, ch, s.deliver)
+	limit, err := protocol.SemSetPermits(ctx, s.c.drv, s.keys.all[:], s.keys.channel(), &s.ms, ch, s.deliver)
 	var lerr *protocol.LimitError
 	if errors.As(err, &lerr) {
 		return 0, errs.Errorf("dlock: %s %q: %w", op, s.name,

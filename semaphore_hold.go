@@ -18,13 +18,34 @@ import (
 type semAcquisition struct {
 	s *Semaphore
 	n int
+	// lease is the Lease of the acquisition's first grant (makeLease):
+	// made with the acquisition, both cost one allocation. leased says it
+	// was started: a grant that expired before its claim spent it, and a
+	// later grant gets a Lease of its own.
+	lease  Lease
+	leased bool
 }
 
 var (
 	_ queuedLock   = (*semAcquisition)(nil)
 	_ batchRenewer = (*semAcquisition)(nil)
 	_ recorder     = (*semAcquisition)(nil)
+	_ leaseMaker   = (*semAcquisition)(nil)
 )
+
+// makeLease is newLease in the acquisition's own Lease, when unspent. Only
+// the acquiring goroutine turns its grants into leases.
+func (a *semAcquisition) makeLease(ctx context.Context, cfg *config, owner string, r wait.Result, from time.Time) (*Lease, error) {
+	l := &a.lease
+	if a.leased {
+		l = new(Lease)
+	}
+	a.leased = true
+	if err := l.start(ctx, a.s.c.wd, a, cfg, owner, r.Fence, from, r.PTTL); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
 
 func (a *semAcquisition) verbs() (try, wait string) { return "TryAcquire", "Acquire" }
 
@@ -40,7 +61,7 @@ func (a *semAcquisition) place(owner string) wait.Place {
 
 func (a *semAcquisition) attempt(ctx context.Context, owner string, queue bool) (wait.Result, error) {
 	s := a.s
-	r, err := protocol.SemAcquire(ctx, s.c.drv, s.keys.all, owner, a.n, s.permits, queue, &s.ms.TTL, &s.settings, s.cfg.ack())
+	r, err := protocol.SemAcquire(ctx, s.c.drv, s.keys.all[:], owner, a.n, s.permits, queue, &s.ms.TTL, &s.settings, s.cfg.ack())
 	if err != nil {
 		var lerr *protocol.LimitError
 		if errors.As(err, &lerr) {
@@ -88,7 +109,7 @@ func (a *semAcquisition) release(ctx context.Context, owner string) error {
 // (the permits it keeps, when it kept some).
 func (a *semAcquisition) releaseSome(ctx context.Context, owner string, keep int) (int64, error) {
 	s := a.s
-	r, err := protocol.SemRelease(ctx, s.c.drv, s.keys.all, owner, &s.settings, keep, s.deliver)
+	r, err := protocol.SemRelease(ctx, s.c.drv, s.keys.all[:], owner, &s.settings, keep, s.deliver)
 	if err != nil {
 		return 0, releaseErr(r, err)
 	}

@@ -133,7 +133,7 @@ func RWAcquire(ctx context.Context, drv driver.Driver, keys []string, member str
 func rwFlags(drv driver.Driver, queue bool) any { return LockMode(drv, queue) }
 
 // SemAcquire runs sem_acquire.lua for owner's n permits of a Semaphore
-// given permits; settings is its ARGV[5] (SemSettings), and keys[0] its
+// given permits; settings is its ARGV[5] (AppendSemSettings), and keys[0] its
 // channel. A request over the limit in force is a *LimitError.
 func SemAcquire(ctx context.Context, drv driver.Driver, keys []string, owner string, n, permits int, queue bool, ttl *int64, settings *string, ack Ack) (Attempt, error) {
 	c := newCall(scripts.SemAcquire, keys, owner)

@@ -140,29 +140,38 @@ func TestExtendCallsAllocateOnce(t *testing.T) {
 	}
 }
 
-// The Semaphore's settings are one argument, built in one allocation, and
-// its acquire tells the script whether n fits the permits given.
+// The Semaphore's settings are one argument, appended without allocating
+// to a buffer with room, and its acquire tells the script whether n fits
+// the permits given.
 func TestSemSettingsAndJoin(t *testing.T) {
 	d := &replyDriver{reply: int64(9)}
 	tm := &Timings{TTL: 30000, WaiterLease: 30000, ClaimWindow: 5000, FenceRetention: 3600000, LimitRetention: 604800000}
-	var got string
-	if n := testing.AllocsPerRun(20, func() { got = SemSettings(d, 8, tm) }); n > 1 {
-		t.Errorf("SemSettings: %v allocations, want 1", n)
+	var buf [100]byte
+	var got []byte
+	if n := testing.AllocsPerRun(20, func() { got = AppendSemSettings(buf[:0], d, 8, tm) }); n > 0 {
+		t.Errorf("AppendSemSettings: %v allocations, want 0", n)
 	}
-	if want := "8 604800000 30000 5000 3600000 PUBLISH"; got != want {
-		t.Errorf("SemSettings = %q, want %q", got, want)
+	if want := "8 604800000 30000 5000 3600000 PUBLISH"; string(got) != want {
+		t.Errorf("AppendSemSettings = %q, want %q", got, want)
 	}
+	// The longest settings: the most permits, timings of MaxInt64 ms, and
+	// SPUBLISH, one byte longer than PUBLISH.
+	huge := &Timings{LimitRetention: math.MaxInt64, WaiterLease: math.MaxInt64, ClaimWindow: math.MaxInt64, FenceRetention: math.MaxInt64}
+	if n := len(AppendSemSettings(nil, d, math.MaxInt32, huge)) + 1; n >= 100 {
+		t.Errorf("the longest settings take %d bytes, want under 100", n)
+	}
+	settings := string(got)
 	for _, tc := range []struct {
 		n     int
 		queue bool
 		want  any
 	}{{1, true, "1+"}, {8, false, "0+"}, {9, true, "1-"}, {9, false, "0-"}} {
 		d.calls = nil
-		a, err := SemAcquire(context.Background(), d, []string{"h", "c", "l", "f", "q", "w"}, "o", tc.n, 8, tc.queue, &tm.TTL, &got, Ack{})
+		a, err := SemAcquire(context.Background(), d, []string{"h", "c", "l", "f", "q", "w"}, "o", tc.n, 8, tc.queue, &tm.TTL, &settings, Ack{})
 		if err != nil || !a.Granted || a.Fence != 9 {
 			t.Fatalf("SemAcquire(%d): %+v, %v", tc.n, a, err)
 		}
-		if args := d.calls[0].Args; len(args) != 5 || args[3] != tc.want || *args[4].(*string) != got {
+		if args := d.calls[0].Args; len(args) != 5 || args[3] != tc.want || *args[4].(*string) != settings {
 			t.Errorf("SemAcquire(%d of 8, queue %v) args %v, want the flag %q and the settings", tc.n, tc.queue, args, tc.want)
 		}
 	}

@@ -71,23 +71,24 @@ func semJoin(queue, fits bool) any {
 	return semOnlyOver
 }
 
-// SemSettings is a Semaphore's settings as sem_acquire.lua and
-// sem_release.lua take them, in one argument: its permits (the limit when
-// none is stored), the timings in ms, and drv's publish command.
-func SemSettings(drv driver.Driver, permits int, t *Timings) string {
-	b := make([]byte, 0, 96) // one allocation: the string
+// AppendSemSettings appends to b a Semaphore's settings as sem_acquire.lua
+// and sem_release.lua take them, in one argument: its permits (the limit
+// when none is stored), the timings in ms, and drv's publish command. It
+// allocates only when b has too little room: settings take under 100
+// bytes.
+func AppendSemSettings(b []byte, drv driver.Driver, permits int, t *Timings) []byte {
 	b = strconv.AppendInt(b, int64(permits), 10)
 	for _, v := range [...]int64{t.LimitRetention, t.WaiterLease, t.ClaimWindow, t.FenceRetention} {
 		b = append(b, ' ')
 		b = strconv.AppendInt(b, v, 10)
 	}
 	b = append(b, ' ')
-	return string(append(b, drv.PublishCommand()...))
+	return append(b, drv.PublishCommand()...)
 }
 
 // SemRelease runs sem_release.lua: it gives owner's permits back, all or
 // all but keep (0: none kept), and serves the waiters that fit, or takes
-// owner out of the queue; settings is SemSettings's. Release.Held is what
+// owner out of the queue; settings is AppendSemSettings's. Release.Held is what
 // owner holds afterwards. It returns errs.ErrNotHeld when owner held no
 // permits.
 func SemRelease(ctx context.Context, drv driver.Driver, keys []string, owner string, settings *string, keep int, deliver Deliver) (Release, error) {

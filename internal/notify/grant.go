@@ -56,13 +56,7 @@ func (n *Notifier) Message(channel, payload string) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if cs := n.channels[channel]; cs != nil {
-		for _, list := range cs.waiters {
-			for _, w := range list {
-				w.Wake(nil)
-			}
-		}
-	}
+	n.wakeAllLocked(channel)
 }
 
 // Reset implements driver.Handler: messages may have been lost while the
@@ -71,13 +65,11 @@ func (n *Notifier) Message(channel, payload string) {
 func (n *Notifier) Reset() {
 	n.mu.Lock()
 	waiting := 0
-	for _, cs := range n.channels {
+	for channel, cs := range n.channels {
 		for _, list := range cs.waiters {
-			for _, w := range list {
-				w.Wake(nil)
-				waiting++
-			}
+			waiting += len(list)
 		}
+		n.wakeAllLocked(channel)
 	}
 	n.mu.Unlock()
 	n.logger.Info("dlock: pub/sub subscription reset (reconnected, or its Redis client closed); waiters ask the server again", slog.Int("waiters", waiting))
@@ -117,6 +109,14 @@ func (n *Notifier) deliverGrant(channel, owner string, g Grant) {
 	}
 }
 
+// wakeAllLocked asks every waiter on channel to ask the server again,
+// including those whose first attempt is in flight (expect): its reply may
+// predate what the wake-up stands for, and its waiter registers only after
+// it, when the wake-up has gone by.
+func (n *Notifier) wakeAllLocked(channel string) {
+	n.wakeMatchingLocked(channel, func(string) bool { return true })
+}
+
 // askAgain, kept as an expected owner's grant, is a wake-up without a grant
 // (wakeMatching) that came before the owner's waiter registered.
 var askAgain = new(Grant)
@@ -129,6 +129,11 @@ var askAgain = new(Grant)
 func (n *Notifier) WakeMatching(channel string, match func(owner string) bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.wakeMatchingLocked(channel, match)
+}
+
+// wakeMatchingLocked is WakeMatching under n.mu.
+func (n *Notifier) wakeMatchingLocked(channel string, match func(owner string) bool) {
 	if cs := n.channels[channel]; cs != nil {
 		for owner, list := range cs.waiters {
 			if match(owner) {

@@ -134,3 +134,39 @@ func TestParseGrant(t *testing.T) {
 		}
 	}
 }
+
+// A wake-up for every waiter on a channel (a Reset, or a message that is
+// not a grant) also reaches an owner whose first attempt is still in
+// flight (Expect): its waiter registers after the wake-up has gone by, and
+// must ask the server again then, not at its next poll.
+func TestWakeUpReachesAnAttemptInFlight(t *testing.T) {
+	for name, wake := range map[string]func(n *Notifier, channel string){
+		"reset":   func(n *Notifier, _ string) { n.Reset() },
+		"message": func(n *Notifier, channel string) { n.Message(channel, "zero") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			n := New(nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			const channel = "dlock-test:{wake}"
+			n.channels[channel] = &channelState{waiters: map[string][]*Waiter{}, confirmed: true}
+			for _, owner := range []string{"a", "b"} {
+				if !n.Expect(channel, owner) {
+					t.Fatal("Expect on a confirmed channel = false")
+				}
+			}
+			wake(n, channel)
+			n.Close() // no linger after the last Unregister: there is no driver
+			for _, owner := range []string{"a", "b"} {
+				w := n.Register(channel, owner)
+				select {
+				case <-w.Signal:
+				default:
+					t.Errorf("%s's waiter, registered after the wake-up, was not asked to attempt again", owner)
+				}
+				if g, ok := w.TakeGrant(); ok {
+					t.Errorf("the wake-up left %s a grant %+v", owner, g)
+				}
+				n.Unregister(channel, w)
+			}
+		})
+	}
+}

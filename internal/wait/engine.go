@@ -307,6 +307,11 @@ func (w *run) subscribeEnded(err error) (again bool, _ error) {
 	case errors.Is(err, errs.ErrClosed):
 		w.abandon(nil)
 		return false, errors.Join(errs.ErrClosed, w.ended())
+	case errors.Is(err, driver.ErrClientClosed):
+		// The Redis client closed, maybe before this waiter registered
+		// for the wake-up that tells every waiter so: the attempt ends the
+		// wait now rather than at the next poll.
+		return true, nil
 	default:
 		// No pub/sub (a proxy may refuse it): keep polling.
 		w.cfg.Logger.Warn("dlock: cannot subscribe; waiting by polling", slog.String("lock", w.spec.Name), slog.Any("error", err))

@@ -24,6 +24,9 @@ type Machine struct {
 	// Load is the load average before and after the run, as the machine is
 	// shared.
 	Load string
+	// Beside is what other processes and the host (steal) took of the
+	// CPUs while the run went on (cpuShare).
+	Beside string
 	// Commit is the repository's HEAD; Dirty says whether dlock's own Go
 	// files differed from it when the report ran.
 	Commit string

@@ -294,6 +294,9 @@ func (v *view) machine() {
 	if m.Load != "" {
 		t.add("load average (1, 5, 15 min)", m.Load)
 	}
+	if m.Beside != "" {
+		t.add("CPU taken beside the run", m.Beside)
+	}
 	t.add("plan", fmt.Sprintf("%d repetitions; uncontended %v warm-up + %v in %d turns; contended %v + %v; waiting %v + %v; watchdog %v + %v",
 		p.Reps, p.UncontendedWarm, p.UncontendedDur, max(p.UncontendedSlices, 1), p.Contended.Warm, p.Contended.Dur, p.Waiting.Warm, p.Waiting.Dur, p.Watchdog.Warm, p.Watchdog.Dur))
 	v.p("%s\n", t)

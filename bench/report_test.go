@@ -113,13 +113,14 @@ func runReport(t *testing.T) *Results {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s := &Suite{Plan: plan, Targets: targets, Single: srv, Nodes: nodes, Delayed: delayed, Log: t.Logf}
-	loadBefore := LoadAvg()
+	loadBefore, cpuBefore := LoadAvg(), sampleCPU()
 	res, err := s.Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	res.Machine = DescribeMachine(ctx, srv, "..")
 	res.Machine.Load = "before the run " + loadBefore + ", after it " + LoadAvg()
+	res.Machine.Beside = sampleCPU().since(cpuBefore)
 	for _, tg := range targets {
 		res.Targets = append(res.Targets, tg.Info(res.Machine.Modules[tg.Module]))
 	}

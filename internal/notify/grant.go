@@ -65,11 +65,18 @@ func (n *Notifier) Message(channel, payload string) {
 func (n *Notifier) Reset() {
 	n.mu.Lock()
 	waiting := 0
-	for channel, cs := range n.channels {
+	for _, cs := range n.channels {
 		for _, list := range cs.waiters {
-			waiting += len(list)
+			for _, w := range list {
+				w.Wake(nil)
+				waiting++
+			}
 		}
-		n.wakeAllLocked(channel)
+	}
+	for k, g := range n.expected { // see wakeAllLocked
+		if g == nil {
+			n.expected[k] = askAgain
+		}
 	}
 	n.mu.Unlock()
 	n.logger.Info("dlock: pub/sub subscription reset (reconnected, or its Redis client closed); waiters ask the server again", slog.Int("waiters", waiting))

@@ -22,11 +22,11 @@ GO ?= go
 TEST_TIMEOUT ?= 15m
 TESTFLAGS ?=
 # TEST_PARALLEL is go test's -parallel: how many tests that call t.Parallel
-# run at once in one package. The root package's tests mostly wait (for
-# TTLs, timeouts, failovers) and use about an eighth of two cores, so four
-# at a time, each on servers or keys of its own, take its run from about
-# 330 s to 175 s on a 2-core machine under -race (go test's default is
-# GOMAXPROCS).
+# run at once in one package (go test's default is GOMAXPROCS). The root
+# package's tests mostly wait (for TTLs, timeouts, failovers), so four at a
+# time, each on servers or names of its own, keep its run under -race near
+# 190 s on a 2-core machine (docs/reliability.md, "Tests run beside each
+# other").
 TEST_PARALLEL ?= 4
 
 # The root module (".") and every nested one (a directory with its own
@@ -58,10 +58,14 @@ test: redis tmux cc vet
 	@echo "==> all tests passed"
 
 ## vet: go vet in every module, for this platform
-vet:
+# -race: vet builds every dependency to read its export data; with the
+# test step's build flags those builds are the ones go test -race reuses
+# from the build cache, instead of compiling everything twice. -race needs
+# cgo, hence cc.
+vet: cc
 	@for m in $(MODULES); do \
-		echo "==> go vet ./...   (module $$m)"; \
-		(cd "$$m" && $(GOENV) $(GO) vet ./...); \
+		echo "==> go vet -race ./...   (module $$m)"; \
+		(cd "$$m" && $(GOENV) $(GO) vet -race ./...); \
 	done
 
 # lint: staticcheck in every module, at a pinned version fetched through the

@@ -24,8 +24,8 @@ import (
 
 // TestChaosMutants proves that the checks have teeth: each deliberately
 // broken variant of the library runs a scenario that the correct library
-// passes (its control, run first), and the named checker must flag it. A
-// mutant that survives fails the test.
+// passes (its control, run first), and the named checker must flag it in
+// one of up to three runs. A mutant that survives them fails the test.
 func TestChaosMutants(t *testing.T) {
 	started := time.Now()
 	seed := chaos.Seed(t)
@@ -109,13 +109,24 @@ func TestChaosMutants(t *testing.T) {
 				control = c.run(t, chaos.Rand(controlSeed), "")
 				expectNone(t, "the correct library", c.checks(control))
 			})
+			// A mutant's fault shows only when its timing lines up, and a
+			// process starved of a core on a loaded machine can miss that
+			// window: a mutant caught in any of three runs is caught. Each
+			// run is a subtest of its own, so that its mutant and clients
+			// are gone before the next.
 			var flagged []chaos.Violation
-			t.Run("mutant", func(t *testing.T) {
-				flagged = c.checks(c.run(t, chaos.Rand(mutantSeed), c.mutant))
-				if chaos.ByCheck(flagged)[c.want] == 0 {
-					t.Errorf("mutant %q survived: %q found nothing (all checks: %v)", c.mutant, c.want, chaos.ByCheck(flagged))
+			mr := chaos.Rand(mutantSeed)
+			for run := 1; ; run++ {
+				t.Run("mutant", func(t *testing.T) { flagged = c.checks(c.run(t, mr, c.mutant)) })
+				if chaos.ByCheck(flagged)[c.want] > 0 {
+					break
 				}
-			})
+				if run == 3 {
+					t.Errorf("mutant %q survived %d runs: %q found nothing (all checks: %v)", c.mutant, run, c.want, chaos.ByCheck(flagged))
+					break
+				}
+				t.Logf("run %d: %q found nothing (all checks: %v); again", run, c.want, chaos.ByCheck(flagged))
+			}
 			rows = append(rows, []string{"`" + c.mutant + "`", c.where, c.scenario, c.want, summarizeChecks(flagged),
 				map[bool]string{true: "clean", false: "FLAGGED"}[len(c.checks(control)) == 0]})
 		})

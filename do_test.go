@@ -11,6 +11,7 @@ import (
 )
 
 func TestDoRunsUnderTheLockAndReleases(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	name := t.Name()
@@ -31,6 +32,7 @@ func TestDoRunsUnderTheLockAndReleases(t *testing.T) {
 }
 
 func TestDoCancelsFnWhenTheLockIsLost(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	name := t.Name()
@@ -54,6 +56,7 @@ func TestDoCancelsFnWhenTheLockIsLost(t *testing.T) {
 }
 
 func TestDoReleasesWhenFnPanics(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	name := t.Name()
@@ -71,6 +74,7 @@ func TestDoReleasesWhenFnPanics(t *testing.T) {
 }
 
 func TestDoWhenNotObtained(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	name := t.Name()
@@ -92,6 +96,7 @@ func TestDoWhenNotObtained(t *testing.T) {
 // lock after its timeout, and once the lock is taken fn runs past it,
 // reaching its lease's token through LeaseFromContext.
 func TestDoWaitTimeoutBoundsOnlyTheWait(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	name := t.Name()

@@ -16,6 +16,7 @@ import (
 // tag), so no other Client that waits for the lock has to read it; a
 // Mutex's stays on the lock's channel, where every version listens.
 func TestFairGrantGoesToTheWaitersClient(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	ctx := testCtx(t)
 	for _, fair := range []bool{true, false} {

@@ -14,6 +14,7 @@ import (
 // several goroutines per client, interleaved, and checks that grants follow
 // arrival order exactly.
 func TestFairMutexGrantsInArrivalOrder(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -56,6 +57,7 @@ func TestFairMutexGrantsInArrivalOrder(t *testing.T) {
 }
 
 func TestFairMutexAndMutexAreOneLock(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	ctx := context.Background()

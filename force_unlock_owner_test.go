@@ -12,6 +12,7 @@ import (
 )
 
 func TestForceUnlockOwnerReleasesOneReader(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := uniqueName(t)
 	ctx := testCtx(t)
@@ -68,6 +69,7 @@ func TestForceUnlockOwnerReleasesOneReader(t *testing.T) {
 }
 
 func TestForceUnlockOwnerReleasesOneAcquisition(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := uniqueName(t)
 	ctx := testCtx(t)
@@ -112,6 +114,7 @@ func TestForceUnlockOwnerReleasesOneAcquisition(t *testing.T) {
 }
 
 func TestForceUnlockOwnerHandsTheMutexToTheWaiter(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := uniqueName(t)
 	ctx := testCtx(t)
@@ -153,6 +156,7 @@ func TestForceUnlockOwnerHandsTheMutexToTheWaiter(t *testing.T) {
 }
 
 func TestForceUnlockOwnerReleasesEveryHoldOfAReentrantOwner(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := uniqueName(t)
 	ctx := testCtx(t)
@@ -199,6 +203,7 @@ func TestForceUnlockOwnerReleasesEveryHoldOfAReentrantOwner(t *testing.T) {
 // of a lease taken with WithAutoRenew(false) and released by another
 // process: it is not told until it asks.
 func TestForceUnlockOwnerWithoutAutoRenew(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := uniqueName(t)
 	ctx := testCtx(t)
@@ -221,6 +226,7 @@ func TestForceUnlockOwnerWithoutAutoRenew(t *testing.T) {
 // A lock's whole key value, as redis-cli GET shows it, names its holder too;
 // one whose info differs names nobody.
 func TestForceUnlockOwnerTakesTheKeysWholeValue(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	ctx := testCtx(t)
 	c := newClient(t, srv, dlock.WithOwnerInfo("host=api-7 pid=4121"))
@@ -245,6 +251,7 @@ func TestForceUnlockOwnerTakesTheKeysWholeValue(t *testing.T) {
 }
 
 func TestForceUnlockOwnerInvalidArguments(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	ctx := testCtx(t)
 	rdb, counter := countingClient(t, srv)

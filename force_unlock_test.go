@@ -12,6 +12,7 @@ import (
 )
 
 func TestForceUnlockHandsTheLockToTheFirstWaiter(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := uniqueName(t)
 	ctx := testCtx(t)
@@ -53,6 +54,7 @@ func TestForceUnlockHandsTheLockToTheFirstWaiter(t *testing.T) {
 }
 
 func TestForceUnlockEveryKind(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := uniqueName(t)
 	ctx := testCtx(t)
@@ -148,6 +150,7 @@ func TestForceUnlockEveryKind(t *testing.T) {
 }
 
 func TestForceUnlockWithNothingHeld(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := uniqueName(t)
 	c := newClient(t, srv)

@@ -99,6 +99,7 @@ func heldHolders(t *testing.T, c *dlock.Client, h heldCase) []dlock.Holder {
 // is a quarter of its TTL old (0 before), from the server's clock, never
 // more than the time since the acquire began, and growing while held.
 func TestInspectHeldForEveryKind(t *testing.T) {
+	t.Parallel()
 	c := newClient(t, redistest.Shared(t), dlock.WithTTL(heldTTL))
 	for _, h := range holdEveryKind(t, c, uniqueName(t)) {
 		var first []dlock.Holder
@@ -131,6 +132,7 @@ func TestInspectHeldForEveryKind(t *testing.T) {
 // A hold younger than a quarter of its TTL has no recorded start yet, and
 // the next holder never shows the previous one's time.
 func TestInspectHeldForIsTheCurrentHolders(t *testing.T) {
+	t.Parallel()
 	name := uniqueName(t)
 	ctx := testCtx(t)
 	c := newClient(t, redistest.Shared(t), dlock.WithTTL(heldTTL))

@@ -82,6 +82,7 @@ func TestNameOfKey(t *testing.T) {
 // TestForceReleaseLeavesANewHolderAlone releases by a stale reading: the
 // holders it names are gone, and those holding now must keep their locks.
 func TestForceReleaseLeavesANewHolderAlone(t *testing.T) {
+	t.Parallel()
 	c := sharedClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -30,6 +30,7 @@ func rwInfo(ctx context.Context, t *testing.T, c *dlock.Client, name string) dlo
 // in the zset form: owner, mode, TTL, fencing token and, once the watchdog
 // recorded it, how long it has held; ForceUnlock frees it.
 func TestInspectRWMutexSoloHolder(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv, dlock.WithTTL(heldTTL), dlock.WithOwnerInfo("solo-writer"))
 	ctx := testCtx(t)
@@ -89,6 +90,7 @@ func TestInspectRWMutexSoloHolder(t *testing.T) {
 // value that is not a member) is reported as a conflict by every
 // operation, and left as it is.
 func TestRWMutexForeignStringHolders(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	rdb := srv.Client(t)
 	c := newClient(t, srv)

@@ -14,6 +14,7 @@ import (
 )
 
 func TestInspectMutex(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := uniqueName(t)
 	c := newClient(t, srv, dlock.WithOwnerInfo("host=api-7 pid=4121"))
@@ -55,6 +56,7 @@ func TestInspectMutex(t *testing.T) {
 }
 
 func TestInspectMultiLockAndFairMutexShowAsMutex(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	a, b := uniqueName(t)+"{a}", uniqueName(t)+"{b}"
 	c := newClient(t, srv, dlock.WithOwnerInfo("multi"))
@@ -80,6 +82,7 @@ func TestInspectMultiLockAndFairMutexShowAsMutex(t *testing.T) {
 }
 
 func TestInspectReentrant(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := uniqueName(t)
 	c := newClient(t, srv, dlock.WithOwnerInfo("job runner"))
@@ -120,6 +123,7 @@ func TestInspectReentrant(t *testing.T) {
 }
 
 func TestInspectRWMutex(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := uniqueName(t)
 	c := newClient(t, srv)
@@ -184,6 +188,7 @@ func mustInspect(t *testing.T, c *dlock.Client, name string) []dlock.LockInfo {
 }
 
 func TestInspectSemaphore(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := uniqueName(t)
 	c := newClient(t, srv)
@@ -229,6 +234,7 @@ func TestInspectSemaphore(t *testing.T) {
 }
 
 func TestInspectLatchAndSeveralKinds(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := uniqueName(t)
 	c := newClient(t, srv)
@@ -266,6 +272,7 @@ func TestInspectLatchAndSeveralKinds(t *testing.T) {
 }
 
 func TestInspectUnknownAndReleased(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := uniqueName(t)
 	c := newClient(t, srv)
@@ -281,6 +288,7 @@ func TestInspectUnknownAndReleased(t *testing.T) {
 }
 
 func TestInspectInvalidNameAndClosedClient(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	ctx := testCtx(t)
@@ -305,6 +313,7 @@ func TestInspectInvalidNameAndClosedClient(t *testing.T) {
 }
 
 func TestInspectKeyConflicts(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	rdb := srv.Client(t)
 	c := newClient(t, srv)

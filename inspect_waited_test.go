@@ -11,6 +11,7 @@ import (
 // Waiters' WaitedFor comes from the server's clock (their arrival in the
 // queue), is ordered as the queue is, and grows while they wait.
 func TestInspectWaitedForGrows(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := uniqueName(t)
 	c := newClient(t, srv)

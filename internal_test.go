@@ -71,6 +71,7 @@ func TestSemAndRWKeys(t *testing.T) {
 // TestReentrantKeys: the ReentrantMutex's keys, cut from one string, are
 // the ones every version before wrote (the lock's, then its holds set).
 func TestReentrantKeys(t *testing.T) {
+	t.Parallel()
 	c := sharedClient(t)
 	for _, name := range []string{"orders:1", "x", "{cart:7}:items"} {
 		m := c.ReentrantMutex(name)

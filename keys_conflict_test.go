@@ -146,6 +146,7 @@ func checkExpiries(t *testing.T, ctx context.Context, rdb *redis.Client, name, f
 // taken; a FairMutex's does, so for it the value comes while the lock is
 // held (it would refuse the acquire otherwise, tested below).
 func TestForeignQueueKeyUnlockFreesLock(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	rdb := srv.Client(t)
 	ctx := testCtx(t)
@@ -234,6 +235,7 @@ func TestForeignQueueKeyUnlockFreesLock(t *testing.T) {
 // would leave a queue without an expiry that made every later Unlock of the
 // name fail), and the holder's Unlock then succeeds.
 func TestForeignWaitersKeyLeavesNoQueue(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	rdb := srv.Client(t)
 	ctx := testCtx(t)
@@ -274,6 +276,7 @@ func TestForeignWaitersKeyLeavesNoQueue(t *testing.T) {
 // and reports the conflict; whatever the waiter then gets (the free lock,
 // or the conflict), nothing of dlock's is left without an expiry.
 func TestForeignWaitersKeyWhileQueued(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	rdb := srv.Client(t)
 	ctx := testCtx(t)

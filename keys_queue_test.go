@@ -15,6 +15,7 @@ import (
 // when its queue key holds something dlock did not write: the release
 // reports the conflict but deletes the lock, as a Mutex's does.
 func TestForeignQueueKeyReentrantUnlockFreesLock(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	rdb := srv.Client(t)
 	ctx := dlock.WithOwner(testCtx(t), "job")
@@ -45,6 +46,7 @@ func TestForeignQueueKeyReentrantUnlockFreesLock(t *testing.T) {
 // An RWMutex holder's Unlock frees its hold, and ends the lease, even when
 // the queue key holds something dlock did not write, and says so.
 func TestForeignQueueKeyRWMutexUnlockFreesLock(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	rdb := srv.Client(t)
 	ctx := testCtx(t)
@@ -81,6 +83,7 @@ func TestForeignQueueKeyRWMutexUnlockFreesLock(t *testing.T) {
 // a longer lease gave it, so a check of that key alone would leave the
 // re-created one without an expiry until the long lease's next refresh.
 func TestQueueKeyDeletedByHandGetsAnExpiryBack(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	rdb := srv.Client(t)
 	ctx := testCtx(t)

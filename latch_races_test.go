@@ -123,6 +123,7 @@ func waitResult(t *testing.T, got <-chan error, limit time.Duration, what string
 // The count the waiter saw reached zero: Wait returns nil, not after the
 // next count, nor never.
 func TestLatchReArmedAtOnceStillReleasesWaiter(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -164,6 +165,7 @@ func TestLatchReArmedAtOnceStillReleasesWaiter(t *testing.T) {
 // down or expired since. An expiry is made by deleting the count, as its
 // TTL would.
 func TestLatchCountSeenEndsAsItEnded(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	rdb := srv.Client(t)
 	coord := newClient(t, srv)
@@ -231,6 +233,7 @@ func TestLatchCountSeenEndsAsItEnded(t *testing.T) {
 // wake-up at all while the count it saw reaches zero and the next is set;
 // it learns that the count reached zero when it reads again.
 func TestLatchReArmedWhileWaiterCutOff(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -278,6 +281,7 @@ func mustCountDown(ctx context.Context, t *testing.T, l *dlock.Latch) {
 // are. They gave it an expiry and dropped its old members. Found beside the
 // same gap in Semaphore.AddPermits.
 func TestLatchForeignCallsZset(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	rdb := srv.Client(t)
@@ -315,6 +319,7 @@ func TestLatchForeignCallsZset(t *testing.T) {
 // (go-redis resends after a lost reply) would have counted as done without
 // the decrement.
 func TestLatchForeignRoundKeyChangesNothing(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	rdb := srv.Client(t)

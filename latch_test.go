@@ -30,6 +30,7 @@ func latchKey(name string) string { return lockKey(name) + ":latch" }
 // from three: no waiter returns before the last CountDown was sent, and all
 // return promptly after it.
 func TestLatchWaitReturnsOnlyAtZero(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -97,6 +98,7 @@ func TestLatchWaitReturnsOnlyAtZero(t *testing.T) {
 }
 
 func TestLatchTrySetCountAndCount(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv, dlock.WithTTL(5*time.Second)) // a lock TTL: latches ignore it
 	rdb := srv.Client(t)
@@ -152,6 +154,7 @@ func TestLatchTrySetCountAndCount(t *testing.T) {
 // saw it counting end with ErrLatchExpired: its events did not all happen.
 // A wait that finds it already gone cannot tell, and returns nil.
 func TestLatchExpiryEndsWaitsWithErrLatchExpired(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	ctx := testCtx(t)
@@ -183,6 +186,7 @@ func TestLatchExpiryEndsWaitsWithErrLatchExpired(t *testing.T) {
 // its calls are remembered, even by a waiter that only looks once it is
 // gone; a new TrySetCount starts over.
 func TestLatchCountedDownIsNotMistakenForExpired(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	a, b := newClient(t, srv), newClient(t, srv)
 	ctx := testCtx(t)
@@ -210,6 +214,7 @@ func TestLatchCountedDownIsNotMistakenForExpired(t *testing.T) {
 }
 
 func TestLatchWaitDeadline(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	l := c.Latch(t.Name())
@@ -360,6 +365,7 @@ func TestLatchKeyConflictAndBadInput(t *testing.T) {
 }
 
 func TestLatchAfterClose(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c, err := dlock.New(srv.Client(t))
 	if err != nil {
@@ -387,6 +393,7 @@ func TestLatchAfterClose(t *testing.T) {
 // TestLatchKilledWaiterProcess: a waiter killed with SIGKILL leaves nothing
 // in Redis and does not disturb the others.
 func TestLatchKilledWaiterProcess(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)

@@ -113,6 +113,7 @@ func (o *renewalSignal) Released(context.Context, dlock.LeaseInfo, error) {}
 // it could reach Redis first, and the renewal for the old TTL would then
 // cut the key's expiry back under a lease counting on the Extend.
 func TestExtendWaitsForTheRenewalInFlight(t *testing.T) {
+	t.Parallel()
 	ctx := dlock.WithOwner(testCtx(t), "warm") // clientWithHeldRenewals warms up with a ReentrantMutex
 	obs := &renewalSignal{renewed: make(chan error, 1)}
 	c, hook := clientWithHeldRenewals(t, ctx, dlock.WithObserver(obs))
@@ -151,6 +152,7 @@ func TestExtendWaitsForTheRenewalInFlight(t *testing.T) {
 // they began, so the key ends with the later one's expiry, which is the
 // one the lease counts on.
 func TestConcurrentExtendsReachRedisInOrder(t *testing.T) {
+	t.Parallel()
 	ctx := dlock.WithOwner(testCtx(t), "warm") // clientWithHeldRenewals warms up with a ReentrantMutex
 	c, hook := clientWithHeldRenewals(t, ctx)
 	rdb := redistest.Shared(t).Client(t)
@@ -244,6 +246,7 @@ func TestTTLRacingUnlockIsNoLoss(t *testing.T) {
 // renews: it must end as lost, as Close ends every lease it holds, not stay
 // open with a nil Err.
 func TestUnlockFailingAcrossCloseEndsTheLease(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	proxy := redistest.StartProxy(t, srv.Addr())
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
@@ -280,6 +283,7 @@ func TestUnlockFailingAcrossCloseEndsTheLease(t *testing.T) {
 // within MinTTL, reports ErrNotHeld, and the lease is then lost, as Extend's
 // documentation says of ErrNotHeld.
 func TestExtendAtTheMaxHoldEndLosesTheLease(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	ctx := testCtx(t)
 	c := newClient(t, srv)
@@ -297,6 +301,7 @@ func TestExtendAtTheMaxHoldEndLosesTheLease(t *testing.T) {
 // A Lock on a Client whose go-redis client was closed fails at once: no
 // command can succeed again, so waiting until ctx ends would only hide it.
 func TestLockWithAClosedRedisClientFailsAtOnce(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	_ = rdb.Close()

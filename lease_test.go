@@ -12,6 +12,7 @@ import (
 )
 
 func TestWatchdogOutlivesSeveralTTLs(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv, dlock.WithTTL(300*time.Millisecond))
 	other := newClient(t, srv)
@@ -47,6 +48,7 @@ func TestWatchdogOutlivesSeveralTTLs(t *testing.T) {
 }
 
 func TestNoRenewalAfterUnlock(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	rdb, counter := countingClient(t, srv)
 	c, err := dlock.New(rdb, dlock.WithTTL(600*time.Millisecond))
@@ -73,6 +75,7 @@ func TestNoRenewalAfterUnlock(t *testing.T) {
 }
 
 func TestLossSignalledWhenKeyDeleted(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv, dlock.WithTTL(600*time.Millisecond))
 	name := t.Name()
@@ -94,6 +97,7 @@ func TestLossSignalledWhenKeyDeleted(t *testing.T) {
 }
 
 func TestLossSignalledWhenKeyTakenOver(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv, dlock.WithTTL(600*time.Millisecond))
 	name := t.Name()
@@ -132,6 +136,7 @@ func TestLossSignalledByDeadlineWhenRedisIsDown(t *testing.T) {
 }
 
 func TestExpiredLeaseNeverTouchesSuccessor(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	a := newClient(t, srv, dlock.WithTTL(100*time.Millisecond), dlock.WithAutoRenew(false))
 	b := newClient(t, srv)
@@ -163,6 +168,7 @@ func TestExpiredLeaseNeverTouchesSuccessor(t *testing.T) {
 }
 
 func TestExtendAndTTL(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv, dlock.WithTTL(time.Second), dlock.WithAutoRenew(false))
 	ctx := testCtx(t)
@@ -186,6 +192,7 @@ func TestExtendAndTTL(t *testing.T) {
 }
 
 func TestUnlockTwice(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	ctx := testCtx(t)
@@ -202,6 +209,7 @@ func TestUnlockTwice(t *testing.T) {
 }
 
 func TestUnlockWithCancelledContextStillReleases(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	name := t.Name()
@@ -217,6 +225,7 @@ func TestUnlockWithCancelledContextStillReleases(t *testing.T) {
 }
 
 func TestMaxHold(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv, dlock.WithTTL(300*time.Millisecond), dlock.WithMaxHold(700*time.Millisecond))
 	name := t.Name()
@@ -235,6 +244,7 @@ func TestMaxHold(t *testing.T) {
 }
 
 func TestHolderCrashFreesLockWithinTTL(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	const ttl = 400 * time.Millisecond
 	crashed := newClient(t, srv, dlock.WithTTL(ttl))
@@ -253,6 +263,7 @@ func TestHolderCrashFreesLockWithinTTL(t *testing.T) {
 }
 
 func TestCloseEndsWaitsAndLeases(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	holder := newClient(t, srv)
 	c := newClient(t, srv)
@@ -302,6 +313,7 @@ func TestCloseEndsWaitsAndLeases(t *testing.T) {
 // TTL: the lease went back to the watchdog, which renewed the lock for as
 // long as the process lived, although its holder had given it up.
 func TestUnlockBehindAStuckRenewalIsBounded(t *testing.T) {
+	t.Parallel()
 	for _, retry := range []bool{true, false} {
 		t.Run(map[bool]string{true: "retried", false: "not retried"}[retry], func(t *testing.T) {
 			ctx := dlock.WithOwner(testCtx(t), "job") // the helper warms up with a ReentrantMutex

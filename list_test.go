@@ -100,6 +100,7 @@ func TestList(t *testing.T) {
 }
 
 func TestListKeepsOtherNamesOnAConflict(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	rdb := srv.Client(t)
 	ctx := testCtx(t)
@@ -122,6 +123,7 @@ func TestListKeepsOtherNamesOnAConflict(t *testing.T) {
 type noScanDriver struct{ driver.Driver }
 
 func TestListWithoutScanner(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c, err := dlock.NewWithDriver(noScanDriver{goredis.New(srv.Client(t))})
 	if err != nil {

@@ -55,6 +55,7 @@ func (h *blockingHandler) find(msg string) (slog.Record, bool) {
 // handler stalls on the record of the loss: the record names the lock, its
 // kind, token and reason, and the Client's other locks carry on meanwhile.
 func TestLossIsLoggedOutsideTheWatchdogLock(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	h := &blockingHandler{blockOn: "dlock: lock lost", entered: make(chan struct{}), release: make(chan struct{})}
 	c := newClient(t, srv, dlock.WithLogger(slog.New(h)), dlock.WithTTL(time.Second))

@@ -72,6 +72,7 @@ func checkHoldsAll(t *testing.T, srv *redistest.Server, got <-chan multiLockResu
 // lease that holds both locks: never, as it once did, a nil error with a
 // lease already lost while Z held "a".
 func TestMultiLockWaitRetakesALockLostMeanwhile(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	ctx := testCtx(t)
 	// Unique names: the waits leave queue entries behind for a moment, and

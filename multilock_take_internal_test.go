@@ -56,6 +56,7 @@ func (h *afterMultiAcquire) after(cmd redis.Cmder, err error) {
 // leaves none of the locks the script took: not the one whose start
 // failed, nor those after it in the same slot group.
 func TestMultiLockTakeThatCannotStartLeavesNoLockHeld(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	rdb := redis.NewClient(srv.Options())
 	t.Cleanup(func() { _ = rdb.Close() })

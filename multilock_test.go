@@ -16,6 +16,7 @@ import (
 )
 
 func TestMultiLockIsAllOrNothing(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c, other := newClient(t, srv), newClient(t, srv)
 	ctx := testCtx(t)
@@ -57,6 +58,7 @@ func TestMultiLockIsAllOrNothing(t *testing.T) {
 }
 
 func TestMultiLockWaitsForEveryLock(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c, other := newClient(t, srv), newClient(t, srv)
 	ctx := testCtx(t)
@@ -87,6 +89,7 @@ func TestMultiLockWaitsForEveryLock(t *testing.T) {
 }
 
 func TestMultiLockCancelledReleasesWhatItTook(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c, other := newClient(t, srv), newClient(t, srv)
 	p := t.Name() + ":"
@@ -106,6 +109,7 @@ func TestMultiLockCancelledReleasesWhatItTook(t *testing.T) {
 // TestMultiLocksNeverDeadlock runs MultiLocks over overlapping names given
 // in opposite orders, plus single Mutexes, and checks exclusion per name.
 func TestMultiLocksNeverDeadlock(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	p := t.Name() + ":"
 	names := []string{p + "a", p + "b", p + "c"}
@@ -159,6 +163,7 @@ func TestMultiLocksNeverDeadlock(t *testing.T) {
 }
 
 func TestMultiLockLostWhenAnyLockIsLost(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv, dlock.WithTTL(300*time.Millisecond))
 	ctx := testCtx(t)
@@ -309,6 +314,7 @@ func TestMultiLockWaitsThroughAnOutage(t *testing.T) {
 // A MultiLock refused because a lock is free but others wait for it says
 // so, rather than just "not obtained".
 func TestMultiLockRefusalBehindWaitersSaysWhy(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c, holder, waiter := newClient(t, srv), newClient(t, srv), newClient(t, srv)
 	ctx := testCtx(t)
@@ -353,6 +359,7 @@ func TestMultiLockRefusalBehindWaitersSaysWhy(t *testing.T) {
 // attempt releases whatever its owner holds, in the background, and would
 // otherwise take back locks the wait had just been granted.
 func TestMultiLockLostReplyThenWaitKeepsWhatItGets(t *testing.T) {
+	t.Parallel()
 	c, proxy := clientThroughProxy(t)
 	other := newClient(t, redistest.Shared(t))
 	ctx := testCtx(t)
@@ -393,6 +400,7 @@ func TestMultiLockLostReplyThenWaitKeepsWhatItGets(t *testing.T) {
 // itself, even when its holder never calls Unlock (they were renewed for as
 // long as the Client lived); closing the Client still releases nothing.
 func TestMultiLockLossReleasesTheOtherLocks(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv, dlock.WithTTL(900*time.Millisecond))
 	other := newClient(t, srv)

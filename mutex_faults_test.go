@@ -15,6 +15,7 @@ import (
 )
 
 func TestDeadWaiterDoesNotStallTheQueue(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -81,6 +82,7 @@ func freezeWaiter(t testing.TB, srv *redistest.Server, name string) {
 }
 
 func TestWrongTypeKeyConflicts(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	rdb := srv.Client(t)
@@ -108,6 +110,7 @@ func TestWrongTypeKeyConflicts(t *testing.T) {
 }
 
 func TestForeignStringWithoutTTLConflicts(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	rdb := srv.Client(t)
@@ -195,6 +198,7 @@ func TestLostSubscriptionCostsLatencyNotAHang(t *testing.T) {
 }
 
 func TestKilledHolderProcessFreesTheLockWithinItsTTL(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	holder := startChild(t, srv.Addr(), "mutex-hold", name) // TTL 1s, auto-renewed
@@ -213,6 +217,7 @@ func TestKilledHolderProcessFreesTheLockWithinItsTTL(t *testing.T) {
 }
 
 func TestKilledWaiterProcessLeavesTheQueue(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -245,6 +250,7 @@ func TestKilledWaiterProcessLeavesTheQueue(t *testing.T) {
 }
 
 func TestForeignFenceKeyConflictsWithoutTakingTheLock(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	rdb := srv.Client(t)

@@ -17,6 +17,7 @@ import (
 )
 
 func TestTryLockExcludesOtherOwners(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	a, b := newClient(t, srv), newClient(t, srv)
 	name := t.Name()
@@ -53,6 +54,7 @@ func TestTryLockExcludesOtherOwners(t *testing.T) {
 }
 
 func TestLockKeyHoldsOwnerValueWithTTL(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv, dlock.WithTTL(10*time.Second), dlock.WithOwnerInfo("worker-7"))
 	name := t.Name()
@@ -85,6 +87,7 @@ func TestLockKeyHoldsOwnerValueWithTTL(t *testing.T) {
 // Redis counter from several Clients with their own pools, as separate
 // processes would: any overlap loses an update.
 func TestMutualExclusionAcrossClients(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	const clients, workers, rounds = 4, 4, 25
 	name := t.Name()
@@ -144,6 +147,7 @@ func TestMutualExclusionAcrossClients(t *testing.T) {
 }
 
 func TestLockIsHandedToWaiterPromptly(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	a, b := newClient(t, srv), newClient(t, srv)
 	name := t.Name()
@@ -195,6 +199,7 @@ func waitQueued(t testing.TB, srv *redistest.Server, name string, n int64) {
 }
 
 func TestWaitersAreServedInArrivalOrder(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -225,6 +230,7 @@ func TestWaitersAreServedInArrivalOrder(t *testing.T) {
 }
 
 func TestCancelledLockLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	a, b := newClient(t, srv), newClient(t, srv)
 	name := t.Name()
@@ -256,6 +262,7 @@ func TestCancelledLockLeavesNothingBehind(t *testing.T) {
 }
 
 func TestLockDeadline(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	name := t.Name()
@@ -277,6 +284,7 @@ func TestLockDeadline(t *testing.T) {
 // TestHandoffToGrantedButCancelledWaiter: a waiter cancelled just as the
 // lock is handed to it must pass the lock on, not sit on it.
 func TestHandoffRaceWithCancellation(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	bg := context.Background()
@@ -314,6 +322,7 @@ func TestHandoffRaceWithCancellation(t *testing.T) {
 }
 
 func TestSpinWait(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	opt := dlock.WithWaitStrategy(dlock.SpinWait(time.Millisecond, 20*time.Millisecond))
 	a, b := newClient(t, srv, opt), newClient(t, srv, opt)
@@ -343,6 +352,7 @@ func TestSpinWait(t *testing.T) {
 }
 
 func TestFencingTokensIncreaseEvenAfterTheCounterExpires(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	rdb := srv.Client(t)
@@ -365,6 +375,7 @@ func TestFencingTokensIncreaseEvenAfterTheCounterExpires(t *testing.T) {
 }
 
 func TestClientsOnSeparatePrefixesDoNotInteract(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	a := newClient(t, srv, dlock.WithKeyPrefix("app1:"))
 	b := newClient(t, srv, dlock.WithKeyPrefix("app2:"))
@@ -388,6 +399,7 @@ func TestClientsOnSeparatePrefixesDoNotInteract(t *testing.T) {
 // its last poll must still get a usable lease (it claims the lock when its
 // conservative validity is nearly spent), never one that is lost at once.
 func TestHandoffUnderShortTTLKeepsTheLease(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)

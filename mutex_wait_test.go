@@ -18,6 +18,7 @@ import (
 // Client wait, the lock's queue in Redis holds one entry for the Client,
 // and every goroutine still gets the lock, one at a time.
 func TestWaitersOfOneClientShareOneQueueEntry(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -66,6 +67,7 @@ func TestWaitersOfOneClientShareOneQueueEntry(t *testing.T) {
 // turns in a row: the bound is on local hand-offs, told apart by the
 // acquire's attempts (a local hand-off asks Redis nothing).
 func TestProcessesTakeTurns(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -139,6 +141,7 @@ func TestProcessesTakeTurns(t *testing.T) {
 // published, each with a fresh fencing token. A local hand-off past the
 // first would serve it last.
 func TestUnlockHandsOverLocally(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -196,6 +199,7 @@ func TestUnlockHandsOverLocally(t *testing.T) {
 // began would sit the turn out and come last (A, C, B), through a second
 // published grant.
 func TestTurnServesItsFirstWaiterLocally(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -254,6 +258,7 @@ func TestTurnServesItsFirstWaiterLocally(t *testing.T) {
 // local hand-off queues in Redis after the standby grace, and takes the
 // lock once the holder's key expires.
 func TestTurnWithoutUnlockPassesTheLockOn(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -281,6 +286,7 @@ func TestTurnWithoutUnlockPassesTheLockOn(t *testing.T) {
 // waiter that stood by queues in Redis, and every waiter gets the lock,
 // although a turn nobody ends would keep them standing by for a minute here.
 func TestFailedHandOffEndsTheTurn(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -327,6 +333,7 @@ func TestFailedHandOffEndsTheTurn(t *testing.T) {
 // stands by for a local hand-off in its Client's turn (nobody of the Client
 // waits in Redis then) at once, not when the standby grace runs out.
 func TestCloseEndsAWaitStandingBy(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := redistest.UniqueName(t)
 	ctx := testCtx(t)
@@ -360,6 +367,7 @@ func TestCloseEndsAWaitStandingBy(t *testing.T) {
 // it and leaves the queue, so its own release does not hand the lock back
 // to its stale place (where nobody would claim it).
 func TestWaiterFindingTheLockFreeLeavesTheQueue(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -400,6 +408,7 @@ func TestWaiterFindingTheLockFreeLeavesTheQueue(t *testing.T) {
 // without leaving the queue, so its release handed the lock back to its
 // own stale place, and the lock sat unclaimed for a claim window.
 func TestCancelledWaitersLeaveNothingLocked(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -450,6 +459,7 @@ func TestCancelledWaitersLeaveNothingLocked(t *testing.T) {
 }
 
 func TestLocalWaitersLeaveOneByOne(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)

@@ -99,6 +99,7 @@ func (r *recorder) snapshot() recorder {
 }
 
 func TestObserverSeesAcquiresReleasesRenewalsAndLosses(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	rec := &recorder{}
 	rdb := srv.Client(t)
@@ -199,6 +200,7 @@ func TestObserverSeesAcquiresReleasesRenewalsAndLosses(t *testing.T) {
 }
 
 func TestObserverSeesEveryKind(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	rec := &recorder{}
 	c := newClient(t, srv, dlock.WithObserver(rec))
@@ -251,6 +253,7 @@ func TestObserverSeesEveryKind(t *testing.T) {
 // its releases were), and so is a Mutex.Lock that a closed Client or an
 // ended ctx refuses at once, as TryLock's were.
 func TestObserverSeesRedlockAndRefusedLocks(t *testing.T) {
+	t.Parallel()
 	servers := redistest.StartNodes(t, 3)
 	rec := &recorder{}
 	r := newRedlock(t, addrsOf(servers), dlock.WithObserver(rec))
@@ -308,6 +311,7 @@ func TestObserverSeesRedlockAndRefusedLocks(t *testing.T) {
 // message comes, and by a local hand-off in the Client's turn, from the
 // transfer's reply.
 func TestObserverSeesHandOffsWithinAClient(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	rec := &recorder{}
 	c := newClient(t, srv, dlock.WithObserver(rec))

@@ -15,6 +15,7 @@ import (
 )
 
 func TestNewRejectsBadInput(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	var nilClient *redis.Client
 	var nilCluster *redis.ClusterClient
@@ -36,6 +37,7 @@ func TestNewRejectsBadInput(t *testing.T) {
 // TestBadInputSendsNothing checks every rejected argument: each gets
 // ErrInvalidArgument before a single command (or dial) reaches Redis.
 func TestBadInputSendsNothing(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	rdb, counter := countingClient(t, srv)
 	c, err := dlock.New(rdb)

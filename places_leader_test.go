@@ -13,6 +13,7 @@ import (
 // keep and does not attempt while the lock stays held: one call per
 // refresh for the whole group.
 func TestLeaderKeepsItsOwnPlace(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	k := placeKinds[0] // FairMutex
 	name := "places-leader-keeps-itself"
@@ -42,6 +43,7 @@ func TestLeaderKeepsItsOwnPlace(t *testing.T) {
 // the leader's keep reads it gone and the leader attempts, well before the
 // holder's TTL it last saw would run out.
 func TestLeaderSeesALockFreedSilently(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	k := placeKinds[0] // FairMutex
 	name := "places-freed-silently"

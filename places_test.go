@@ -322,6 +322,7 @@ func (w *placeWaiters) wantArrivalOrder(t *testing.T, first, n int) {
 // would (16 waiters polling for themselves send at least 16 calls in
 // each refresh).
 func TestWaitersKeepTheirPlacesTogether(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	for _, k := range placeKinds {
 		t.Run(k.name, func(t *testing.T) {
@@ -357,6 +358,7 @@ func TestWaitersKeepTheirPlacesTogether(t *testing.T) {
 // others' places gives up, the next one keeps them from its next refresh
 // on, and nobody loses a place.
 func TestPlacesKeptAfterTheLeaderLeaves(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	k := placeKinds[0] // FairMutex: strict arrival order shows a lost place
 	name := "places-leader-leaves"
@@ -379,6 +381,7 @@ func TestPlacesKeptAfterTheLeaderLeaves(t *testing.T) {
 // TestPlacesKeptWhenTheLeaderCannotKeepThem: while the leader's keeps
 // fail, each waiter polls for itself again, and keeps its place.
 func TestPlacesKeptWhenTheLeaderCannotKeepThem(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	k := placeKinds[0] // FairMutex: strict arrival order shows a lost place
 	name := "places-keep-refused"
@@ -522,6 +525,7 @@ func checkQueueKeep(t *testing.T, c *Client, srv *redistest.Server) {
 // was lost at once (the reliability suite's TestChaosRenewalRacesRelease
 // met it on a RWMutex with a 300 ms TTL).
 func TestGrantToAKeptWaiterIsValid(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	ctx := placeTestCtx(t)
 	const name = "places-grant-valid"

@@ -123,6 +123,7 @@ func TestNewRedlockRejectsBadInput(t *testing.T) {
 }
 
 func TestRedlockOptionsRejectedElsewhere(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	for name, opt := range map[string]dlock.Option{
 		"WithNodeTimeout": dlock.WithNodeTimeout(time.Second),

@@ -322,6 +322,7 @@ func TestRedlockDo(t *testing.T) {
 }
 
 func TestRedlockLockerSwitchesBackends(t *testing.T) {
+	t.Parallel()
 	servers := redistest.StartNodes(t, 3)
 	r := newRedlock(t, addrsOf(servers))
 	c := newClient(t, redistest.Shared(t))

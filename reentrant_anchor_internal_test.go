@@ -14,6 +14,7 @@ import (
 // up on one: the one the set took first. The other anchor retires, and the
 // last of the two holds ends the one left.
 func TestReentrantAnchorsMadeAtOnceBecomeOne(t *testing.T) {
+	t.Parallel()
 	c := sharedClient(t)
 	m := c.ReentrantMutex(t.Name())
 	key := anchorKey{lock: m.keys.lock, grant: strings.Repeat("a", ownerid.IDLen) + "owner"}

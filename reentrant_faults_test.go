@@ -17,6 +17,7 @@ import (
 // with its lease, on the owner's shared renewal until the owner's last
 // hold ended.
 func TestReentrantNestedHoldsRetainNothingOnceUnlocked(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	ctx := dlock.WithOwner(testCtx(t), "job")
@@ -67,6 +68,7 @@ func TestReentrantNestedHoldsRetainNothingOnceUnlocked(t *testing.T) {
 // renewed the lock for as long as the process lived, with no Lease left to
 // release it.
 func TestReentrantFailedReleaseStopsTheOwnersRenewal(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	rdb := srv.Client(t)
 	proxy := redistest.StartProxy(t, srv.Addr())

@@ -11,6 +11,7 @@ import (
 // took (recorded by the lock's key alone) and counts it once: one release
 // frees the lock.
 func TestReentrantLoneHoldAcquiredTwiceCountsOnce(t *testing.T) {
+	t.Parallel()
 	c := sharedClient(t)
 	ctx := WithOwner(context.Background(), "job")
 	m := c.ReentrantMutex(t.Name())

@@ -77,6 +77,7 @@ func wantHeld(ctx context.Context, t *testing.T, m *dlock.ReentrantMutex) {
 // holds are released in either order, a released one is never counted
 // again, and the last release leaves no key behind.
 func TestReentrantHoldsSetOnlyFromTheSecondHold(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name       string
 		grantFirst bool // release the hold that took the grant first
@@ -191,6 +192,7 @@ func TestReentrantLoneHold(t *testing.T) {
 // released first), the local hand-off passes the lock on with its one
 // hold and no set, as from a lone grant.
 func TestReentrantLocalHandOffFromTheSet(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	rdb := srv.Client(t)
 	var transfers atomic.Int32
@@ -279,6 +281,7 @@ func TestReentrantLocalHandOffFromTheSet(t *testing.T) {
 // A process killed while it holds the lock once leaves only the lock's
 // key, which expires by its TTL.
 func TestReentrantKilledLoneHolderFreesTheLock(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	holder := startChild(t, srv.Addr(), "reentrant-hold-once", name) // TTL 1s

@@ -8,6 +8,7 @@ import (
 )
 
 func TestReentrantHoldsShareOneWatchedLease(t *testing.T) {
+	t.Parallel()
 	c := sharedClient(t)
 	ctx := WithOwner(context.Background(), "job")
 	m := c.ReentrantMutex(t.Name())
@@ -41,6 +42,7 @@ func (c *Client) watched() int {
 // callbacks: the Watchdog keeps no callback per hold, however many come and
 // go, and the anchor's loss still reaches each of them.
 func TestReentrantHoldsNestWithoutLossCallbacks(t *testing.T) {
+	t.Parallel()
 	c := sharedClient(t)
 	ctx := WithOwner(context.Background(), "job")
 	m := c.ReentrantMutex(t.Name())

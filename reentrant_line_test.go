@@ -55,6 +55,7 @@ func reentrantKeysLeft(ctx context.Context, t testing.TB, srv *redistest.Server,
 // (one grant published), the others by local hand-offs in its turn, in
 // arrival order and each with a fresh fencing token.
 func TestReentrantUnlockHandsOverLocally(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -109,6 +110,7 @@ func TestReentrantUnlockHandsOverLocally(t *testing.T) {
 // its Client wait in the line, and the lock passes on locally only with
 // the owner's last hold: the waiter behind never shares the lock with it.
 func TestReentrantNestedHoldSkipsTheLine(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -178,6 +180,7 @@ func TestReentrantNestedHoldSkipsTheLine(t *testing.T) {
 // Redis (it is its owner's, so it cannot pass on); the next hold queues
 // under its own owner and gets the lock, and nothing is left behind.
 func TestReentrantHeadThatGivesUpLeavesNothing(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)

@@ -42,6 +42,7 @@ func holdCount(t *testing.T, m *dlock.ReentrantMutex, ctx context.Context) int {
 }
 
 func TestReentrantHoldsNestAndCount(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c, other := newClient(t, srv), newClient(t, srv)
 	name := t.Name()
@@ -106,6 +107,7 @@ func TestReentrantHoldsNestAndCount(t *testing.T) {
 }
 
 func TestReentrantNeedsAnOwner(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	rdb, counter := countingClient(t, srv)
 	c, err := dlock.New(rdb)
@@ -136,6 +138,7 @@ func TestReentrantNeedsAnOwner(t *testing.T) {
 // Redisson issue #7367: the reply of a nested acquire is held back until its
 // caller times out, so the server counted a hold the caller never got.
 func TestReentrantAcquireTimedOutAfterTheServerRanItDoesNotDoubleCount(t *testing.T) {
+	t.Parallel()
 	c, proxy := clientThroughProxy(t)
 	ctx := dlock.WithOwner(testCtx(t), "job")
 	m := c.ReentrantMutex(t.Name())
@@ -169,6 +172,7 @@ func TestReentrantAcquireTimedOutAfterTheServerRanItDoesNotDoubleCount(t *testin
 }
 
 func TestReentrantRenewsOncePerOwner(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	rdb, counter := countingClient(t, srv)
 	c, err := dlock.New(rdb, dlock.WithTTL(150*time.Millisecond))
@@ -211,6 +215,7 @@ func TestReentrantRenewsOncePerOwner(t *testing.T) {
 }
 
 func TestReentrantWaiterIsHandedTheLock(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	a, b := newClient(t, srv), newClient(t, srv)
 	name := t.Name()
@@ -256,6 +261,7 @@ func TestReentrantWaiterIsHandedTheLock(t *testing.T) {
 }
 
 func TestReentrantHoldsAreLostTogether(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv, dlock.WithTTL(300*time.Millisecond))
 	name := t.Name()
@@ -285,6 +291,7 @@ func TestReentrantHoldsAreLostTogether(t *testing.T) {
 }
 
 func TestReentrantConcurrentHoldsOfOneOwner(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	name := t.Name()
@@ -318,6 +325,7 @@ func TestReentrantConcurrentHoldsOfOneOwner(t *testing.T) {
 }
 
 func TestReentrantKilledHolderFreesTheLock(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	holder := startChild(t, srv.Addr(), "reentrant-hold", name) // two holds, TTL 1s
@@ -555,6 +563,7 @@ func (h *heldRenewals) wantOrder(t *testing.T, want ...string) {
 // names one hold, the one that queued in Redis for the Client's line, and
 // the others wait behind it in the line.
 func TestReentrantQueuedHoldsOfOneOwnerJoinTheGrant(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	// Polls every min(TTL, waiter lease)/3 = 10 s: far beyond the bound below.
 	c := newClient(t, srv, dlock.WithWaiterLease(30*time.Second))
@@ -605,6 +614,7 @@ func TestReentrantQueuedHoldsOfOneOwnerJoinTheGrant(t *testing.T) {
 // HoldCount after Close says the Client is closed, as every other call
 // does, rather than counting a hold whose lease Close ended.
 func TestReentrantHoldCountAfterClose(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	ctx := dlock.WithOwner(testCtx(t), "a")
@@ -622,6 +632,7 @@ func TestReentrantHoldCountAfterClose(t *testing.T) {
 // counter has expired under a long hold (renewals do not push it back; the
 // server then reported 0, which no fence accepts).
 func TestReentrantNestedHoldKeepsTheTokenAfterTheCounterExpired(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	ctx := dlock.WithOwner(testCtx(t), "a")

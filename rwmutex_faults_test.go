@@ -95,6 +95,7 @@ func TestRWMutexKilledWaiterLeavesTheQueue(t *testing.T) {
 }
 
 func TestRWMutexKeyConflict(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	rdb := srv.Client(t)
@@ -162,6 +163,7 @@ func TestRWMutexScriptFlushIsTransparent(t *testing.T) {
 }
 
 func TestRWMutexCancelledWaitersLeaveNothingQueued(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	a, b := newClient(t, srv), newClient(t, srv)
 	name := t.Name()
@@ -225,6 +227,7 @@ func TestRWMutexInvalidArguments(t *testing.T) {
 // more: its Unlock reports ErrNotHeld, even with another reader keeping the
 // lock's keys alive and nobody waiting (the release's fast path).
 func TestRWMutexReleaseOfExpiredReadLockIsNotHeld(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	ctx := testCtx(t)

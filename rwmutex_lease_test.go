@@ -126,6 +126,7 @@ func TestRWMutexDowngrade(t *testing.T) {
 }
 
 func TestRWMutexDowngradeKeepsTheHoldLimit(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv, dlock.WithTTL(5*time.Second), dlock.WithMaxHold(time.Second))
 	ctx := testCtx(t)
@@ -149,6 +150,7 @@ func TestRWMutexDowngradeKeepsTheHoldLimit(t *testing.T) {
 }
 
 func TestRWMutexFencingTokensIncreaseAcrossModes(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	rdb := srv.Client(t)
@@ -209,6 +211,7 @@ func TestRWMutexFencingTokensIncreaseAcrossModes(t *testing.T) {
 }
 
 func TestRWMutexReadLeaseExtendAndExpiry(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv, dlock.WithTTL(300*time.Millisecond), dlock.WithAutoRenew(false))
 	rw := c.RWMutex(t.Name())

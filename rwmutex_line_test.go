@@ -54,6 +54,7 @@ func rwKeysLeft(ctx context.Context, t testing.TB, srv *redistest.Server, name s
 // the others by local hand-offs in its turn, in arrival order and each
 // with a fresh fencing token.
 func TestRWWritersHandOverLocally(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -107,6 +108,7 @@ func TestRWWritersHandOverLocally(t *testing.T) {
 // many writers of the Client wait, the reader waits for at most
 // MaxLocalHandoffs+1 of them.
 func TestRWReaderWaitsAtMostOneTurnOfWriters(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)

@@ -39,6 +39,7 @@ func wantSolo(ctx context.Context, t testing.TB, srv *redistest.Server, name, mo
 }
 
 func TestRWMutexSoloWriterHandsToWaitingReader(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	a, b := newClient(t, srv), newClient(t, srv)
 	ctx := testCtx(t)
@@ -71,6 +72,7 @@ func TestRWMutexSoloWriterHandsToWaitingReader(t *testing.T) {
 // anything: the writer stays in the solo form, whose release costs what a
 // Mutex's does, and hands the lock to the waiter still queued.
 func TestRWMutexSoloWriterStaysSoloWhileWaitersComeAndGo(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	a, b, c := newClient(t, srv), newClient(t, srv), newClient(t, srv)
 	ctx := testCtx(t)
@@ -101,6 +103,7 @@ func TestRWMutexSoloWriterStaysSoloWhileWaitersComeAndGo(t *testing.T) {
 }
 
 func TestRWMutexSoloReaderJoinedBySecondReader(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	a, b := newClient(t, srv), newClient(t, srv)
 	ctx := testCtx(t)
@@ -142,6 +145,7 @@ func TestRWMutexSoloReaderJoinedBySecondReader(t *testing.T) {
 // The watchdog renews a solo holder in place, and its TTL and Extend read
 // and set the key's own expiry.
 func TestRWMutexSoloHolderRenewed(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	ttl := 600 * time.Millisecond
 	c := newClient(t, srv, dlock.WithTTL(ttl))
@@ -181,6 +185,7 @@ func TestRWMutexSoloHolderRenewed(t *testing.T) {
 }
 
 func TestRWMutexSoloWriterDowngraded(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	a, b := newClient(t, srv), newClient(t, srv)
 	ctx := testCtx(t)
@@ -221,6 +226,7 @@ func TestRWMutexSoloWriterDowngraded(t *testing.T) {
 // A solo writer's Unlock hands the lock to a writer of its own Client
 // waiting in the local line (rw_transfer.lua), which holds it solo too.
 func TestRWMutexSoloWriterTransferredLocally(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	dlock.SetStandbyGrace(c, time.Minute)
@@ -256,6 +262,7 @@ func TestRWMutexSoloWriterTransferredLocally(t *testing.T) {
 
 // A solo holder that dies (nothing renews it) frees the lock by itself.
 func TestRWMutexSoloHolderExpires(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	short := []dlock.Option{dlock.WithTTL(300 * time.Millisecond), dlock.WithAutoRenew(false)}
 	a, b := newClient(t, srv, short...), newClient(t, srv)

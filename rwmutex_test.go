@@ -96,6 +96,7 @@ func rwUnlock(t testing.TB, l *dlock.Lease) {
 }
 
 func TestRWMutexReadersShareWriterExcludes(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	a, b := newClient(t, srv), newClient(t, srv, dlock.WithOwnerInfo("reader-b"))
 	rdb := srv.Client(t)
@@ -174,6 +175,7 @@ func TestRWMutexReadersShareWriterExcludes(t *testing.T) {
 // and checks exclusion, sharing and fencing from inside the critical
 // sections.
 func TestRWMutexNeverTwoWritersOrAWriterWithReaders(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	const clients, workers = 3, 4
 	name := t.Name()
@@ -265,6 +267,7 @@ func TestRWMutexNeverTwoWritersOrAWriterWithReaders(t *testing.T) {
 }
 
 func TestRWMutexWriterPreference(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	a, b, c := newClient(t, srv), newClient(t, srv), newClient(t, srv)
 	name := t.Name()
@@ -304,6 +307,7 @@ func TestRWMutexWriterPreference(t *testing.T) {
 }
 
 func TestRWMutexWriterIsNotStarvedByReaders(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)

@@ -13,6 +13,7 @@ import (
 )
 
 func TestSemaphoreKilledHolderReturnsPermitsWithinTTL(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	holder := startChild(t, srv.Addr(), "sem-hold", name) // both permits, TTL 1s, auto-renewed
@@ -32,6 +33,7 @@ func TestSemaphoreKilledHolderReturnsPermitsWithinTTL(t *testing.T) {
 }
 
 func TestSemaphoreKilledWaiterLeavesTheQueue(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -60,6 +62,7 @@ func TestSemaphoreKilledWaiterLeavesTheQueue(t *testing.T) {
 }
 
 func TestSemaphoreLossSignalledWhenHolderRemoved(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv, dlock.WithTTL(600*time.Millisecond))
 	name := t.Name()
@@ -100,6 +103,7 @@ func TestSemaphoreLossSignalledWhenHolderRemoved(t *testing.T) {
 }
 
 func TestSemaphoreKeyConflict(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	rdb := srv.Client(t)
@@ -171,6 +175,7 @@ func TestSemaphoreWaitOnAStalledServerReportsTheWholeWait(t *testing.T) {
 // TestSemaphoreReleaseNOfLostPermits: ReleaseN of permits that are gone
 // returns Release's ErrNotHeld, and the permits are then lost.
 func TestSemaphoreReleaseNOfLostPermits(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	ctx := testCtx(t)
 	rdb := srv.Client(t)
@@ -239,6 +244,7 @@ func TestSemaphoreReleaseNOfLostPermits(t *testing.T) {
 // ErrKeyConflict and changes nothing: the permits are still held, all of
 // them.
 func TestSemaphoreReleaseNKeyConflict(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	rdb := srv.Client(t)
@@ -275,6 +281,7 @@ func TestSemaphoreReleaseNKeyConflict(t *testing.T) {
 // more: their Release reports ErrNotHeld, even with another holder keeping
 // the semaphore's keys alive and nobody waiting (the release's fast path).
 func TestSemaphoreReleaseOfExpiredPermitsIsNotHeld(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	ctx := testCtx(t)

@@ -52,6 +52,7 @@ func TestSemaphoreBadInputSendsNothing(t *testing.T) {
 }
 
 func TestSemaphoreMoreThanTheLimitFailsAtOnce(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	ctx := testCtx(t)
@@ -79,6 +80,7 @@ func TestSemaphoreMoreThanTheLimitFailsAtOnce(t *testing.T) {
 // queued first for more than are free: TryAcquire is refused (arrival
 // order), and its error says that this, not a lack of permits, is why.
 func TestSemaphoreTryAcquireBehindTheQueueSaysWhy(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	name := t.Name()

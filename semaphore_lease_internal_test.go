@@ -14,6 +14,7 @@ import (
 // grant that expired before its claim spends it, and the next grant gets a
 // new one, so no Lease is started twice.
 func TestSemaphoreAcquisitionLeases(t *testing.T) {
+	t.Parallel()
 	c := sharedClient(t)
 	ctx := context.Background()
 	s := c.Semaphore(t.Name(), 1)

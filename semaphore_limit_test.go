@@ -18,6 +18,7 @@ import (
 )
 
 func TestSemaphoreSetPermits(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	a, b := newClient(t, srv), newClient(t, srv)
 	name := t.Name()
@@ -116,6 +117,7 @@ func TestSemaphoreSetPermits(t *testing.T) {
 }
 
 func TestSemaphoreAddPermits(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	ctx := testCtx(t)
@@ -205,6 +207,7 @@ func TestSemaphoreAddPermits(t *testing.T) {
 // waiters at once, in arrival order, stopping at the first that does not
 // fit, as a release does.
 func TestSemaphoreAddPermitsServesWaitersInOrder(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	ctx := testCtx(t)
@@ -244,6 +247,7 @@ func TestSemaphoreAddPermitsServesWaitersInOrder(t *testing.T) {
 // TestSemaphoreAddPermitsConcurrent: additions from several Clients at once
 // are atomic: each returns a different limit, and all of them count.
 func TestSemaphoreAddPermitsConcurrent(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	ctx := testCtx(t)
 	name := uniqueName(t)
@@ -291,6 +295,7 @@ func TestSemaphoreAddPermitsConcurrent(t *testing.T) {
 // exceed the highest limit in force so far, and once the limit stops
 // changing, not the final one either.
 func TestSemaphoreLimitRespectedWhileItChanges(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	ctx := testCtx(t)
 	name := uniqueName(t)
@@ -388,6 +393,7 @@ func TestSemaphoreLimitRespectedWhileItChanges(t *testing.T) {
 // always sets one): AddPermits must report ErrKeyConflict and leave it
 // alone, as sem_check does for every other key.
 func TestSemaphoreAddPermitsForeignCallsZset(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	rdb := srv.Client(t)

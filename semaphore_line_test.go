@@ -27,6 +27,7 @@ func semKeysLeft(ctx context.Context, t testing.TB, srv *redistest.Server, name 
 // (one grant published), the others by local hand-offs in its turn, in
 // arrival order and each with a fresh fencing token.
 func TestSemaphoreHandsPermitsOverLocally(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -97,6 +98,7 @@ func TestSemaphoreHandsPermitsOverLocally(t *testing.T) {
 // the waiter gets its permits once they are free, never more than the
 // limit in use.
 func TestSemaphorePassesOnlyPermitsThatFit(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)

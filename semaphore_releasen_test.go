@@ -43,6 +43,7 @@ func awaitServed(t *testing.T, got <-chan acquired, what string) *dlock.Permits 
 }
 
 func TestSemaphoreReleaseN(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	rdb, counter := countingClient(t, srv)
 	c, err := dlock.New(rdb)
@@ -154,6 +155,7 @@ func TestSemaphoreReleaseN(t *testing.T) {
 // Extend and TTL on one Permits: the permits are never taken for lost, and
 // the other holder's are untouched.
 func TestSemaphoreReleaseNBesideReleaseRenewalExtendAndTTL(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv, dlock.WithTTL(300*time.Millisecond))
 	ctx := testCtx(t)
@@ -207,6 +209,7 @@ func TestSemaphoreReleaseNBesideReleaseRenewalExtendAndTTL(t *testing.T) {
 // go to the waiters at once, in arrival order, stopping at the first that
 // does not fit, as after Release.
 func TestSemaphoreReleaseNServesWaitersInOrder(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	ctx := testCtx(t)

@@ -50,6 +50,7 @@ func wantAvailable(t testing.TB, s *dlock.Semaphore, n int, when string) {
 // the waiter queues and the holder stays solo; its release hands the
 // permits to the waiter.
 func TestSemaphoreSoloHolderHandsOverToWaiter(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -91,6 +92,7 @@ func TestSemaphoreSoloHolderHandsOverToWaiter(t *testing.T) {
 // solo; once permits are free, a departing head that asked for more than
 // is free lets a smaller request behind it through.
 func TestSemaphoreSoloHolderStaysSoloWhileWaitersLeave(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -144,6 +146,7 @@ func TestSemaphoreSoloHolderStaysSoloWhileWaitersLeave(t *testing.T) {
 // A solo holder of 1 of 3, joined by two more: counts and tokens stay
 // right through the conversion, and every release gives its permit back.
 func TestSemaphoreSoloHolderJoinedByOthers(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -188,6 +191,7 @@ func TestSemaphoreSoloHolderJoinedByOthers(t *testing.T) {
 
 // ReleaseN from a solo holder keeps the rest under the same token.
 func TestSemaphoreSoloHolderReleaseN(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -216,6 +220,7 @@ func TestSemaphoreSoloHolderReleaseN(t *testing.T) {
 // The watchdog renews a solo holder in its form, and Extend and TTL read
 // and move its expiry.
 func TestSemaphoreSoloHolderRenewed(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -251,6 +256,7 @@ func TestSemaphoreSoloHolderRenewed(t *testing.T) {
 
 // Limit changes while a solo holder holds count its permits.
 func TestSemaphoreSoloHolderAndLimitChanges(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -288,6 +294,7 @@ func TestSemaphoreSoloHolderAndLimitChanges(t *testing.T) {
 // A Client's acquisitions of every permit pass them on to each other
 // locally, from a solo holder too.
 func TestSemaphoreSoloHolderHandsOverLocally(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -319,6 +326,7 @@ func TestSemaphoreSoloHolderHandsOverLocally(t *testing.T) {
 // A solo holder that stops renewing (its process died) frees its permits
 // within its TTL.
 func TestSemaphoreSoloHolderDies(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -344,6 +352,7 @@ func TestSemaphoreSoloHolderDies(t *testing.T) {
 // Inspect and List show a solo holder as a zset's, and ForceUnlock clears
 // it.
 func TestSemaphoreSoloHolderInspected(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -387,6 +396,7 @@ func TestSemaphoreSoloHolderInspected(t *testing.T) {
 // A string under the holders key that no semaphore wrote (no expiry, or
 // not a solo holder's value) is reported by every operation and left.
 func TestSemaphoreForeignStringUnderHolders(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	ctx := testCtx(t)
 	rdb := srv.Client(t)

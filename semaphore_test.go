@@ -76,6 +76,7 @@ func acquireAsync(ctx context.Context, s *dlock.Semaphore, n int) <-chan acquire
 // would be) and goroutines acquire random numbers of permits, and tracks
 // what is out in-process: it never exceeds the limit, and reaches it.
 func TestSemaphoreNeverMoreThanLimit(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	const limit, clients, workers, rounds = 5, 3, 4, 12
 	name := t.Name()
@@ -140,6 +141,7 @@ func TestSemaphoreNeverMoreThanLimit(t *testing.T) {
 }
 
 func TestSemaphoreKeysAndPermits(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv, dlock.WithTTL(10*time.Second), dlock.WithOwnerInfo("worker-7"))
 	name := t.Name()
@@ -231,6 +233,7 @@ func TestSemaphoreKeysAndPermits(t *testing.T) {
 // TestSemaphoreFIFONoStarvation: a large request that arrived first is
 // served before smaller ones that would fit earlier.
 func TestSemaphoreFIFONoStarvation(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	name := t.Name()
 	ctx := testCtx(t)
@@ -275,6 +278,7 @@ func TestSemaphoreFIFONoStarvation(t *testing.T) {
 }
 
 func TestSemaphoreReleaseWakesWaiterPromptly(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	a, b := newClient(t, srv), newClient(t, srv)
 	name := t.Name()
@@ -306,6 +310,7 @@ func TestSemaphoreReleaseWakesWaiterPromptly(t *testing.T) {
 }
 
 func TestSemaphorePermitsRenewedPastSeveralTTLs(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	// Renewed every 200ms; 400ms of slack absorb a loaded machine.
 	c := newClient(t, srv, dlock.WithTTL(600*time.Millisecond))
@@ -330,6 +335,7 @@ func TestSemaphorePermitsRenewedPastSeveralTTLs(t *testing.T) {
 }
 
 func TestSemaphoreFencingTokensIncrease(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	a, b := newClient(t, srv), newClient(t, srv)
 	rdb := srv.Client(t)
@@ -364,6 +370,7 @@ func TestSemaphoreFencingTokensIncrease(t *testing.T) {
 }
 
 func TestSemaphoreCancelledAcquireLeavesNothingQueued(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	a, b := newClient(t, srv), newClient(t, srv)
 	name := t.Name()
@@ -402,6 +409,7 @@ func TestSemaphoreCancelledAcquireLeavesNothingQueued(t *testing.T) {
 // TestSemaphoreSeparateFromMutex: a lock and a semaphore of one name do not
 // share keys.
 func TestSemaphoreSeparateFromMutex(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	c := newClient(t, srv)
 	ctx := testCtx(t)

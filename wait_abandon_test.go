@@ -183,6 +183,7 @@ func (c *heldWriteConn) Write(b []byte) (int, error) {
 // when its own wait ends, must wait for the head's attempt too (found by a
 // review: it went at once).
 func TestHandedOverPlaceIsCleanedUpAfterTheHeadsAttemptLands(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	ctx := testCtx(t)
 	hold := &writeHold{hash: scripts.MutexAcquire.Hash(), started: make(chan struct{}, 1), resume: make(chan struct{}), replied: make(chan struct{})}

@@ -82,6 +82,7 @@ func checkIgnoredThenGranted(t *testing.T, ignored *lossSignal, claimFailed <-ch
 // A head whose grant is heard late gives up; the goroutine that takes over
 // its place must still know that the lock was taken since.
 func TestLateGrantToAHeadThatGaveUpIsIgnored(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	opts := []dlock.Option{dlock.WithTTL(10 * time.Second), dlock.WithWaiterLease(time.Second)} // a 1 s claim window
 	ctx := testCtx(t)
@@ -196,6 +197,7 @@ func (h *dupHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 // too late to be claimed, the Lock waits again for the same owner, and the
 // second copy must be known for the grant that expired.
 func TestSecondCopyOfAnExpiredGrantIsIgnored(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	opts := []dlock.Option{dlock.WithTTL(10 * time.Second), dlock.WithWaiterLease(time.Second)}
 	ctx := testCtx(t)

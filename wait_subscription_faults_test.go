@@ -32,6 +32,7 @@ func (unconfirmedSubscription) Subscribe(ctx context.Context, _ ...string) error
 // A waiter whose subscription is never confirmed polls: a lost
 // confirmation costs latency, not the rest of the wait.
 func TestWaiterPollsWhenItsSubscriptionIsNeverConfirmed(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	rdb := srv.Client(t)
 	d := goredis.New(rdb)
@@ -141,6 +142,7 @@ func (s gatedSubscription) Subscribe(ctx context.Context, channels ...string) er
 // never heard: once the subscription is confirmed, the waiter must ask
 // again at once rather than at its next poll (10 s away here).
 func TestWakeupBeforeTheSubscriptionIsAskedAgain(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	rdb := srv.Client(t)
 	d := goredis.New(rdb)
@@ -187,6 +189,7 @@ func TestWakeupBeforeTheSubscriptionIsAskedAgain(t *testing.T) {
 // is still being made stops it and waits for it: the call returns at once,
 // and goleak (TestMain) finds no goroutine left.
 func TestWaitEndsWhileSubscribing(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	for _, how := range []string{"ctx", "close", "poll"} {
 		t.Run(how, func(t *testing.T) {

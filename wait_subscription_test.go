@@ -18,6 +18,7 @@ import (
 // place expired, and a release meanwhile went to a waiter that came after
 // it. Found by the FairMutex order audit, from reading the code.
 func TestSlowSubscriptionKeepsTheWaitersPlace(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	// A 600 ms claim window: waiters refresh their place every 200 ms.
 	const lease = 600 * time.Millisecond

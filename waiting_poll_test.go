@@ -14,6 +14,7 @@ import (
 // the holders key alive, so only the poll's own check of the holders'
 // expiries lets the waiter in.
 func TestSemaphoreWaiterPollTakesExpiredPermits(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	ctx := testCtx(t)
 	name := t.Name()

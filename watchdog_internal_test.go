@@ -10,6 +10,7 @@ import (
 // A stream of short holds must not wake the watchdog's loop once per
 // acquisition: each new lease is due after the loop's own next wake-up.
 func TestShortHoldsLeaveTheWatchdogAsleep(t *testing.T) {
+	t.Parallel()
 	c := sharedClient(t)
 	ctx := context.Background()
 	m := c.Mutex(t.Name())
@@ -35,6 +36,7 @@ func TestShortHoldsLeaveTheWatchdogAsleep(t *testing.T) {
 // lease past its deadline must not read as held. The deadline is moved
 // into the past without telling the watchdog, which then sleeps on.
 func TestErrAndDoneCompareTheDeadlineWhenCalled(t *testing.T) {
+	t.Parallel()
 	c := sharedClient(t)
 	ctx := context.Background()
 	pastDeadline := func(l *Lease) { l.s.SetValidUntil(time.Now().Add(-time.Millisecond)) }

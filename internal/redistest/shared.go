@@ -161,8 +161,9 @@ func stopShared() {
 
 // Wrap returns m with a Run that, after the tests, stops the Shared server
 // and gives go-redis's background goroutines that outlive Close (a redial
-// loop after a killed server, a cluster slot reload) up to 2 s to end, for
-// composing with goleak or other TestMain code:
+// loop after a killed server, a dial its caller gave up on, a cluster slot
+// reload) up to transientWait to end, for composing with goleak or other
+// TestMain code:
 //
 //	func TestMain(m *testing.M) {
 //		goleak.VerifyTestMain(redistest.Wrap(m))
@@ -176,19 +177,26 @@ func (w wrapped) Run() int {
 	defer mainActive.Store(false)
 	code := w.m.Run()
 	stopShared()
-	waitTransient(2 * time.Second)
+	waitTransient(transientWait)
 	return code
 }
 
-// transient are go-redis goroutines that outlive a client's Close by up to a
-// second: after dial failures (a killed server) the pool redials in the
-// background and sleeps 1 s between tries, and a cluster client's slot
-// reload sleeps 200 ms. They end on their own; goleak retries for only
-// about half a second.
+// transient are go-redis goroutines that outlive a client's Close: after
+// dial failures (a killed server) the pool redials in the background and
+// sleeps 1 s between tries; a dial started for a caller runs its retries to
+// the end even when the caller gave up and the pool closed, up to the dial
+// timeout (5 s by default; a blackholed server takes all of it); and a
+// cluster client's slot reload sleeps 200 ms. They end on their own;
+// goleak retries for only about half a second.
 var transient = []string{
 	"github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial",
+	"github.com/redis/go-redis/v9/internal/pool.(*ConnPool).queuedNewConn",
 	"github.com/redis/go-redis/v9.(*clusterStateHolder).LazyReload",
 }
+
+// transientWait bounds how long Main waits for the transient goroutines: the
+// default dial timeout, and a margin for a loaded machine.
+const transientWait = 7 * time.Second
 
 // waitTransient waits up to timeout for the transient goroutines to end, so
 // that goleak still reports them if they do not (a client never closed).

@@ -38,6 +38,10 @@ type ContendedResult struct {
 	Waits [][]time.Duration
 	// Censored counts the waits still in progress at the window's end.
 	Censored int
+	// Stall is the longest a 1 ms sleep in this process woke late within
+	// the window (probeStalls): how long the process, or the machine,
+	// stood still whoever held the lock.
+	Stall time.Duration
 	// PerGoroutine counts each goroutine's grants in the window.
 	PerGoroutine []int64
 	// Overlaps counts grants that found another goroutine still inside its
@@ -162,6 +166,11 @@ func RunContended(ctx context.Context, t Target, srv *Servers, spec ContendedSpe
 			r.loop(runCtx, me, lockers[me%spec.Clients], &locals[me])
 		}(g)
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		res.Stall = probeStalls(runCtx, r.now, r.t0.Load, r.t1.Load, time.Sleep)
+	}()
 	res.Window, err = measure(ctx, srv, &cnt, spec.Warm, spec.Dur,
 		func() { r.t0.Store(r.now()) },
 		func() { r.t1.Store(r.now()) })

@@ -16,7 +16,8 @@
 //     all alike.
 //  2. Contended: 16 goroutines across 4 clients competing for one key with
 //     a tiny critical section: acquisitions per second, hand-off latency,
-//     each goroutine's waits, barging, commands per acquisition.
+//     each goroutine's waits, barging, commands per acquisition, and how
+//     long the process stood still (a 1 ms sleep that woke late).
 //  3. Waiting load: 1,000 goroutines across 10 clients blocked on one held
 //     lock: commands per second while they wait.
 //  4. Watchdog scale: 10,000 auto-renewed leases held by one client: round

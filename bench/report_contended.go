@@ -9,7 +9,7 @@ func (v *view) contendedTable(nodes int, names []string, refs []ref) *table {
 	for _, rf := range refs {
 		head = append(head, "×"+rf.label)
 	}
-	head = append(head, "hand-off p50", "hand-off p99", "hand-offs counted", "worst goroutine's wait p99", "longest wait", "goroutines starved", "barging", "commands sent / acq")
+	head = append(head, "hand-off p50", "hand-off p99", "hand-offs counted", "worst goroutine's wait p99", "longest wait", "process stalled", "goroutines starved", "barging", "commands sent / acq")
 	t := &table{head: head}
 	for _, n := range names {
 		acq := v.conFig(n, nodes, func(r *ContendedResult) float64 { return r.AcqPerSec() })
@@ -23,6 +23,7 @@ func (v *view) contendedTable(nodes int, names []string, refs []ref) *table {
 			rate(Summarize(v.conFig(n, nodes, func(r *ContendedResult) float64 { return float64(len(r.Handoffs)) }))),
 			msS(Summarize(v.conFig(n, nodes, func(r *ContendedResult) float64 { return durMs(r.WorstP99()) }))),
 			msS(Summarize(v.conFig(n, nodes, func(r *ContendedResult) float64 { return durMs(r.MaxWait()) }))),
+			msS(Summarize(v.conFig(n, nodes, func(r *ContendedResult) float64 { return durMs(r.Stall) }))),
 			fmtSummary(Summarize(v.conFig(n, nodes, func(r *ContendedResult) float64 { return float64(r.Starved()) })), fmtFloat(0)),
 			fmtSummary(Summarize(v.conFig(n, nodes, (*ContendedResult).BargingShare)), fmtPercent),
 			fmtSummary(Summarize(v.conFig(n, nodes, func(r *ContendedResult) float64 { return float64(r.Window.Client.Commands) / float64(r.Grants) })), fmtFloat(2)),
@@ -63,7 +64,8 @@ func (v *view) contended() {
 	v.p("## 2. Contended: %d goroutines on %d clients, one key\n\n", c.Goroutines, c.Clients)
 	v.p("Each goroutine loops: `Lock`, bump a shared counter (the critical section), unlock. %v warm-up, then %v measured. ", c.Warm, c.Dur)
 	v.p("**Hand-off** runs from the moment the releasing goroutine is about to call unlock to the moment a *different* goroutine's `Lock` returns; ")
-	v.p("a grant to the goroutine that released last counts as **barging** instead. **Waits** run from a `Lock` call to its return; a wait still going when the window closes counts as long as it had waited, so a goroutine that never got the lock shows up as a long wait and as **starved**.\n\n")
+	v.p("a grant to the goroutine that released last counts as **barging** instead. **Waits** run from a `Lock` call to its return; a wait still going when the window closes counts as long as it had waited, so a goroutine that never got the lock shows up as a long wait and as **starved**. ")
+	v.p("**Process stalled** is the longest a 1 ms sleep in the same process woke late during the window: a time when the process, or the machine, ran none of its goroutines on time, whoever held the lock; a wait that spans such a stall is long whatever the library does.\n\n")
 	names := v.names(func(t TargetInfo) bool { return t.Single })
 	v.p("%s\n", v.contendedTable(1, names, floorRef(v.floorName())))
 	v.p("![Hand-off latency and wait distributions per library](%s)\n\n", ChartFile)

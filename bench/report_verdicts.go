@@ -131,7 +131,9 @@ func (v *view) contendedVerdicts() []verdict {
 	out = append(out, verdict{"contended: hand-off p50 ≤ 0.1 ms", msS(p50), atMost(p50.Median, 0.1, fmtMs(p50.Median-0.1))})
 	out = append(out, verdict{"contended: hand-off p99 ≤ 0.5 ms", msS(p99), atMost(p99.Median, 0.5, fmtMs(p99.Median-0.5))})
 	maxWait := Summarize(v.conFig(headline, 1, func(r *ContendedResult) float64 { return durMs(r.MaxWait()) }))
-	out = append(out, verdict{"contended: no goroutine waits > 20 ms", fmt.Sprintf("longest wait %s; worst of all runs %s", msS(maxWait), fmtMs(maxWait.Max)),
+	stall := Summarize(v.conFig(headline, 1, func(r *ContendedResult) float64 { return durMs(r.Stall) }))
+	out = append(out, verdict{"contended: no goroutine waits > 20 ms", fmt.Sprintf("longest wait %s; worst of all runs %s (the process stood still up to %s in the same runs, whoever held the lock)",
+		msS(maxWait), fmtMs(maxWait.Max), fmtMs(stall.Max)),
 		atMost(maxWait.Max, 20, fmtMs(maxWait.Max-20))})
 	barge := Summarize(v.conFig(headline, 1, (*ContendedResult).BargingShare))
 	out = append(out, verdict{"contended: barging ≤ 10%", fmtSummary(barge, fmtPercent), atMost(barge.Median, 0.10, fmtPercent(barge.Median-0.10))})

@@ -202,22 +202,21 @@ const transientWait = 7 * time.Second
 // that goleak still reports them if they do not (a client never closed).
 func waitTransient(timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
-	buf := make([]byte, 1<<20)
-	for time.Now().Before(deadline) {
-		n := runtime.Stack(buf, true)
-		stacks := string(buf[:n])
-		found := false
-		for _, fn := range transient {
-			if strings.Contains(stacks, fn) {
-				found = true
-				break
-			}
-		}
-		if !found {
-			return
-		}
+	for time.Now().Before(deadline) && anyRunning(transient...) {
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// anyRunning reports whether a goroutine's stack names one of fns.
+func anyRunning(fns ...string) bool {
+	buf := make([]byte, 1<<20)
+	stacks := string(buf[:runtime.Stack(buf, true)])
+	for _, fn := range fns {
+		if strings.Contains(stacks, fn) {
+			return true
+		}
+	}
+	return false
 }
 
 // Main runs the tests, stops the Shared server, checks for leaked goroutines

@@ -3,7 +3,6 @@ package redistest
 import (
 	"context"
 	"net"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -40,10 +39,7 @@ func TestWaitTransientOutlastsAnAbandonedDial(t *testing.T) {
 		t.Fatal("PING to a closed port answered")
 	}
 	_ = rdb.Close()
-	dialling := func() bool {
-		buf := make([]byte, 1<<20)
-		return strings.Contains(string(buf[:runtime.Stack(buf, true)]), "(*ConnPool).queuedNewConn")
-	}
+	dialling := func() bool { return anyRunning("(*ConnPool).queuedNewConn") }
 	if !dialling() {
 		t.Skip("this go-redis does not dial on after its caller gave up")
 	}

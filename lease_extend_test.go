@@ -22,8 +22,8 @@ type extendable interface {
 // A renewal whose reply comes too late (its context ended) is still on the
 // wire when a later, longer Extend overtakes it on another connection. When
 // it lands, it must not cut the hold back to its shorter expiry: the lease
-// counts on the longer one, and before, another client took the lock two
-// seconds later while the lease had 18 s left.
+// counts on the longer one, and another client must not take the lock
+// while the lease still has time left.
 func TestStrayShorterExtendDoesNotShortenTheHold(t *testing.T) {
 	t.Parallel()
 	kinds := []struct {

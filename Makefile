@@ -123,7 +123,8 @@ cc:
 	fi
 
 # bench: the side-by-side benchmarks against the peers (module bench/, which
-# starts its own redis-server processes). The Go benchmarks go first (ns, B
+# starts its own redis-server processes). The server's instructions per pair
+# are counted first (as make instructions does), then the Go benchmarks (ns, B
 # and allocs per pair, BENCH_COUNT passes over every target), then TestReport runs every
 # scenario five times and writes docs/benchmarks.md and its chart. Raw
 # results stay in bench/results/ (ignored by git). About 30 minutes on two
@@ -134,9 +135,11 @@ BENCHFLAGS ?=
 BENCH_COUNT ?= 3
 .PHONY: bench
 
-## bench: run the benchmarks against redsync, redislock, rueidislock and a raw go-redis floor; write docs/benchmarks.md
-bench: redis
+## bench: run the benchmarks against redsync, redislock, rueidislock and a raw go-redis floor; write docs/benchmarks.md (installs valgrind if missing)
+bench: redis valgrind
 	@mkdir -p bench/results
+	@echo "==> go test -run TestServerInstructions -args -instructions   (module bench)"
+	cd bench && $(GO) test -run '^TestServerInstructions$$' -count 1 . -args -instructions -instructions-out results/instructions.json
 	@# BENCH_COUNT passes of -count 1, not one -count pass: a target's runs
 	@# then spread over the whole time instead of following each other, so
 	@# the machine's drift meets every target alike.
@@ -146,7 +149,7 @@ bench: redis
 		(cd bench && $(GO) test -run '^$$' -bench '^BenchmarkUncontended$$' -benchmem -count 1 -timeout 30m .) | tee -a bench/results/gobench.txt; \
 	done
 	@echo "==> go test -run TestReport -args -report   (module bench)"
-	cd bench && $(GO) test -run '^TestReport$$' -count 1 -timeout 90m -v . -args -report -gobench results/gobench.txt -out ../docs $(BENCHFLAGS)
+	cd bench && $(GO) test -run '^TestReport$$' -count 1 -timeout 90m -v . -args -report -gobench results/gobench.txt -instructions-from results/instructions.json -out ../docs $(BENCHFLAGS)
 	@echo "==> wrote docs/benchmarks.md and docs/benchmarks-contended.png"
 
 # instructions: redis-server's instructions per uncontended lock+unlock pair

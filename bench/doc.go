@@ -34,14 +34,19 @@
 //
 // dlock's other primitives run scenarios 1 to 3 as well (and
 // BenchmarkUncontended): the FairMutex, the ReentrantMutex (a fresh owner
-// per Lock call), the RWMutex's write lock and a Semaphore of one permit.
-// The report shows them in a section of their own, against the Mutex and
-// the floor; the read lock is left out, since readers share it.
+// per Lock call), the RWMutex's write lock, a Semaphore of one permit, a
+// MultiLock of two names and the Mutex with its options given per call;
+// the RWMutex's read lock and one permit of a Semaphore of eight, which do
+// not exclude, run scenario 1 only. The report shows them in a section of
+// their own, against the Mutex and the floor, and judges them against the
+// family's targets (report_family.go).
 //
 // `go test ./...` runs only quick sanity checks. `make bench` in the
-// repository root runs the Go benchmarks and then TestReport with -report,
-// which repeats every scenario, computes medians, ranges and ratios and
-// writes docs/benchmarks.md and its chart. TestReport takes more flags after
+// repository root counts the server's instructions per pair (below), runs
+// the Go benchmarks and then TestReport with -report, which repeats every
+// scenario, computes medians, ranges and ratios and writes
+// docs/benchmarks.md and its chart, with the two earlier steps' figures
+// (-instructions-from, -gobench). TestReport takes more flags after
 // -args: -scale and -reps for longer runs, -targets to run only some
 // libraries, -render to redo the report from bench/results/results.json.
 // To see where a library spends its time, add go test's -cpuprofile:

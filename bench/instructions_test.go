@@ -18,6 +18,7 @@ import (
 var (
 	instructionsFlag  = flag.Bool("instructions", false, "count redis-server's instructions per lock+unlock pair under callgrind (make instructions runs it)")
 	instructionsPairs = flag.Int("pairs", 2000, "lock+unlock pairs counted per target by -instructions")
+	instructionsOut   = flag.String("instructions-out", "", "with -instructions, also write the counts to this JSON file (make bench gives it to the report)")
 )
 
 // TestServerInstructions counts the instructions redis-server executes per
@@ -29,7 +30,8 @@ var (
 // -pairs pairs on one goroutine, and they are dumped. Redlock targets run
 // over this one server, so theirs is the cost per node.
 //
-// It runs only with -instructions, never in `go test ./...`.
+// It runs only with -instructions, never in `go test ./...`; with
+// -instructions-out it also writes the counts for the report (make bench).
 func TestServerInstructions(t *testing.T) {
 	if !*instructionsFlag {
 		t.Skip("needs valgrind; run with -args -instructions (make instructions does)")
@@ -59,9 +61,10 @@ func TestServerInstructions(t *testing.T) {
 
 	ctx := context.Background()
 	var (
-		b     strings.Builder
-		floor float64
-		dumps int
+		b       strings.Builder
+		floor   float64
+		dumps   int
+		results []InstructionsResult
 	)
 	fmt.Fprintf(&b, "redis-server instructions per uncontended lock+unlock pair (callgrind, %d pairs each, one goroutine):\n\n", *instructionsPairs)
 	b.WriteString("| target | instructions per pair | ÷ floor |\n|---|--:|--:|\n")
@@ -90,6 +93,7 @@ func TestServerInstructions(t *testing.T) {
 			t.Fatalf("%s: %v", tg.Name, err)
 		}
 		perPair := float64(n) / float64(*instructionsPairs)
+		results = append(results, InstructionsResult{Target: tg.Name, Pairs: *instructionsPairs, PerPair: perPair})
 		if tg.Kind == KindFloor {
 			floor = perPair
 		}
@@ -100,6 +104,11 @@ func TestServerInstructions(t *testing.T) {
 		fmt.Fprintf(&b, "| %s | %.1fk | %s |\n", tg.Name, perPair/1000, ratio)
 	}
 	t.Log("\n" + b.String())
+	if *instructionsOut != "" {
+		if err := WriteInstructions(*instructionsOut, results); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // dumpSummary reads the instruction count of a callgrind dump: its

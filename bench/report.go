@@ -250,6 +250,7 @@ func (v *view) markdown() string {
 	v.redlock()
 	v.election()
 	v.primitives()
+	v.family()
 	v.levers()
 	v.method()
 	v.problems()

@@ -30,6 +30,10 @@ func (v *view) primitives() {
 	v.p("\n\n")
 	v.p("Uncontended (as scenario 1):\n\n%s\n", v.uncontendedTable(1, names, p.UncontendedGoroutines, refs))
 	v.p("What each uncontended pair costs, summed over every goroutine count and run (as in scenario 1):\n\n%s\n", v.uncontendedCommands(names))
+	if t := v.instructionsTable(names, refs); len(t.rows) > 0 {
+		v.p("What redis-server executed per uncontended pair at one goroutine, counted under valgrind's callgrind by `make instructions` (%d pairs each) in this `make bench`: a count that repeats to within about 1%% where timings drift:\n\n%s\n",
+			v.res.Instructions[0].Pairs, t)
+	}
 	// Targets that share (Target.Shares) run scenario 1 only.
 	excluding := v.namesOf(func(t TargetInfo) bool { return !t.Shares && (t.Primitive || t.Name == headline) })
 	excl := func(ns []string) []string {

@@ -17,6 +17,7 @@ var (
 	reportOut   = flag.String("out", "../docs", "where to write benchmarks.md and its chart")
 	resultsDir  = flag.String("results", "results", "where to write the raw results as JSON")
 	goBenchFile = flag.String("gobench", "", "`go test -bench` output of BenchmarkUncontended to include in the report")
+	instrFile   = flag.String("instructions-from", "", "server instructions per pair (written by -instructions -instructions-out) to include in the report")
 	reps        = flag.Int("reps", 0, "repetitions of every scenario (0: the plan's 5)")
 	scale       = flag.Float64("scale", 1, "multiplies every warm-up and measuring window (e.g. 2 for steadier figures)")
 	targetNames = flag.String("targets", "", "comma-separated target names to run (default: all)")
@@ -50,6 +51,12 @@ func TestReport(t *testing.T) {
 		res.GoBench, err = ParseGoBench(f)
 		f.Close()
 		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if *instrFile != "" {
+		var err error
+		if res.Instructions, err = ReadInstructions(*instrFile); err != nil {
 			t.Fatal(err)
 		}
 	}

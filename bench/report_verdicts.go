@@ -126,18 +126,18 @@ func (v *view) contendedVerdicts() []verdict {
 		s := Summarize(Ratios(acq[headline], bestOf(acq, fair, v.reps())))
 		out = append(out, verdict{"(for scale) against the best peer that hands off fairly (barging ≤ 10%: " + strings.Join(fair, ", ") + ")", ratio(s), "–"})
 	}
-	p50 := Summarize(v.conFig(headline, 1, func(r *ContendedResult) float64 { return durMs(r.HandoffQuantile(0.5)) }))
+	p50 := Summarize(v.conFig(headline, 1, handoffP50))
 	p99 := Summarize(v.conFig(headline, 1, func(r *ContendedResult) float64 { return durMs(r.HandoffQuantile(0.99)) }))
 	out = append(out, verdict{"contended: hand-off p50 ≤ 0.1 ms", msS(p50), atMost(p50.Median, 0.1, fmtMs(p50.Median-0.1))})
 	out = append(out, verdict{"contended: hand-off p99 ≤ 0.5 ms", msS(p99), atMost(p99.Median, 0.5, fmtMs(p99.Median-0.5))})
-	maxWait := Summarize(v.conFig(headline, 1, func(r *ContendedResult) float64 { return durMs(r.MaxWait()) }))
+	maxWait := Summarize(v.conFig(headline, 1, longestWait))
 	stall := Summarize(v.conFig(headline, 1, func(r *ContendedResult) float64 { return durMs(r.Stall) }))
 	out = append(out, verdict{"contended: no goroutine waits > 20 ms", fmt.Sprintf("longest wait %s; worst of all runs %s (the process stood still up to %s in the same runs, whoever held the lock)",
 		msS(maxWait), fmtMs(maxWait.Max), fmtMs(stall.Max)),
 		atMost(maxWait.Max, 20, fmtMs(maxWait.Max-20))})
 	barge := Summarize(v.conFig(headline, 1, (*ContendedResult).BargingShare))
 	out = append(out, verdict{"contended: barging ≤ 10%", fmtSummary(barge, fmtPercent), atMost(barge.Median, 0.10, fmtPercent(barge.Median-0.10))})
-	cpa := Summarize(v.conFig(headline, 1, func(r *ContendedResult) float64 { return float64(r.Window.Client.Commands) / float64(r.Grants) }))
+	cpa := Summarize(v.conFig(headline, 1, commandsPerAcq))
 	spa := Summarize(v.conFig(headline, 1, func(r *ContendedResult) float64 { return float64(r.Window.Server.Total()) / float64(r.Grants) }))
 	out = append(out, verdict{"contended: ≤ 3 commands per acquisition", fmt.Sprintf("%s sent by the clients (%s executed by Redis, scripts' inner calls included)",
 		fmtSummary(cpa, fmtFloat(2)), fmtSummary(spa, fmtFloat(1))), atMost(cpa.Median, 3, fmtFloat(2)(cpa.Median-3))})

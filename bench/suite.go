@@ -94,6 +94,9 @@ type Results struct {
 	Election    []ElectionResult
 	// GoBench is `go test -bench` output for BenchmarkUncontended, parsed.
 	GoBench []GoBenchResult
+	// Instructions are redis-server's instructions per pair, counted by
+	// TestServerInstructions (-instructions-out) and read by TestReport.
+	Instructions []InstructionsResult
 }
 
 // TargetInfo is a Target as the report describes it.

@@ -67,7 +67,7 @@ func Targets() []Target {
 			New:      newDlockTaking(takeSemaphoreOf(1)),
 		},
 		{
-			Name: "dlock-percall", Module: modDlock, Kind: KindDlock, Renews: true, RenewEvery: 1.0 / 3, Single: true, Primitive: true,
+			Name: perCall, Module: modDlock, Kind: KindDlock, Renews: true, RenewEvery: 1.0 / 3, Single: true, Primitive: true,
 			Settings: "c.Mutex(key, dlock.WithTTL(30*time.Second)).Lock: the Mutex with its options given per call (the default TTL, so the settings are dlock's), as the README shows",
 			New:      newDlockTaking(takeMutexPerCall),
 		},

@@ -28,68 +28,67 @@ func (v *view) family() {
 	}
 	v.p("## dlock's family against its targets\n\n")
 	v.p("The kinds above against the Mutex (`%s`) of the same runs. A row lists each kind's figure; \"missed\" names the kinds that miss.\n\n", headline)
-	t := &table{head: []string{"target", "measured", "status"}}
-	for _, vd := range v.familyVerdicts(kinds) {
-		t.add(vd.target, vd.measured, vd.status)
-	}
-	v.p("%s\n", t)
+	v.p("%s\n", verdictTable(v.familyVerdicts(kinds)))
 }
 
 func (v *view) familyVerdicts(kinds []string) []verdict {
 	var out []verdict
-	vsMutex := func(f func(name string) []float64) func(string) Summary {
-		return func(n string) Summary { return Summarize(Ratios(f(n), f(headline))) }
+	vsMutex := func(f func(name string) []float64) func(string) float64 {
+		return func(n string) float64 { return Summarize(Ratios(f(n), f(headline))).Median }
 	}
-	median := func(s Summary) float64 { return s.Median }
 	for _, g := range v.res.Plan.UncontendedGoroutines {
 		rate := vsMutex(func(n string) []float64 { return v.uncRate(n, g, 1) })
-		out = append(out, everyKind(fmt.Sprintf("uncontended, %d goroutine(s): ≥ 0.9× the Mutex's pairs/s", g),
-			kinds, rate, median, fmtRatioValue, func(x float64) bool { return x >= 0.9 }))
+		out = append(out, judgeEach(fmt.Sprintf("uncontended, %d goroutine(s): ≥ 0.9× the Mutex's pairs/s", g),
+			kindFigures(kinds, rate), fmtRatioValue, func(x float64) bool { return x >= 0.9 }))
 	}
 	contended := present(kinds, "dlock-reentrant", "dlock-rwmutex", "dlock-semaphore")
-	con := func(f func(*ContendedResult) float64) func(string) Summary {
-		return func(n string) Summary { return Summarize(v.conFig(n, 1, f)) }
+	// con is a contended figure's median over the runs, or with worst its
+	// largest, as the Mutex's longest wait is judged.
+	con := func(f func(*ContendedResult) float64, worst bool) func(string) float64 {
+		return func(n string) float64 {
+			s := Summarize(v.conFig(n, 1, f))
+			if worst {
+				return s.Max
+			}
+			return s.Median
+		}
 	}
 	out = append(out,
-		everyKind("contended: ≥ 0.9× the Mutex's acquisitions/s", contended,
-			vsMutex(func(n string) []float64 { return v.conFig(n, 1, (*ContendedResult).AcqPerSec) }), median, fmtRatioValue,
-			func(x float64) bool { return x >= 0.9 }),
-		everyKind("contended: hand-off p50 ≤ 0.1 ms", contended, con(handoffP50), median, fmtMs,
+		judgeEach("contended: ≥ 0.9× the Mutex's acquisitions/s", kindFigures(contended,
+			vsMutex(func(n string) []float64 { return v.conFig(n, 1, (*ContendedResult).AcqPerSec) })),
+			fmtRatioValue, func(x float64) bool { return x >= 0.9 }),
+		judgeEach("contended: hand-off p50 ≤ 0.1 ms", kindFigures(contended, con(handoffP50, false)), fmtMs,
 			func(x float64) bool { return x <= 0.1 }),
-		everyKind("contended: no goroutine waits > 20 ms (worst run)", contended, con(longestWait),
-			func(s Summary) float64 { return s.Max }, fmtMs, func(x float64) bool { return x <= 20 }),
-		everyKind("contended: barging ≤ 10%", contended, con((*ContendedResult).BargingShare), median, fmtPercent,
+		judgeEach("contended: no goroutine waits > 20 ms (worst run)", kindFigures(contended, con(longestWait, true)), fmtMs,
+			func(x float64) bool { return x <= 20 }),
+		judgeEach("contended: barging ≤ 10%", kindFigures(contended, con((*ContendedResult).BargingShare, false)), fmtPercent,
 			func(x float64) bool { return x <= 0.10 }))
 	if fair := present(kinds, "dlock-fair"); len(fair) > 0 {
 		out = append(out,
-			everyKind("contended, strict order: hand-off p50 ≤ 0.15 ms", fair, con(handoffP50), median, fmtMs,
+			judgeEach("contended, strict order: hand-off p50 ≤ 0.15 ms", kindFigures(fair, con(handoffP50, false)), fmtMs,
 				func(x float64) bool { return x <= 0.15 }),
-			everyKind("contended, strict order: ≤ 3 commands sent per acquisition", fair, con(commandsPerAcq), median,
+			judgeEach("contended, strict order: ≤ 3 commands sent per acquisition", kindFigures(fair, con(commandsPerAcq, false)),
 				fmtFloat(2), func(x float64) bool { return x <= 3 }))
 	}
 	if len(v.res.Instructions) > 0 {
-		out = append(out, everyKind("server instructions per pair ≤ 1.3× the Mutex's", kinds, v.instructionsVsMutex, median,
+		out = append(out, judgeEach("server instructions per pair ≤ 1.3× the Mutex's",
+			kindFigures(kinds, func(n string) float64 { return v.instructions(n) / v.instructions(headline) }),
 			fmtRatioValue, func(x float64) bool { return x <= 1.3 }))
 	}
 	waiters := append([]string{headline}, kinds...)
-	out = append(out, everyKind(fmt.Sprintf("waiting: ≤ 150 commands/s executed by Redis while %s goroutines wait", thousands(float64(v.res.Plan.Waiting.Waiters))),
-		v.ranWaiting(waiters), func(n string) Summary { return Summarize(v.waitFig(n, (*WaitingResult).CommandsPerSec)) }, median,
+	out = append(out, judgeEach(fmt.Sprintf("waiting: ≤ 150 commands/s executed by Redis while %s goroutines wait", thousands(float64(v.res.Plan.Waiting.Waiters))),
+		kindFigures(v.ranWaiting(waiters), func(n string) float64 { return Summarize(v.waitFig(n, (*WaitingResult).CommandsPerSec)).Median }),
 		thousands, func(x float64) bool { return x <= 150 }))
 	if _, ok := v.target(perCall); ok {
-		var parts, missed []string
+		var figs []figure
 		for _, g := range v.res.Plan.UncontendedGoroutines {
-			s := Summarize(Ratios(v.uncRate(perCall, g, 1), v.uncRate(headline, g, 1)))
-			part := fmt.Sprintf("g=%d %.4f×", g, s.Median) // 0.97 is a fine line: four digits show which side
-			parts = append(parts, part)
-			if !(s.Median >= 0.97) {
-				missed = append(missed, part)
-			}
+			figs = append(figs, figure{fmt.Sprintf("g=%d", g), Summarize(Ratios(v.uncRate(perCall, g, 1), v.uncRate(headline, g, 1))).Median})
 		}
-		status := "met"
-		if len(missed) > 0 {
-			status = "**missed**: " + strings.Join(missed, ", ")
-		}
-		out = append(out, verdict{"options per call: ≥ 0.97× the Mutex's pairs/s with the same options on the Client", perCall + ": " + strings.Join(parts, ", "), status})
+		// 0.97 is a fine line: four digits show which side of it a figure is.
+		vd := judgeEach("options per call: ≥ 0.97× the Mutex's pairs/s with the same options on the Client", figs,
+			func(x float64) string { return fmt.Sprintf("%.4f×", x) }, func(x float64) bool { return x >= 0.97 })
+		vd.measured = perCall + ": " + vd.measured
+		out = append(out, vd)
 	}
 	if d := v.names(func(t TargetInfo) bool { return t.Multi && t.Kind == KindDlock }); len(d) > 0 && slices.Contains(v.res.Plan.RedlockNodes, 3) {
 		s := Summarize(v.conFig(d[0], 3, longestWait))
@@ -99,28 +98,41 @@ func (v *view) familyVerdicts(kinds []string) []verdict {
 	return out
 }
 
-// everyKind judges one figure of each of names: fig summarizes a kind's
-// runs, judged picks the value judged (and shown first), and ok tells
-// whether it meets the target.
-func everyKind(target string, names []string, fig func(string) Summary, judged func(Summary) float64, format func(float64) string, ok func(float64) bool) verdict {
+// figure is one judged value of a verdict row, labelled (a kind, a
+// goroutine count); NaN when the run lacks it.
+type figure struct {
+	label string
+	x     float64
+}
+
+// kindFigures returns value for each of names, labelled with the name
+// short of its "dlock-".
+func kindFigures(names []string, value func(name string) float64) []figure {
+	figs := make([]figure, len(names))
+	for i, n := range names {
+		figs[i] = figure{strings.TrimPrefix(n, "dlock-"), value(n)}
+	}
+	return figs
+}
+
+// judgeEach judges each of figs against a target (ok): measured lists them
+// all, the status names those that miss; figures that were not measured
+// are left out.
+func judgeEach(target string, figs []figure, format func(float64) string, ok func(float64) bool) verdict {
 	var parts, missed []string
-	measured := 0
-	for _, n := range names {
-		s := fig(n)
-		x := judged(s)
-		if math.IsNaN(x) {
+	for _, f := range figs {
+		if math.IsNaN(f.x) {
 			continue
 		}
-		measured++
-		part := fmt.Sprintf("%s %s", strings.TrimPrefix(n, "dlock-"), format(x))
+		part := f.label + " " + format(f.x)
 		parts = append(parts, part)
-		if !ok(x) {
+		if !ok(f.x) {
 			missed = append(missed, part)
 		}
 	}
 	status := "met"
 	switch {
-	case measured == 0:
+	case len(parts) == 0:
 		status = "not measured"
 	case len(missed) > 0:
 		status = "**missed**: " + strings.Join(missed, ", ")
@@ -148,13 +160,6 @@ func (v *view) instructions(name string) float64 {
 		}
 	}
 	return math.NaN()
-}
-
-// instructionsVsMutex is name's server instructions per pair over the
-// Mutex's, as a Summary of the one count.
-func (v *view) instructionsVsMutex(name string) Summary {
-	x := v.instructions(name) / v.instructions(headline)
-	return Summary{Median: x, Min: x, Max: x, N: 1}
 }
 
 // instructionsTable shows the server's instructions per pair for names,

@@ -13,11 +13,16 @@ type verdict struct {
 func (v *view) headline() {
 	v.p("## dlock against its targets\n\n")
 	v.p("Judged on `%s` (its defaults). \"Missed\" says by how much.\n\n", headline)
+	v.p("%s\n", verdictTable(v.verdicts()))
+}
+
+// verdictTable shows vds, one row each.
+func verdictTable(vds []verdict) *table {
 	t := &table{head: []string{"target", "measured", "status"}}
-	for _, vd := range v.verdicts() {
+	for _, vd := range vds {
 		t.add(vd.target, vd.measured, vd.status)
 	}
-	v.p("%s\n", t)
+	return t
 }
 
 func atLeast(got, want float64, unit string) string {

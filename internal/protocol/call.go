@@ -17,11 +17,12 @@ import (
 // the slice Run's variadic parameter takes, and the values its arguments
 // point to. A string or an int64 put in an interface is an allocation of
 // its own, a pointer to a field of the Call (or of a descriptor) is not
-// (driver.Call.Args).
+// (driver.Call.Args). args holds the most any script takes (five): each
+// slot more is 16 bytes on every call.
 type Call struct {
 	driver.Call
 	calls  [1]*driver.Call
-	args   [11]any
+	args   [5]any
 	keys   [4]string
 	member string
 	next   string

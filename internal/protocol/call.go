@@ -37,8 +37,13 @@ func newCall(script *driver.Script, keys []string, member string) *Call {
 	return c
 }
 
-// setArgs makes args the call's arguments.
+// setArgs makes args the call's arguments, in the Call's own room when they
+// fit, so that no argument is ever dropped.
 func (c *Call) setArgs(args ...any) {
+	if len(args) > len(c.args) {
+		c.Args = append([]any(nil), args...)
+		return
+	}
 	n := copy(c.args[:], args)
 	c.Args = c.args[:n]
 }

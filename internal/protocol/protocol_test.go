@@ -176,3 +176,24 @@ func TestSemSettingsAndJoin(t *testing.T) {
 		}
 	}
 }
+
+// TestSetArgsKeepsEveryArgument checks that a call keeps all its arguments,
+// those that fit its own room and more than fit.
+func TestSetArgsKeepsEveryArgument(t *testing.T) {
+	for n := 0; n <= 7; n++ {
+		args := make([]any, n)
+		for i := range args {
+			args[i] = i
+		}
+		c := newCall(nil, nil, "owner")
+		c.setArgs(args...)
+		if len(c.Args) != n {
+			t.Fatalf("%d arguments: the call has %d", n, len(c.Args))
+		}
+		for i, a := range c.Args {
+			if a != i {
+				t.Fatalf("%d arguments: argument %d is %v", n, i, a)
+			}
+		}
+	}
+}

@@ -49,13 +49,12 @@ func SemExtend(keys []string, owner string, px time.Duration, limitRetention *in
 // extendArgs sets an extend script's arguments: the member, px, then more,
 // followed by the flag that lets it shorten a hold when shorten is set.
 func (c *Call) extendArgs(shorten bool, more ...any) {
-	c.args[0], c.args[1] = &c.member, &c.n
-	n := 2 + copy(c.args[2:], more)
+	var room [4]any // on the stack: setArgs copies into the Call
+	args := append(append(room[:0], &c.member, &c.n), more...)
 	if shorten {
-		c.args[n] = 1
-		n++
+		args = append(args, 1)
 	}
-	c.Args = c.args[:n]
+	c.setArgs(args...)
 }
 
 // ExtendResult reads the replies of extend calls: renewed only if every

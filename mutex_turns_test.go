@@ -204,7 +204,7 @@ func TestFailedHandOffEndsTheTurn(t *testing.T) {
 		srv.Client(t).Del(ctx, lockKey(name)) // the holder's key is gone
 		unlocked <- l.Unlock(ctx)
 	}()
-	waitQueued(t, srv, name, 1)
+	waitHeads(t, srv, c, name)
 	var wg sync.WaitGroup
 	for i := 2; i <= 3; i++ {
 		lockThen(ctx, t, &wg, c, name, func(*dlock.Lease) {})
@@ -244,7 +244,7 @@ func beginTurn(ctx context.Context, t *testing.T, srv *redistest.Server, c *dloc
 		}
 		firstc <- l
 	}()
-	waitQueued(t, srv, name, 1)
+	waitHeads(t, srv, c, name)
 	go func() {
 		l, err := c.Mutex(name, opts...).Lock(ctx)
 		if err == nil && unlock {
@@ -257,4 +257,14 @@ func beginTurn(ctx context.Context, t *testing.T, srv *redistest.Server, c *dloc
 		t.Fatal(err)
 	}
 	return <-firstc, secondc
+}
+
+// waitHeads waits until the one goroutine of c waiting for name is queued
+// in Redis and heads c's local line. Its first attempt queues it before it
+// takes its place in the line: a goroutine started in between would find
+// the line empty, make its own attempt and could become the head.
+func waitHeads(t *testing.T, srv *redistest.Server, c *dlock.Client, name string) {
+	t.Helper()
+	waitQueued(t, srv, name, 1)
+	waitFor(t, 10*time.Second, func() bool { return dlock.LocalWaiters(c, name) == 1 }, "the first goroutine to head the line")
 }

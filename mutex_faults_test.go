@@ -116,26 +116,39 @@ func TestForeignStringWithoutTTLConflicts(t *testing.T) {
 	rdb := srv.Client(t)
 	ctx := testCtx(t)
 	name := t.Name()
-	rdb.Set(ctx, lockKey(name), "someone-else", 0)
+	// The ReentrantMutex of name keeps its lock under a key of its own.
+	foreign := []string{lockKey(name), lockKey(name) + ":re"}
+	for _, key := range foreign {
+		rdb.Set(ctx, key, "someone-else", 0)
+	}
 
 	start := time.Now()
 	for _, try := range []func() error{
 		func() error { _, err := c.Mutex(name).TryLock(ctx); return err },
 		func() error { _, err := c.Mutex(name).Lock(ctx); return err },
 		func() error { return c.Do(ctx, name, func(context.Context) error { return nil }) },
+		func() error { _, err := c.FairMutex(name).TryLock(ctx); return err },
+		func() error { _, err := c.ReentrantMutex(name).TryLock(dlock.WithOwner(ctx, "me")); return err },
+		func() error { _, err := c.ReentrantMutex(name).Lock(dlock.WithOwner(ctx, "me")); return err },
+		func() error { _, err := c.MultiLock(name+"/other", name).TryLock(ctx); return err },
 	} {
-		if err := try(); !errors.Is(err, dlock.ErrKeyConflict) {
+		err := try()
+		if !errors.Is(err, dlock.ErrKeyConflict) {
 			t.Errorf("got %v, want ErrKeyConflict", err)
+		} else if !strings.Contains(err.Error(), "no expiry") {
+			t.Errorf("got %v, want the conflict to say the value has no expiry", err)
 		}
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("took %v to report the conflicts; want at once", d)
 	}
-	if v := rdb.Get(ctx, lockKey(name)).Val(); v != "someone-else" {
-		t.Errorf("the foreign value was changed to %q", v)
-	}
-	if n := rdb.Exists(ctx, lockKey(name)+":q").Val(); n != 0 {
-		t.Errorf("a waiter was queued behind the foreign key")
+	for _, key := range foreign {
+		if v := rdb.Get(ctx, key).Val(); v != "someone-else" {
+			t.Errorf("the foreign value under %s was changed to %q", key, v)
+		}
+		if n := rdb.Exists(ctx, key+":q").Val(); n != 0 {
+			t.Errorf("a waiter was queued behind the foreign key %s", key)
+		}
 	}
 }
 

@@ -37,6 +37,18 @@ local function dlock_now_us()
   return t[1] * 1000000 + t[2] -- coerced, at half the cost of tonumber
 end
 
+-- dlock_holder_pttl returns the PTTL of a lock key that GET found set, or
+-- false when it has expired since (only on servers whose clock moves
+-- inside a script: miniredis). A value with no expiry is no lock's: it
+-- raises DLOCK_CONFLICT, which its caller meets before any write.
+local function dlock_holder_pttl(key)
+  local pttl = redis.call('PTTL', key)
+  if pttl == -1 then
+    error('DLOCK_CONFLICT ' .. key .. ' holds a value with no expiry that no lock wrote')
+  end
+  return pttl ~= -2 and pttl
+end
+
 -- dlock_dequeue removes owner from the wait queue, if it is there. It
 -- never raises (pcall, at no extra cost): a foreign queue or waiters key
 -- cannot hold owner's entry, so there is nothing to remove from it, and it

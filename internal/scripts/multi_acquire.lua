@@ -47,15 +47,9 @@ end
 --@lib
 local now_ms = math.floor(dlock_now_us() / 1000)
 for i = 1, n do
-  local cur = redis.call('GET', KEYS[i])
-  if cur then
-    local pttl = redis.call('PTTL', KEYS[i])
-    if pttl == -1 then
-      return redis.error_reply('DLOCK_CONFLICT ' .. KEYS[i] .. ' holds a value with no expiry that no lock wrote')
-    end
-    if pttl > 0 then
-      return {'busy', i, pttl}
-    end
+  local pttl = redis.call('GET', KEYS[i]) and dlock_holder_pttl(KEYS[i])
+  if pttl and pttl > 0 then
+    return {'busy', i, pttl}
   end
   if dlock_live_head(KEYS[2 * n + i], KEYS[3 * n + i], now_ms) then
     return {'busy', i, 0}

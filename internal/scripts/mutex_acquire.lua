@@ -73,18 +73,9 @@ if cur == owner then
   return {1, dlock_last_fence(KEYS[2]), redis.call('PTTL', KEYS[1])}
 end
 
-local pttl
-if cur then
-  pttl = redis.call('PTTL', KEYS[1])
-  if pttl == -1 then
-    return redis.error_reply('DLOCK_CONFLICT ' .. KEYS[1] .. ' holds a value with no expiry that no lock wrote')
-  elseif pttl == -2 then
-    cur = false -- expired since GET: only servers whose clock moves inside a script (miniredis)
-  end
-end
-
+local pttl = cur and dlock_holder_pttl(KEYS[1])
 local now_us
-if not cur then
+if not pttl then
   now_us = dlock_now_us()
   local head, px, head_tag = dlock_live_head(KEYS[3], KEYS[4], math.floor(now_us / 1000))
   if not head or head == owner then

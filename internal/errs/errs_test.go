@@ -26,10 +26,11 @@ func TestIsTransient(t *testing.T) {
 
 func TestConflictRepliesFromEveryServer(t *testing.T) {
 	for msg, want := range map[string]string{
-		"WRONGTYPE Operation against a key holding the wrong kind of value script: 5c83, on @user_script:1.":            "WRONGTYPE Operation against a key holding the wrong kind of value",
-		"DLOCK_CONFLICT dlock:{x} holds a value with no expiry that no lock wrote":                                      "dlock:{x} holds a value with no expiry that no lock wrote",
-		"ERR user_script:12: DLOCK_CONFLICT the fencing key k does not hold a number script: 9f0e, on @user_script:12.": "the fencing key k does not hold a number",
-		"ERR Error compiling script (new function): user_script:3: WRONGTYPE Operation against a key":                   "WRONGTYPE Operation against a key",
+		"WRONGTYPE Operation against a key holding the wrong kind of value script: 5c83, on @user_script:1.":                   "WRONGTYPE Operation against a key holding the wrong kind of value",
+		"DLOCK_CONFLICT dlock:{x} holds a value with no expiry that no lock wrote":                                             "dlock:{x} holds a value with no expiry that no lock wrote",
+		"ERR user_script:12: DLOCK_CONFLICT the fencing key k does not hold a number script: 9f0e, on @user_script:12.":        "the fencing key k does not hold a number",
+		"ERR Error compiling script (new function): user_script:3: WRONGTYPE Operation against a key":                          "WRONGTYPE Operation against a key",
+		"ERR Error compiling script (new function): DLOCK_CONFLICT k holds a value stack traceback:  [G]: in function 'error'": "k holds a value",
 	} {
 		if !IsConflictReply(msg) {
 			t.Errorf("IsConflictReply(%q) = false", msg)

@@ -57,15 +57,18 @@ func IsConflictReply(msg string) bool {
 }
 
 // ConflictDetail keeps what follows our marker (or the WRONGTYPE message),
-// without the server's script location suffix.
+// without the server's script location suffix (Redis's " script: ...",
+// miniredis's Lua stack traceback).
 func ConflictDetail(msg string) string {
 	if i := strings.Index(msg, "DLOCK_CONFLICT "); i >= 0 {
 		msg = msg[i+len("DLOCK_CONFLICT "):]
 	} else if i := strings.Index(msg, "WRONGTYPE"); i >= 0 {
 		msg = msg[i:]
 	}
-	if i := strings.Index(msg, " script: "); i >= 0 {
-		msg = msg[:i]
+	for _, suffix := range []string{" script: ", " stack traceback:"} {
+		if i := strings.Index(msg, suffix); i >= 0 {
+			msg = msg[:i]
+		}
 	}
 	return msg
 }

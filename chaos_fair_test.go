@@ -5,6 +5,7 @@ package dlock_test
 import (
 	"context"
 	"fmt"
+	"math/rand"
 	"strconv"
 	"strings"
 	"testing"
@@ -58,11 +59,48 @@ func TestChaosFairOrder(t *testing.T) {
 	// for longer than 300 ms and lose its place, which the lease promises,
 	// so the order the test asserts would not hold.
 	lease := chaos.Pick(time.Second, 300*time.Millisecond)
+	started := time.Now()
+	seed := chaos.Seed(t)
+	r := chaos.Rand(seed)
+	trials := chaos.Pick(1, 20)
+	shared := redistest.Start(t)
+	var rows [][]string
+	for _, sc := range fairScenarios(ttl, lease) {
+		if sc.longOnly && !chaos.Long() {
+			continue
+		}
+		var st fairStats
+		t.Run(sc.name, func(t *testing.T) {
+			srv := shared
+			if sc.ownServer {
+				var opts []redistest.Option
+				if sc.persistent {
+					opts = append(opts, redistest.WithPersistence())
+				}
+				srv = redistest.Start(t, opts...)
+			}
+			for i := 0; i < trials && !t.Failed(); i++ {
+				spec := chaosSpec{TTL: ttl, WaiterLease: lease, Hold: 5 * time.Millisecond, Beat: time.Millisecond, LockTimeout: 30 * time.Second}
+				st.trial(t, srv, r, sc, spec, i)
+			}
+		})
+		rows = append(rows, []string{sc.name, strconv.Itoa(len(st.stalls)), strconv.Itoa(st.overlaps), strconv.Itoa(st.violations), chaos.Ms(st.stalls.Max()), chaos.Ms(sc.stallBound)})
+	}
+	s := chaos.NewSection("fair-order")
+	s.Printf("%s", seedLine(t, seed, started))
+	s.Table([]string{"scenario", "trials", "overlapping holds", "out of arrival order", "longest stall", "allowed"}, rows)
+	s.Printf("\nFour waiters queued one after the other behind a holder; w1 is the faulty one. TTL %v, waiter lease (and claim window) %v.\n", ttl, lease)
+	publish(t, s)
+}
+
+// fairScenarios are TestChaosFairOrder's faults, for locks of ttl whose
+// waiters have the waiter lease lease.
+func fairScenarios(ttl, lease time.Duration) []fairScenario {
 	// A poll refreshes the lease every third of it, up to 10% late.
 	poll := lease / 3 * 11 / 10
 	slack := chaos.Pick(400*time.Millisecond, 100*time.Millisecond)
 	deadBound := lease + poll + slack
-	scenarios := []fairScenario{
+	return []fairScenario{
 		{
 			name: "killed-waiter", how: childProcess, order: true, overlap: true, stallBound: deadBound,
 			fault: func(q *fairQueue, w1 *fairWaiter) []string {
@@ -181,69 +219,47 @@ func TestChaosFairOrder(t *testing.T) {
 			},
 		},
 	}
-	started := time.Now()
-	seed := chaos.Seed(t)
-	r := chaos.Rand(seed)
-	trials := chaos.Pick(1, 20)
-	shared := redistest.Start(t)
-	var rows [][]string
-	for _, sc := range scenarios {
-		if sc.longOnly && !chaos.Long() {
-			continue
+}
+
+// fairStats sums a scenario's trials.
+type fairStats struct {
+	violations, overlaps int
+	stalls               chaos.Durations
+}
+
+// trial runs trial i of sc: a holder and four waiters w0 to w3 queued in
+// that order, w1 run as sc says and faulted by it, with spec (the
+// holder's spec over it as sc gives). It fails t where sc asserts.
+func (st *fairStats) trial(t *testing.T, srv *redistest.Server, r *rand.Rand, sc fairScenario, spec chaosSpec, i int) {
+	var rec chaos.Recorder
+	name := fmt.Sprintf("%s-%d", t.Name(), i)
+	q := newFairQueue(t, srv, &rec, r, name, spec, sc.holder)
+	q.add("w0", inProcess)
+	w1 := q.add("w1", sc.how)
+	q.add("w2", inProcess)
+	q.add("w3", inProcess)
+	exempt := sc.fault(q, w1)
+	q.finish()
+	h := rec.History()
+	o := fairOutcomeOf(h, name, exempt...)
+	st.stalls.Add(o.stall)
+	want := without([]string{"holder", "w0", "w1", "w2", "w3"}, exempt...)
+	got := without(o.order, exempt...)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		st.violations++
+		if sc.order {
+			t.Errorf("trial %d: grant order %v (all grants: %v), want %v", i, got, o.order, want)
 		}
-		var (
-			violations, overlaps int
-			stalls               chaos.Durations
-		)
-		t.Run(sc.name, func(t *testing.T) {
-			srv := shared
-			if sc.ownServer {
-				var opts []redistest.Option
-				if sc.persistent {
-					opts = append(opts, redistest.WithPersistence())
-				}
-				srv = redistest.Start(t, opts...)
-			}
-			for i := 0; i < trials && !t.Failed(); i++ {
-				var rec chaos.Recorder
-				name := fmt.Sprintf("%s-%d", t.Name(), i)
-				spec := chaosSpec{TTL: ttl, WaiterLease: lease, Hold: 5 * time.Millisecond, Beat: time.Millisecond, LockTimeout: 30 * time.Second}
-				q := newFairQueue(t, srv, &rec, r, name, spec, sc.holder)
-				q.add("w0", inProcess)
-				w1 := q.add("w1", sc.how)
-				q.add("w2", inProcess)
-				q.add("w3", inProcess)
-				exempt := sc.fault(q, w1)
-				q.finish()
-				h := rec.History()
-				o := fairOutcomeOf(h, name, exempt...)
-				stalls.Add(o.stall)
-				want := without([]string{"holder", "w0", "w1", "w2", "w3"}, exempt...)
-				got := without(o.order, exempt...)
-				if fmt.Sprint(got) != fmt.Sprint(want) {
-					violations++
-					if sc.order {
-						t.Errorf("trial %d: grant order %v (all grants: %v), want %v", i, got, o.order, want)
-					}
-				}
-				vs := chaos.Overlaps(h, 1, 0)
-				overlaps += len(vs)
-				if sc.overlap {
-					expectNone(t, sc.name, vs)
-				}
-				if o.stall > sc.stallBound {
-					t.Errorf("trial %d: the queue stalled %v, want at most %v (grants %v)", i, o.stall, sc.stallBound, o.order)
-				}
-				t.Logf("trial %d: grants %v, longest stall %v, %d overlapping holds", i, o.order, o.stall, len(vs))
-			}
-		})
-		rows = append(rows, []string{sc.name, strconv.Itoa(len(stalls)), strconv.Itoa(overlaps), strconv.Itoa(violations), chaos.Ms(stalls.Max()), chaos.Ms(sc.stallBound)})
 	}
-	s := chaos.NewSection("fair-order")
-	s.Printf("%s", seedLine(t, seed, started))
-	s.Table([]string{"scenario", "trials", "overlapping holds", "out of arrival order", "longest stall", "allowed"}, rows)
-	s.Printf("\nFour waiters queued one after the other behind a holder; w1 is the faulty one. TTL %v, waiter lease (and claim window) %v.\n", ttl, lease)
-	publish(t, s)
+	vs := chaos.Overlaps(h, 1, 0)
+	st.overlaps += len(vs)
+	if sc.overlap {
+		expectNone(t, sc.name, vs)
+	}
+	if o.stall > sc.stallBound {
+		t.Errorf("trial %d: the queue stalled %v, want at most %v (grants %v)", i, o.stall, sc.stallBound, o.order)
+	}
+	t.Logf("trial %d: grants %v, longest stall %v, %d overlapping holds", i, o.order, o.stall, len(vs))
 }
 
 // TestChaosFairOrderAcrossProcesses queues every goroutine of several

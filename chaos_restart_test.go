@@ -5,6 +5,7 @@ package dlock_test
 import (
 	"context"
 	"fmt"
+	"math/rand"
 	"strconv"
 	"sync"
 	"testing"
@@ -35,7 +36,28 @@ func TestChaosRestartAndScriptFlush(t *testing.T) {
 func testRestartAndFlush(t *testing.T, persist bool) {
 	started := time.Now()
 	seed := chaos.Seed(t)
-	r := chaos.Rand(seed)
+	run := runRestartsAndFlushes(t, persist, chaos.Rand(seed))
+	leaked, safety := run.check(t)
+	s := chaos.NewSection("restart-" + map[bool]string{false: "no-persistence", true: "persistence"}[persist])
+	s.Printf("%s", seedLine(t, seed, started))
+	run.report(s, leaked, safety)
+	publish(t, s)
+}
+
+// restartRun is what one run of testRestartAndFlush recorded.
+type restartRun struct {
+	h                 chaos.History
+	persist           bool
+	ttl               time.Duration
+	procs             int
+	flushes, restarts int
+}
+
+// runRestartsAndFlushes runs critical sections on four locks, in this
+// process and chaos.Pick(0, 2) children, while one fault a second, a
+// SCRIPT FLUSH or a kill -9 and restart with equal odds, hits their Redis;
+// it records everything, the final counters and the keys left.
+func runRestartsAndFlushes(t *testing.T, persist bool, r *rand.Rand) restartRun {
 	var opts []redistest.Option
 	if persist {
 		opts = append(opts, redistest.WithPersistence())
@@ -45,17 +67,17 @@ func testRestartAndFlush(t *testing.T, persist bool) {
 	var (
 		rec      chaos.Recorder
 		faults   = chaos.Pick(4, 60)
-		ttl      = 2 * time.Second
 		children = chaos.Pick(0, 2)
 		ctx, end = context.WithCancel(testCtx(t))
 		names    []string
 	)
 	defer end()
+	run := restartRun{persist: persist, ttl: 2 * time.Second, procs: 1 + children}
 	for i := 0; i < 4; i++ {
 		names = append(names, fmt.Sprintf("%s-%d", t.Name(), i))
 	}
 	spec := chaosSpec{
-		Addrs: []string{srv.Addr()}, StoreAddr: store.Addr(), Locks: names, TTL: ttl,
+		Addrs: []string{srv.Addr()}, StoreAddr: store.Addr(), Locks: names, TTL: run.ttl,
 		Goroutines: 4, Sections: 1 << 30, Hold: 400 * time.Millisecond, HoldRand: true, Beat: 10 * time.Millisecond,
 		Counter: true, Fenced: true, Hooks: true, LockTimeout: 5 * time.Second,
 	}
@@ -80,13 +102,12 @@ func testRestartAndFlush(t *testing.T, persist bool) {
 		probe(ctx, redisClientNoRetry(t, srv.Addr()), &rec, "dlock:*", 10*time.Millisecond)
 	}()
 
-	var flushes, restarts int
 	for i := 0; i < faults; i++ {
 		time.Sleep(time.Second)
 		if r.Intn(2) == 0 {
 			srv.FlushScripts(t)
 			rec.Add(chaos.Event{Kind: chaos.Fault, Note: "flush"})
-			flushes++
+			run.flushes++
 			continue
 		}
 		t0 := chaos.Now()
@@ -96,9 +117,9 @@ func testRestartAndFlush(t *testing.T, persist bool) {
 			e.Note = "wipe"
 		}
 		rec.Add(e)
-		restarts++
+		run.restarts++
 	}
-	time.Sleep(2 * ttl) // every lease wiped by the last restart has seen it
+	time.Sleep(2 * run.ttl) // every lease wiped by the last restart has seen it
 	end()
 	wg.Wait()
 	for _, k := range kids {
@@ -108,16 +129,21 @@ func testRestartAndFlush(t *testing.T, persist bool) {
 		recordFinal(t, store.Client(t), &rec, n)
 	}
 	probeAll(t, srv.Client(t), &rec, "dlock:*")
+	run.h = rec.History()
+	return run
+}
 
-	h := rec.History()
-	leaked := chaos.ErrorsContaining(h, "NOSCRIPT")
+// check fails t for a NOSCRIPT that reached a caller, and for a safety
+// violation: with persistence any, and no lease lost; without it, any but
+// lost updates of the unfenced counters, which a restart that forgets
+// every lock allows (until their holders' next renewal fails, they and the
+// next holders both believe they hold it). It returns both findings.
+func (run restartRun) check(t *testing.T) (leaked, safety []chaos.Violation) {
+	h := run.h
+	leaked = chaos.ErrorsContaining(h, "NOSCRIPT")
 	expectNone(t, "NOSCRIPT reaching callers", leaked)
-	safety := chaos.Safety(h)
-	if !persist {
-		// Without persistence a restart forgets every lock: until their
-		// holders' next renewal fails, they and the next holders both
-		// believe they hold it, and unfenced counters can lose updates.
-		// That is measured, not asserted; fencing must still hold.
+	safety = chaos.Safety(h)
+	if !run.persist {
 		var kept []chaos.Violation
 		for _, v := range safety {
 			if v.Check != chaos.CheckLostUpdate {
@@ -125,9 +151,18 @@ func testRestartAndFlush(t *testing.T, persist bool) {
 			}
 		}
 		expectNone(t, "restart without persistence", kept)
-	} else {
-		expectNone(t, "restart with persistence", append(safety, chaos.Overlaps(h, 1, 0)...))
+		return leaked, safety
 	}
+	expectNone(t, "restart with persistence", append(safety, chaos.Overlaps(h, 1, 0)...))
+	for _, e := range h.Of(chaos.Lost) {
+		t.Errorf("lease lost across a restart with persistence: %s", e)
+	}
+	return leaked, safety
+}
+
+// report adds the run's table to s.
+func (run restartRun) report(s *chaos.Section, leaked, safety []chaos.Violation) {
+	h := run.h
 	wiped := 0
 	for _, w := range h.Of(chaos.Fault) {
 		if w.Note != "wipe" {
@@ -139,36 +174,23 @@ func testRestartAndFlush(t *testing.T, persist bool) {
 			}
 		}
 	}
-	lost := h.Count(chaos.Lost, nil)
-	if persist && lost > 0 {
-		for _, e := range h.Of(chaos.Lost) {
-			t.Errorf("lease lost across a restart with persistence: %s", e)
-		}
-	}
-	overlaps := chaos.Overlaps(h, 1, 0)
 	byCheck := chaos.ByCheck(safety)
-	acquired := h.Count(chaos.Acquire, func(e chaos.Event) bool { return e.OK })
-	failedAcq := h.Count(chaos.Acquire, func(e chaos.Event) bool { return !e.OK })
 	stale := h.Count(chaos.Write, func(e chaos.Event) bool { return chaos.IsErr(e.Err, chaos.ErrStale) })
-
-	s := chaos.NewSection("restart-" + map[bool]string{false: "no-persistence", true: "persistence"}[persist])
-	s.Printf("%s", seedLine(t, seed, started))
 	s.Table([]string{"faults (flush / restart)", "critical sections", "acquisitions failed (Redis down)", "NOSCRIPT errors seen by callers", "leases wiped", "wiped leases not reported", "lost locks re-created", "leases lost", "overlapping holds", "lost updates (unfenced)", "stale fenced ops accepted (refused)"},
 		[][]string{{
-			fmt.Sprintf("%d / %d", flushes, restarts),
-			strconv.Itoa(acquired),
-			strconv.Itoa(failedAcq),
+			fmt.Sprintf("%d / %d", run.flushes, run.restarts),
+			strconv.Itoa(h.Count(chaos.Acquire, func(e chaos.Event) bool { return e.OK })),
+			strconv.Itoa(h.Count(chaos.Acquire, func(e chaos.Event) bool { return !e.OK })),
 			strconv.Itoa(len(leaked)),
 			strconv.Itoa(wiped),
 			strconv.Itoa(byCheck[chaos.CheckUnreported]),
 			strconv.Itoa(byCheck[chaos.CheckRecreated]),
-			strconv.Itoa(lost),
-			strconv.Itoa(len(overlaps)),
+			strconv.Itoa(h.Count(chaos.Lost, nil)),
+			strconv.Itoa(len(chaos.Overlaps(h, 1, 0))),
 			strconv.Itoa(byCheck[chaos.CheckLostUpdate]),
 			fmt.Sprintf("%d (%d)", byCheck[chaos.CheckStaleAccepted], stale),
 		}})
-	s.Printf("\nTTL %v, %d processes × 4 goroutines on 4 locks, holds of 200–400 ms; one fault a second, each a SCRIPT FLUSH or a kill -9 and restart with equal odds.\n", ttl, 1+children)
-	publish(t, s)
+	s.Printf("\nTTL %v, %d processes × 4 goroutines on 4 locks, holds of 200–400 ms; one fault a second, each a SCRIPT FLUSH or a kill -9 and restart with equal odds.\n", run.ttl, run.procs)
 }
 
 // releasedBefore reports whether hold's release was invoked before t.

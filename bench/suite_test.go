@@ -58,6 +58,19 @@ func TestSuiteSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	peerFailed := checkSmokeRuns(t, plan, prims, res)
+	res.Machine = DescribeMachine(ctx, srv, "..")
+	for _, tg := range targets {
+		res.Targets = append(res.Targets, tg.Info(""))
+	}
+	checkSmokeReport(t, res, prims, peerFailed)
+}
+
+// checkSmokeRuns fails t for a run of TestSuiteSmoke's plan that went
+// wrong or is missing, and reports whether a peer's own watchdog run
+// failed (which the report then lists).
+func checkSmokeRuns(t *testing.T, plan Plan, prims []string, res *Results) (peerFailed bool) {
+	t.Helper()
 	for _, r := range res.Uncontended {
 		if r.Err != "" || r.Errors.Count > 0 || r.Pairs == 0 {
 			t.Errorf("uncontended %s g=%d nodes=%d: err %q, errors %+v, %d pairs", r.Target, r.Goroutines, r.Nodes, r.Err, r.Errors, r.Pairs)
@@ -117,7 +130,6 @@ func TestSuiteSmoke(t *testing.T) {
 	if len(res.Watchdog) != 2 {
 		t.Errorf("watchdog ran %d targets, want dlock and rueidislock", len(res.Watchdog))
 	}
-	peerFailed := false
 	for _, r := range res.Watchdog {
 		failed := r.Err != "" || r.Errors.Count > 0 || r.Lost > 0
 		switch {
@@ -133,11 +145,13 @@ func TestSuiteSmoke(t *testing.T) {
 			peerFailed = true
 		}
 	}
+	return peerFailed
+}
 
-	res.Machine = DescribeMachine(ctx, srv, "..")
-	for _, tg := range targets {
-		res.Targets = append(res.Targets, tg.Info(""))
-	}
+// checkSmokeReport writes res's report and fails t unless it has every
+// section, a figure for each of prims, and the chart.
+func checkSmokeReport(t *testing.T, res *Results, prims []string, peerFailed bool) {
+	t.Helper()
 	dir := t.TempDir()
 	if err := WriteReport(res, dir); err != nil {
 		t.Fatal(err)

@@ -130,110 +130,33 @@ func TestChaosRedlockAvailability(t *testing.T) {
 	started := time.Now()
 	seed := chaos.Seed(t)
 	r := chaos.Rand(seed)
-	rig := newRedlockRig(t, 5)
-	var (
-		ctx = testCtx(t)
-		// The default node timeout is TTL/100: 100ms for the long tier's
-		// 10s. The short tier runs under -race beside other tests, where
-		// 100ms for a quorum is not always enough: 300ms there.
-		ttl         = chaos.Pick(30*time.Second, 10*time.Second)
-		nodeTimeout = ttl / 100
-		attempts    = chaos.Pick(6, 500)
-		quorumTries = chaos.Pick(3, 100)
-		bound       = nodeTimeout + 50*time.Millisecond
+	// The default node timeout is TTL/100: 100ms for the long tier's 10s.
+	// The short tier runs under -race beside other tests, where 100ms for
+	// a quorum is not always enough: 300ms there.
+	ttl := chaos.Pick(30*time.Second, 10*time.Second)
+	bound := ttl/100 + 50*time.Millisecond
+	a := redlockAvailability{
+		rig: newRedlockRig(t, 5), ctx: testCtx(t), ttl: ttl, bound: bound,
 		// The short tier runs under -race beside other tests: it only
 		// checks that acquisitions succeed, with a bound for gross delays.
-		looseBound = chaos.Pick(time.Second, bound)
-		rows       [][]string
-	)
+		looseBound: chaos.Pick(time.Second, bound),
+	}
 	if chaos.Long() {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.Background(), 15*time.Minute)
+		a.ctx, cancel = context.WithTimeout(context.Background(), 15*time.Minute)
 		defer cancel()
 	}
+	var rows, qrows [][]string
 	for _, kind := range []string{"kill", "blackhole"} {
 		for _, down := range []int{0, 1, 2} {
 			if down == 0 && kind == "blackhole" {
 				continue // one baseline is enough
 			}
-			which := pickNodes(r, 5, down)
-			rig.fault(kind, which)
-			rl := rig.redlock(dlock.WithTTL(ttl))
-			var lat chaos.Durations
-			ok, within, unlockFailed := 0, 0, 0
-			for i := 0; i < attempts; i++ {
-				name := fmt.Sprintf("%s-%s-%d-%d", t.Name(), kind, down, i)
-				t0 := time.Now()
-				lease, err := rl.Mutex(name).TryLock(ctx)
-				d := time.Since(t0)
-				if err != nil {
-					t.Logf("%s with %d down (%v): %v", kind, down, which, err)
-					continue
-				}
-				ok++
-				lat.Add(d)
-				if d <= bound {
-					within++
-				}
-				// A release that too few nodes confirm in time is
-				// reported, and the key expires by its TTL: measured.
-				if err := lease.Unlock(ctx); err != nil {
-					unlockFailed++
-					t.Logf("Unlock with %d down: %v", down, err)
-				}
-			}
-			// The target is 99% within the bound. A quorum that answers
-			// later than the node timeout fails the acquisition, which a
-			// loaded machine causes now and then: the short tier's few
-			// attempts may lose one.
-			switch {
-			case chaos.Long() && float64(within) < 0.99*float64(attempts):
-				t.Errorf("%s, %d of 5 nodes down: %d of %d acquisitions within %v, want 99%%", kind, down, within, attempts, bound)
-			case !chaos.Long() && ok < attempts-1:
-				t.Errorf("%s, %d of 5 nodes down: %d of %d acquisitions failed", kind, down, attempts-ok, attempts)
-			}
-			if lat.Quantile(0.5) > looseBound {
-				t.Errorf("%s, %d of 5 nodes down: median acquisition %v", kind, down, lat.Quantile(0.5))
-			}
-			rows = append(rows, []string{fmt.Sprintf("%d %s", down, kindWord(kind, down)), strconv.Itoa(attempts),
-				fmt.Sprintf("%.1f%%", 100*float64(ok)/float64(attempts)), fmt.Sprintf("%.1f%%", 100*float64(within)/float64(attempts)), lat.Summary(),
-				strconv.Itoa(unlockFailed)})
-			rig.heal(kind, which)
+			rows = append(rows, a.minorityDown(t, kind, pickNodes(r, 5, down), chaos.Pick(6, 500)))
 		}
 	}
-
-	var qrows [][]string
 	for _, kind := range []string{"kill", "blackhole"} {
-		which := pickNodes(r, 5, 3)
-		rig.fault(kind, which)
-		rl := rig.redlock(dlock.WithTTL(ttl))
-		var lat chaos.Durations
-		quorumErrs, fast, left := 0, 0, 0
-		for i := 0; i < quorumTries; i++ {
-			name := fmt.Sprintf("%s-%s-q-%d", t.Name(), kind, i)
-			t0 := time.Now()
-			_, err := rl.Mutex(name).TryLock(ctx)
-			d := time.Since(t0)
-			lat.Add(d)
-			switch {
-			case errors.Is(err, dlock.ErrQuorum) && !errors.Is(err, dlock.ErrNotObtained):
-				quorumErrs++
-			default:
-				t.Errorf("%s, 3 of 5 down: TryLock = %v, want ErrQuorum", kind, err)
-			}
-			if d <= bound {
-				fast++
-			} else if d > looseBound {
-				t.Errorf("%s, 3 of 5 down: TryLock took %v to fail", kind, d)
-			}
-			if nodes := rig.keysLeft(ctx, lockKey(name), which); len(nodes) > 0 {
-				left++
-				t.Errorf("%s, 3 of 5 down: a failed TryLock left its key on nodes %v", kind, nodes)
-			}
-		}
-		qrows = append(qrows, []string{fmt.Sprintf("3 %s", kindWord(kind, 3)), strconv.Itoa(quorumTries),
-			fmt.Sprintf("%d/%d", quorumErrs, quorumTries), fmt.Sprintf("%d/%d", fast, quorumTries), lat.Summary(), strconv.Itoa(left)})
-		rig.heal(kind, which)
+		qrows = append(qrows, a.majorityDown(t, kind, pickNodes(r, 5, 3), chaos.Pick(3, 100)))
 	}
 
 	s := chaos.NewSection("redlock-availability")
@@ -241,8 +164,101 @@ func TestChaosRedlockAvailability(t *testing.T) {
 	s.Table([]string{"nodes down (of 5)", "acquisitions", "succeeded", fmt.Sprintf("within node timeout + 50 ms (%v)", bound), "TryLock latency", "Unlocks not confirmed by a quorum"}, rows)
 	s.Printf("\n")
 	s.Table([]string{"nodes down (of 5)", "TryLock attempts", "ErrQuorum", fmt.Sprintf("failed within %v", bound), "time to fail", "attempts leaving a key on a reachable node"}, qrows)
-	s.Printf("\nTTL %v, node timeout %v (the default for that TTL), go-redis clients with ContextTimeoutEnabled, one proxy per node. Killed nodes refuse connections; blackholed ones accept them and never answer.\n", ttl, nodeTimeout)
+	s.Printf("\nTTL %v, node timeout %v (the default for that TTL), go-redis clients with ContextTimeoutEnabled, one proxy per node. Killed nodes refuse connections; blackholed ones accept them and never answer.\n", ttl, ttl/100)
 	publish(t, s)
+}
+
+// redlockAvailability is TestChaosRedlockAvailability's rig of five nodes
+// and its bounds: bound on the latency of 99% of acquisitions (the long
+// tier), looseBound on the median and on a failure's time.
+type redlockAvailability struct {
+	rig               *redlockRig
+	ctx               context.Context
+	ttl               time.Duration
+	bound, looseBound time.Duration
+}
+
+// minorityDown makes attempts TryLocks and Unlocks of fresh names with the
+// nodes which faulted by kind: each must succeed, 99% within bound in the
+// long tier. It returns the report's row.
+func (a redlockAvailability) minorityDown(t *testing.T, kind string, which []int, attempts int) []string {
+	down := len(which)
+	a.rig.fault(kind, which)
+	defer a.rig.heal(kind, which)
+	rl := a.rig.redlock(dlock.WithTTL(a.ttl))
+	var lat chaos.Durations
+	ok, within, unlockFailed := 0, 0, 0
+	for i := 0; i < attempts; i++ {
+		name := fmt.Sprintf("%s-%s-%d-%d", t.Name(), kind, down, i)
+		t0 := time.Now()
+		lease, err := rl.Mutex(name).TryLock(a.ctx)
+		d := time.Since(t0)
+		if err != nil {
+			t.Logf("%s with %d down (%v): %v", kind, down, which, err)
+			continue
+		}
+		ok++
+		lat.Add(d)
+		if d <= a.bound {
+			within++
+		}
+		// A release that too few nodes confirm in time is reported, and
+		// the key expires by its TTL: measured.
+		if err := lease.Unlock(a.ctx); err != nil {
+			unlockFailed++
+			t.Logf("Unlock with %d down: %v", down, err)
+		}
+	}
+	// The target is 99% within the bound. A quorum that answers later
+	// than the node timeout fails the acquisition, which a loaded machine
+	// causes now and then: the short tier's few attempts may lose one.
+	switch {
+	case chaos.Long() && float64(within) < 0.99*float64(attempts):
+		t.Errorf("%s, %d of 5 nodes down: %d of %d acquisitions within %v, want 99%%", kind, down, within, attempts, a.bound)
+	case !chaos.Long() && ok < attempts-1:
+		t.Errorf("%s, %d of 5 nodes down: %d of %d acquisitions failed", kind, down, attempts-ok, attempts)
+	}
+	if lat.Quantile(0.5) > a.looseBound {
+		t.Errorf("%s, %d of 5 nodes down: median acquisition %v", kind, down, lat.Quantile(0.5))
+	}
+	return []string{fmt.Sprintf("%d %s", down, kindWord(kind, down)), strconv.Itoa(attempts),
+		fmt.Sprintf("%.1f%%", 100*float64(ok)/float64(attempts)), fmt.Sprintf("%.1f%%", 100*float64(within)/float64(attempts)), lat.Summary(),
+		strconv.Itoa(unlockFailed)}
+}
+
+// majorityDown makes tries TryLocks with the three nodes which faulted by
+// kind: each must fail with ErrQuorum, within looseBound, and leave no key
+// on a node it reached. It returns the report's row.
+func (a redlockAvailability) majorityDown(t *testing.T, kind string, which []int, tries int) []string {
+	a.rig.fault(kind, which)
+	defer a.rig.heal(kind, which)
+	rl := a.rig.redlock(dlock.WithTTL(a.ttl))
+	var lat chaos.Durations
+	quorumErrs, fast, left := 0, 0, 0
+	for i := 0; i < tries; i++ {
+		name := fmt.Sprintf("%s-%s-q-%d", t.Name(), kind, i)
+		t0 := time.Now()
+		_, err := rl.Mutex(name).TryLock(a.ctx)
+		d := time.Since(t0)
+		lat.Add(d)
+		switch {
+		case errors.Is(err, dlock.ErrQuorum) && !errors.Is(err, dlock.ErrNotObtained):
+			quorumErrs++
+		default:
+			t.Errorf("%s, 3 of 5 down: TryLock = %v, want ErrQuorum", kind, err)
+		}
+		if d <= a.bound {
+			fast++
+		} else if d > a.looseBound {
+			t.Errorf("%s, 3 of 5 down: TryLock took %v to fail", kind, d)
+		}
+		if nodes := a.rig.keysLeft(a.ctx, lockKey(name), which); len(nodes) > 0 {
+			left++
+			t.Errorf("%s, 3 of 5 down: a failed TryLock left its key on nodes %v", kind, nodes)
+		}
+	}
+	return []string{fmt.Sprintf("3 %s", kindWord(kind, 3)), strconv.Itoa(tries),
+		fmt.Sprintf("%d/%d", quorumErrs, tries), fmt.Sprintf("%d/%d", fast, tries), lat.Summary(), strconv.Itoa(left)}
 }
 
 func kindWord(kind string, n int) string {

@@ -317,34 +317,7 @@ func TestChaosRedlockSafety(t *testing.T) {
 			}
 		}()
 	}
-	// The nemesis: half a second of a fault, half a second healed. A
-	// blackholed proxy stays a dead end for connections opened meanwhile,
-	// so blackholes are lifted rather than the proxy replaced.
-	var kills, blackholes int
-	for i := 0; i < rounds; i++ {
-		kind := []string{"kill", "blackhole"}[r.Intn(2)]
-		which := pickNodes(r, 5, 1+r.Intn(2))
-		rec.Add(chaos.Event{Kind: chaos.Fault, Note: fmt.Sprintf("%s %v", kind, which)})
-		if kind == "kill" {
-			kills++
-			rig.fault("kill", which)
-		} else {
-			blackholes++
-			for _, n := range which {
-				rig.proxies[n].Blackhole(true)
-			}
-		}
-		time.Sleep(500 * time.Millisecond)
-		if kind == "kill" {
-			rig.heal("kill", which)
-		} else {
-			for _, n := range which {
-				rig.proxies[n].Blackhole(false)
-			}
-		}
-		rec.Add(chaos.Event{Kind: chaos.Fault, Note: "heal"})
-		time.Sleep(500 * time.Millisecond)
-	}
+	kills, blackholes := rig.nemesis(&rec, r, rounds)
 	end()
 	wg.Wait()
 	for _, k := range kids {
@@ -380,4 +353,36 @@ func TestChaosRedlockSafety(t *testing.T) {
 			strconv.Itoa(by[chaos.CheckLostUpdate]), strconv.Itoa(h.Count(chaos.Acquire, func(e chaos.Event) bool { return !e.OK }))}})
 	s.Printf("\nTTL 10s (node timeout 100 ms), nodes with appendfsync always (Redlock requires restarted nodes to remember their keys), %d processes × 2 Redlocks × 3 goroutines on 2 locks, half of the Redlocks polling with TryLock and the others waiting in Lock; a fault every second, held for half of it.\n", 1+children)
 	publish(t, s)
+}
+
+// nemesis faults the rig rounds times: each round kills or blackholes one
+// or two nodes for half a second, then leaves them healed for another
+// half. A blackholed proxy stays a dead end for connections opened
+// meanwhile, so blackholes are lifted rather than the proxy replaced.
+func (rig *redlockRig) nemesis(rec *chaos.Recorder, r *rand.Rand, rounds int) (kills, blackholes int) {
+	for i := 0; i < rounds; i++ {
+		kind := []string{"kill", "blackhole"}[r.Intn(2)]
+		which := pickNodes(r, 5, 1+r.Intn(2))
+		rec.Add(chaos.Event{Kind: chaos.Fault, Note: fmt.Sprintf("%s %v", kind, which)})
+		if kind == "kill" {
+			kills++
+			rig.fault("kill", which)
+		} else {
+			blackholes++
+			for _, n := range which {
+				rig.proxies[n].Blackhole(true)
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+		if kind == "kill" {
+			rig.heal("kill", which)
+		} else {
+			for _, n := range which {
+				rig.proxies[n].Blackhole(false)
+			}
+		}
+		rec.Add(chaos.Event{Kind: chaos.Fault, Note: "heal"})
+		time.Sleep(500 * time.Millisecond)
+	}
+	return kills, blackholes
 }

@@ -29,15 +29,63 @@ import (
 func TestChaosMutants(t *testing.T) {
 	started := time.Now()
 	seed := chaos.Seed(t)
-	type mutantCase struct {
-		mutant   string
-		where    string // "in-process" or "child worker"
-		scenario string
-		want     string // the check that must flag it
-		run      func(t *testing.T, r *rand.Rand, mutant string) chaos.History
-		checks   func(h chaos.History) []chaos.Violation
+	r := chaos.Rand(seed)
+	var rows [][]string
+	for _, c := range mutantCases() {
+		controlSeed, mutantSeed := r.Int63(), r.Int63()
+		t.Run(c.mutant, func(t *testing.T) { rows = append(rows, c.catch(t, controlSeed, mutantSeed)) })
 	}
-	cases := []mutantCase{
+
+	s := chaos.NewSection("mutants")
+	s.Printf("%s", seedLine(t, seed, started))
+	s.Table([]string{"mutant", "injected into", "scenario", "must be caught by", "violations found", "correct library, same scenario"}, rows)
+	publish(t, s)
+}
+
+// mutantCase is a broken variant of the library, the scenario that must
+// expose it and the check that must flag it there.
+type mutantCase struct {
+	mutant   string
+	where    string // "in-process" or "child worker"
+	scenario string
+	want     string // the check that must flag it
+	run      func(t *testing.T, r *rand.Rand, mutant string) chaos.History
+	checks   func(h chaos.History) []chaos.Violation
+}
+
+// catch runs c's scenario with the correct library (the control, which
+// must be clean), then with the mutant until c.want flags it, at most
+// three times. It returns the report's row.
+func (c mutantCase) catch(t *testing.T, controlSeed, mutantSeed int64) []string {
+	var control chaos.History
+	t.Run("control", func(t *testing.T) {
+		control = c.run(t, chaos.Rand(controlSeed), "")
+		expectNone(t, "the correct library", c.checks(control))
+	})
+	// A mutant's fault shows only when its timing lines up, and a process
+	// starved of a core on a loaded machine can miss that window: a mutant
+	// caught in any of three runs is caught. Each run is a subtest of its
+	// own, so that its mutant and clients are gone before the next.
+	var flagged []chaos.Violation
+	mr := chaos.Rand(mutantSeed)
+	for run := 1; ; run++ {
+		t.Run("mutant", func(t *testing.T) { flagged = c.checks(c.run(t, mr, c.mutant)) })
+		if chaos.ByCheck(flagged)[c.want] > 0 {
+			break
+		}
+		if run == 3 {
+			t.Errorf("mutant %q survived %d runs: %q found nothing (all checks: %v)", c.mutant, run, c.want, chaos.ByCheck(flagged))
+			break
+		}
+		t.Logf("run %d: %q found nothing (all checks: %v); again", run, c.want, chaos.ByCheck(flagged))
+	}
+	return []string{"`" + c.mutant + "`", c.where, c.scenario, c.want, summarizeChecks(flagged),
+		map[bool]string{true: "clean", false: "FLAGGED"}[len(c.checks(control)) == 0]}
+}
+
+// mutantCases are TestChaosMutants's mutants, each with its scenario.
+func mutantCases() []mutantCase {
+	return []mutantCase{
 		{
 			mutant: "release-by-del", where: "child worker", scenario: "holder paused past its TTL, then unlocks late",
 			want: chaos.CheckForeignRelease,
@@ -99,43 +147,6 @@ func TestChaosMutants(t *testing.T) {
 			checks: func(h chaos.History) []chaos.Violation { return chaos.All(h, 1, 0) },
 		},
 	}
-	r := chaos.Rand(seed)
-	var rows [][]string
-	for _, c := range cases {
-		controlSeed, mutantSeed := r.Int63(), r.Int63()
-		t.Run(c.mutant, func(t *testing.T) {
-			var control chaos.History
-			t.Run("control", func(t *testing.T) {
-				control = c.run(t, chaos.Rand(controlSeed), "")
-				expectNone(t, "the correct library", c.checks(control))
-			})
-			// A mutant's fault shows only when its timing lines up, and a
-			// process starved of a core on a loaded machine can miss that
-			// window: a mutant caught in any of three runs is caught. Each
-			// run is a subtest of its own, so that its mutant and clients
-			// are gone before the next.
-			var flagged []chaos.Violation
-			mr := chaos.Rand(mutantSeed)
-			for run := 1; ; run++ {
-				t.Run("mutant", func(t *testing.T) { flagged = c.checks(c.run(t, mr, c.mutant)) })
-				if chaos.ByCheck(flagged)[c.want] > 0 {
-					break
-				}
-				if run == 3 {
-					t.Errorf("mutant %q survived %d runs: %q found nothing (all checks: %v)", c.mutant, run, c.want, chaos.ByCheck(flagged))
-					break
-				}
-				t.Logf("run %d: %q found nothing (all checks: %v); again", run, c.want, chaos.ByCheck(flagged))
-			}
-			rows = append(rows, []string{"`" + c.mutant + "`", c.where, c.scenario, c.want, summarizeChecks(flagged),
-				map[bool]string{true: "clean", false: "FLAGGED"}[len(c.checks(control)) == 0]})
-		})
-	}
-
-	s := chaos.NewSection("mutants")
-	s.Printf("%s", seedLine(t, seed, started))
-	s.Table([]string{"mutant", "injected into", "scenario", "must be caught by", "violations found", "correct library, same scenario"}, rows)
-	publish(t, s)
 }
 
 // runBlackholeWatched runs a blackhole trial (TTL 1.5 s, the grant's reply

@@ -40,41 +40,9 @@ func TestRedlockLateGiveBackKeepsLaterGrant(t *testing.T) {
 		dlock.WithNodeTimeout(100 * time.Millisecond),
 		dlock.WithRetryDelay(200*time.Millisecond, 300*time.Millisecond),
 	}
-	clients := make([]*redis.Client, len(addrs))
-	nodes := make([]dlock.RedisClient, len(addrs))
-	for i, addr := range addrs {
-		// A short read timeout and no retries: pipelines of the driver's
-		// batching have no deadline, and would hold the lagging nodes'
-		// clients for seconds and resend their commands.
-		clients[i] = redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true,
-			ReadTimeout: 200 * time.Millisecond, MaxRetries: -1})
-		t.Cleanup(func() { _ = clients[i].Close() })
-		nodes[i] = clients[i]
-	}
-	x, err := dlock.NewRedlock(nodes, opts...)
-	if err != nil {
-		t.Fatalf("NewRedlock: %v", err)
-	}
-	t.Cleanup(func() { _ = x.Close() })
 	ctx := testCtx(t)
 	name := t.Name()
-
-	// The nodes know the scripts, as long-running ones do: a late EVALSHA
-	// would otherwise find none and do nothing. A Redlock of its own on the
-	// same clients loads them, with time to dial and fall back to EVAL that
-	// the short node timeout does not leave on a loaded machine.
-	warm, err := dlock.NewRedlock(nodes, dlock.WithNodeTimeout(10*time.Second))
-	if err != nil {
-		t.Fatalf("NewRedlock: %v", err)
-	}
-	t.Cleanup(func() { _ = warm.Close() })
-	l, err := warm.Mutex(name + "-before").TryLock(ctx)
-	if err != nil {
-		t.Fatalf("TryLock: %v", err)
-	}
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatalf("Unlock: %v", err)
-	}
+	x, clients := newRedlockWithScripts(ctx, t, addrs, name+"-before", opts)
 	gaveUp := make(chan int, 64) // the lagging node of each give-back the client gave up on
 	for i, rdb := range clients[:2] {
 		// Connections set up already: a new one's handshake would be
@@ -128,7 +96,52 @@ func TestRedlockLateGiveBackKeepsLaterGrant(t *testing.T) {
 	waitAllHold(t, servers, lockKey(name))
 
 	// Whatever went into the lag has arrived by lagEnds+lag.
-	for until := lagEnds.Add(lag + time.Second); time.Now().Before(until); time.Sleep(20 * time.Millisecond) {
+	checkSharesKept(ctx, t, servers, name, lx, lagEnds.Add(lag+time.Second), opts)
+}
+
+// newRedlockWithScripts returns a Redlock with opts over go-redis clients
+// of addrs, with a short read timeout and no retries: pipelines of the
+// driver's batching have no deadline, and would hold a lagging node's
+// client for seconds and resend their commands. It loads the scripts on
+// every node first by locking warmName, as long-running nodes know them:
+// a late EVALSHA would otherwise find none and do nothing.
+func newRedlockWithScripts(ctx context.Context, t *testing.T, addrs []string, warmName string, opts []dlock.Option) (*dlock.Redlock, []*redis.Client) {
+	clients := make([]*redis.Client, len(addrs))
+	nodes := make([]dlock.RedisClient, len(addrs))
+	for i, addr := range addrs {
+		clients[i] = redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true,
+			ReadTimeout: 200 * time.Millisecond, MaxRetries: -1})
+		t.Cleanup(func() { _ = clients[i].Close() })
+		nodes[i] = clients[i]
+	}
+	x, err := dlock.NewRedlock(nodes, opts...)
+	if err != nil {
+		t.Fatalf("NewRedlock: %v", err)
+	}
+	t.Cleanup(func() { _ = x.Close() })
+	// A Redlock of its own on the same clients loads the scripts, with
+	// time to dial and fall back to EVAL that a short node timeout does
+	// not leave on a loaded machine.
+	warm, err := dlock.NewRedlock(nodes, dlock.WithNodeTimeout(10*time.Second))
+	if err != nil {
+		t.Fatalf("NewRedlock: %v", err)
+	}
+	t.Cleanup(func() { _ = warm.Close() })
+	l, err := warm.Mutex(warmName).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock: %v", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	return x, clients
+}
+
+// checkSharesKept fails t if, until until, a node's key of name holds
+// anything but lx's value while lx is valid, and if then another Redlock
+// with opts can take name.
+func checkSharesKept(ctx context.Context, t *testing.T, servers []*redistest.Server, name string, lx *dlock.Lease, until time.Time, opts []dlock.Option) {
+	for ; time.Now().Before(until); time.Sleep(20 * time.Millisecond) {
 		if err := lx.Err(); err != nil {
 			t.Fatalf("X's lease was lost: %v", err)
 		}

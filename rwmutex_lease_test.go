@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -34,24 +35,7 @@ func TestRWMutexDowngrade(t *testing.T) {
 	waitRWQueued(t, srv, name, 4)
 
 	// Another writer tries all along: it must never get in.
-	var barged atomic.Int32
-	stop := make(chan struct{})
-	hammered := make(chan struct{})
-	e := newClient(t, srv)
-	go func() {
-		defer close(hammered)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if l, err := e.RWMutex(name).TryLock(ctx); err == nil {
-				barged.Add(1)
-				_ = l.Unlock(ctx)
-			}
-		}
-	}()
+	barged := tryLockAllAlong(ctx, newClient(t, srv).RWMutex(name))
 
 	r, err := a.RWMutex(name).Downgrade(ctx, w)
 	if err != nil {
@@ -91,24 +75,9 @@ func TestRWMutexDowngrade(t *testing.T) {
 	if _, err := a.RWMutex(name).Downgrade(ctx, w); !errors.Is(err, dlock.ErrNotHeld) || strings.Contains(err.Error(), "lost") {
 		t.Errorf("second Downgrade: got %v, want ErrNotHeld, not calling the lease lost", err)
 	}
-	if _, err := a.RWMutex(name).Downgrade(ctx, r); !errors.Is(err, dlock.ErrInvalidArgument) {
-		t.Errorf("Downgrade of a read lease: got %v, want ErrInvalidArgument", err)
-	}
-	if _, err := a.RWMutex(name).Downgrade(ctx, nil); !errors.Is(err, dlock.ErrInvalidArgument) {
-		t.Errorf("Downgrade(nil): got %v, want ErrInvalidArgument", err)
-	}
-	ml := mustLock(t, a, name)
-	if _, err := a.RWMutex(name).Downgrade(ctx, ml); !errors.Is(err, dlock.ErrInvalidArgument) {
-		t.Errorf("Downgrade of a Mutex lease: got %v, want ErrInvalidArgument", err)
-	}
-	rwUnlock(t, ml)
-	if _, err := a.RWMutex("other").Downgrade(ctx, w); !errors.Is(err, dlock.ErrInvalidArgument) {
-		t.Errorf("Downgrade on another lock: got %v, want ErrInvalidArgument", err)
-	}
+	checkDowngradeRefuses(ctx, t, a, name, r, w)
 
-	close(stop)
-	<-hammered
-	if n := barged.Load(); n != 0 {
+	if n := barged(); n != 0 {
 		t.Errorf("another writer got in %d times around the downgrade", n)
 	}
 	select {
@@ -123,6 +92,53 @@ func TestRWMutexDowngrade(t *testing.T) {
 	}
 	rwUnlock(t, rwAwait(t, writer2, 10*time.Second, "writer queued behind the readers"))
 	rwUnlock(t, rwAwait(t, localReader, 10*time.Second, "reader queued behind the writer"))
+}
+
+// tryLockAllAlong calls rw.TryLock, and unlocks what it got, until the
+// returned stop is called; stop returns how many times it got the lock.
+func tryLockAllAlong(ctx context.Context, rw *dlock.RWMutex) (stop func() int32) {
+	var got atomic.Int32
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if l, err := rw.TryLock(ctx); err == nil {
+				got.Add(1)
+				_ = l.Unlock(ctx)
+			}
+		}
+	}()
+	return func() int32 {
+		close(done)
+		<-stopped
+		return got.Load()
+	}
+}
+
+// checkDowngradeRefuses checks that Downgrade refuses, as invalid, a read
+// lease (r), nil, a Mutex's lease, and the write lease w of name on another
+// lock.
+func checkDowngradeRefuses(ctx context.Context, t *testing.T, a *dlock.Client, name string, r, w *dlock.Lease) {
+	t.Helper()
+	if _, err := a.RWMutex(name).Downgrade(ctx, r); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("Downgrade of a read lease: got %v, want ErrInvalidArgument", err)
+	}
+	if _, err := a.RWMutex(name).Downgrade(ctx, nil); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("Downgrade(nil): got %v, want ErrInvalidArgument", err)
+	}
+	ml := mustLock(t, a, name)
+	if _, err := a.RWMutex(name).Downgrade(ctx, ml); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("Downgrade of a Mutex lease: got %v, want ErrInvalidArgument", err)
+	}
+	rwUnlock(t, ml)
+	if _, err := a.RWMutex("other").Downgrade(ctx, w); !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Errorf("Downgrade on another lock: got %v, want ErrInvalidArgument", err)
+	}
 }
 
 func TestRWMutexDowngradeKeepsTheHoldLimit(t *testing.T) {

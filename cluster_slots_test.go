@@ -174,66 +174,11 @@ func testClusterResharding(t *testing.T, cl *redistest.Cluster) {
 		leases = append(leases, mustLock(t, c, held[i], short))
 	}
 
-	var (
-		inside, sections, overlaps, transient atomic.Int64
-		mu                                    sync.Mutex
-		failures                              []error
-		paused                                sync.RWMutex // held for writing while the slot is half-migrated
-		stop                                  = make(chan struct{})
-		wg                                    sync.WaitGroup
-	)
-	fail := func(err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		failures = append(failures, err)
-	}
-	// TRYAGAIN (a script naming a key missing on a node while its slot
-	// migrates) may reach Lock and Unlock if the migration outlasts their
-	// context (the driver retries until then); it is transient and
-	// counted, but a redirection is a failure.
-	check := func(what string, err error) bool {
-		switch {
-		case err == nil:
-			return true
-		case redirected(err):
-			fail(fmt.Errorf("%s: a redirection reached the caller: %w", what, err))
-		case strings.Contains(err.Error(), "TRYAGAIN"):
-			transient.Add(1)
-		default:
-			fail(fmt.Errorf("%s: %w", what, err))
-		}
-		return false
-	}
+	var w reshardWorkers
+	w.stop = make(chan struct{})
 	for i := 0; i < 4; i++ {
-		c := []*dlock.Client{a, b}[i%2]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				paused.RLock()
-				lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				l, err := c.Mutex(busy, short).Lock(lctx)
-				cancel()
-				if check("Lock", err) {
-					if inside.Add(1) != 1 {
-						overlaps.Add(1)
-					}
-					sections.Add(1)
-					time.Sleep(time.Millisecond)
-					if sections.Load()%3 == 0 {
-						check("Extend", l.Extend(ctx, 600*time.Millisecond))
-					}
-					inside.Add(-1)
-					check("Unlock", l.Unlock(ctx))
-				}
-				paused.RUnlock()
-			}
-		}()
+		w.wg.Add(1)
+		go w.run(ctx, []*dlock.Client{a, b}[i%2], busy, short)
 	}
 
 	movedAfter := func(l *dlock.Lease, at time.Time) func() bool {
@@ -242,13 +187,13 @@ func testClusterResharding(t *testing.T, cl *redistest.Cluster) {
 		return func() bool { return dlock.LeaseValidUntil(l).After(at.Add(592 * time.Millisecond)) }
 	}
 	for round := 0; round < 3; round++ {
-		before := sections.Load()
-		waitFor(t, 10*time.Second, func() bool { return sections.Load() >= before+5 }, "sections between the moves")
+		before := w.sections.Load()
+		waitFor(t, 10*time.Second, func() bool { return w.sections.Load() >= before+5 }, "sections between the moves")
 		cl.MigrateSlot(t, slot, otherMaster(t, cl, slot))
 
 		// Half-migrated: the held leases' keys on the target, the rest on
 		// the source. Their renewals (one key each) go there by ASK.
-		paused.Lock()
+		w.paused.Lock()
 		m := cl.StartMigration(t, slot, otherMaster(t, cl, slot))
 		m.MoveKeys(t, lockKey(held[0]), lockKey(held[1]))
 		at := time.Now()
@@ -262,12 +207,12 @@ func testClusterResharding(t *testing.T, cl *redistest.Cluster) {
 			}
 		}
 		m.Finish(t)
-		paused.Unlock()
+		w.paused.Unlock()
 	}
-	before := sections.Load()
-	waitFor(t, 10*time.Second, func() bool { return sections.Load() >= before+5 }, "sections after the last move")
-	close(stop)
-	wg.Wait()
+	before := w.sections.Load()
+	waitFor(t, 10*time.Second, func() bool { return w.sections.Load() >= before+5 }, "sections after the last move")
+	close(w.stop)
+	w.wg.Wait()
 
 	for _, l := range leases {
 		if err := l.Err(); err != nil {
@@ -277,13 +222,78 @@ func testClusterResharding(t *testing.T, cl *redistest.Cluster) {
 			t.Errorf("Unlock of %s: %v", l.Name(), err)
 		}
 	}
-	t.Logf("%d critical sections, %d TRYAGAIN replies seen by callers", sections.Load(), transient.Load())
-	if n := overlaps.Load(); n != 0 {
+	t.Logf("%d critical sections, %d TRYAGAIN replies seen by callers", w.sections.Load(), w.transient.Load())
+	if n := w.overlaps.Load(); n != 0 {
 		t.Errorf("%d critical sections overlapped", n)
 	}
-	for _, err := range failures {
+	for _, err := range w.failures {
 		t.Error(err)
 	}
+}
+
+// reshardWorkers run critical sections on one lock while its slot moves,
+// and count what they saw.
+type reshardWorkers struct {
+	inside, sections, overlaps, transient atomic.Int64
+	mu                                    sync.Mutex
+	failures                              []error
+	paused                                sync.RWMutex // held for writing while the slot is half-migrated
+	stop                                  chan struct{}
+	wg                                    sync.WaitGroup
+}
+
+// run takes c's Mutex of name with opt, again and again until stop, and
+// in each section extends now and then and unlocks.
+func (w *reshardWorkers) run(ctx context.Context, c *dlock.Client, name string, opt dlock.Option) {
+	defer w.wg.Done()
+	for {
+		select {
+		case <-w.stop:
+			return
+		default:
+		}
+		w.paused.RLock()
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		l, err := c.Mutex(name, opt).Lock(lctx)
+		cancel()
+		if w.check("Lock", err) {
+			if w.inside.Add(1) != 1 {
+				w.overlaps.Add(1)
+			}
+			w.sections.Add(1)
+			time.Sleep(time.Millisecond)
+			if w.sections.Load()%3 == 0 {
+				w.check("Extend", l.Extend(ctx, 600*time.Millisecond))
+			}
+			w.inside.Add(-1)
+			w.check("Unlock", l.Unlock(ctx))
+		}
+		w.paused.RUnlock()
+	}
+}
+
+// check reports whether err is nil. TRYAGAIN (a script naming a key
+// missing on a node while its slot migrates) may reach Lock and Unlock if
+// the migration outlasts their context (the driver retries until then):
+// it is transient and counted, but a redirection is a failure.
+func (w *reshardWorkers) check(what string, err error) bool {
+	switch {
+	case err == nil:
+		return true
+	case redirected(err):
+		w.fail(fmt.Errorf("%s: a redirection reached the caller: %w", what, err))
+	case strings.Contains(err.Error(), "TRYAGAIN"):
+		w.transient.Add(1)
+	default:
+		w.fail(fmt.Errorf("%s: %w", what, err))
+	}
+	return false
+}
+
+func (w *reshardWorkers) fail(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.failures = append(w.failures, err)
 }
 
 // testClusterSplitKeys takes a lock whose keys are split between the two

@@ -42,7 +42,9 @@ func awaitServed(t *testing.T, got <-chan acquired, what string) *dlock.Permits 
 	}
 }
 
-func TestSemaphoreReleaseN(t *testing.T) {
+// ReleaseN of no permit, of less than none, or of more than are held is
+// refused as invalid, and sends nothing.
+func TestSemaphoreReleaseNRefusesBadCounts(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Shared(t)
 	rdb, counter := countingClient(t, srv)
@@ -52,11 +54,7 @@ func TestSemaphoreReleaseN(t *testing.T) {
 	}
 	defer c.Close()
 	ctx := testCtx(t)
-	name := uniqueName(t)
-	s := c.Semaphore(name, 5)
-	p := mustAcquire(t, s, 4)
-	token, owner, done := p.Token(), p.Owner(), p.Done()
-
+	p := mustAcquire(t, c.Semaphore(uniqueName(t), 5), 4)
 	before := counter.n.Load()
 	for _, n := range []int{0, -1, 5} {
 		if err := p.ReleaseN(ctx, n); !errors.Is(err, dlock.ErrInvalidArgument) {
@@ -66,6 +64,23 @@ func TestSemaphoreReleaseN(t *testing.T) {
 	if sent := counter.n.Load() - before; sent != 0 {
 		t.Errorf("rejected ReleaseN sent %d commands", sent)
 	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ReleaseN gives back part of an acquisition's permits: the rest stay
+// under the same lease (token, owner, renewal), as Inspect and List show;
+// ReleaseN of every permit left is Release.
+func TestSemaphoreReleaseN(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	c := newClient(t, srv)
+	ctx := testCtx(t)
+	name := uniqueName(t)
+	s := c.Semaphore(name, 5)
+	p := mustAcquire(t, s, 4)
+	token, owner, done := p.Token(), p.Owner(), p.Done()
 
 	// Part given back: the rest stay under the same lease.
 	cancelled, cancel := context.WithCancel(ctx)
@@ -125,8 +140,14 @@ func TestSemaphoreReleaseN(t *testing.T) {
 	if err := p.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("Release after ReleaseN of every permit: got %v, want ErrNotHeld", err)
 	}
+}
 
-	// Several at once on one Permits: each gives back its own.
+// Several ReleaseN at once on one Permits: each gives back its own.
+func TestSemaphoreReleaseNConcurrently(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	ctx := testCtx(t)
+	s := newClient(t, srv).Semaphore(uniqueName(t), 5)
 	q := mustAcquire(t, s, 5)
 	var wg sync.WaitGroup
 	for i := 0; i < 4; i++ {

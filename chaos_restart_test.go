@@ -33,6 +33,8 @@ func TestChaosRestartAndScriptFlush(t *testing.T) {
 	}
 }
 
+// testRestartAndFlush is TestChaosRestartAndScriptFlush with or without
+// persistence: one run, its checks, and its section of the report.
 func testRestartAndFlush(t *testing.T, persist bool) {
 	started := time.Now()
 	seed := chaos.Seed(t)

@@ -290,6 +290,7 @@ func (w *reshardWorkers) check(what string, err error) bool {
 	return false
 }
 
+// fail records err, for the test to report once the workers stop.
 func (w *reshardWorkers) fail(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

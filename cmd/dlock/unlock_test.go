@@ -19,61 +19,11 @@ import (
 // waiting writer.
 func TestUnlockOwner(t *testing.T) {
 	srv := redistest.Shared(t)
-	ctx := context.Background()
 	name := uniqueLockName(t)
-	var readers []*dlock.Lease
-	for _, info := range []string{"reader-1", "reader-2"} {
-		c, err := dlock.New(srv.Client(t), dlock.WithOwnerInfo(info), dlock.WithTTL(600*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		r, err := c.RWMutex(name).RLock(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		readers = append(readers, r)
-	}
-	w, err := dlock.New(srv.Client(t), dlock.WithOwnerInfo("writer"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	wctx, cancel := context.WithCancel(ctx)
-	type result struct {
-		l   *dlock.Lease
-		err error
-	}
-	wch := make(chan result, 1)
-	go func() {
-		l, err := w.RWMutex(name).Lock(wctx)
-		wch <- result{l, err}
-	}()
-	var writer *result
-	defer func() {
-		cancel()
-		if writer == nil {
-			r := <-wch
-			writer = &r
-		}
-		if writer.err == nil {
-			_ = writer.l.Unlock(ctx)
-		}
-	}()
+	readers := holdReaders(t, srv, name, "reader-1", "reader-2")
+	writer := queueWriter(t, srv, name)
 	c := inspector(t, srv)
-	rwState := func() dlock.LockInfo {
-		infos, err := c.Inspect(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, info := range infos {
-			if info.Kind == dlock.KindRWMutex {
-				return info
-			}
-		}
-		return dlock.LockInfo{}
-	}
-	waitUntil(t, "the writer queued", func() bool { return len(rwState().Waiters) == 1 })
+	waitUntil(t, "the writer queued", func() bool { return len(rwInfo(t, c, name).Waiters) == 1 })
 
 	env := map[string]string{redisURLEnv: srv.URL()}
 	r := runCLI(t, env, "unlock", "--force", "--owner", readers[0].Owner(), name)
@@ -85,20 +35,10 @@ func TestUnlockOwner(t *testing.T) {
 	if !want.MatchString(r.stdout) {
 		t.Errorf("stdout %q, want it to match %q", r.stdout, want)
 	}
-	if info := rwState(); len(info.Holders) != 1 || info.Holders[0].Owner != readers[1].Owner() || len(info.Waiters) != 1 {
+	if info := rwInfo(t, c, name); len(info.Holders) != 1 || info.Holders[0].Owner != readers[1].Owner() || len(info.Waiters) != 1 {
 		t.Errorf("after unlock --owner: %+v, want the second reader holding and the writer waiting", info)
 	}
-	select {
-	case <-readers[0].Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the released reader's lease is still not done")
-	}
-	if err := readers[0].Err(); !errors.Is(err, dlock.ErrLockLost) {
-		t.Errorf("the released reader's Err = %v, want ErrLockLost", err)
-	}
-	if err := readers[1].Err(); err != nil {
-		t.Errorf("the other reader's Err = %v, want nil", err)
-	}
+	checkReaderReleased(t, readers[0], readers[1])
 
 	r = runCLI(t, env, "unlock", "--force", "--owner", "deadbeef", name)
 	if r.code != exitOK || r.stdout != fmt.Sprintf("%q: nothing was held by deadbeef\n", name) {
@@ -110,17 +50,117 @@ func TestUnlockOwner(t *testing.T) {
 	if r.code != exitOK || !strings.Contains(r.stdout, "rwmutex: reader-2 (token") {
 		t.Errorf("unlock --owner %s: exit %d, stdout %q; want the second reader released", short, r.code, r.stdout)
 	}
+	l := writer.wait(t)
+	if info := rwInfo(t, c, name); len(info.Holders) != 1 || info.Holders[0].Owner != l.Owner() {
+		t.Errorf("after releasing both readers: %+v, want the writer holding", info)
+	}
+}
+
+// holdReaders read-locks name once per owner info, each on a Client of
+// its own with a short TTL.
+func holdReaders(t *testing.T, srv *redistest.Server, name string, infos ...string) []*dlock.Lease {
+	t.Helper()
+	var readers []*dlock.Lease
+	for _, info := range infos {
+		c, err := dlock.New(srv.Client(t), dlock.WithOwnerInfo(info), dlock.WithTTL(600*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		r, err := c.RWMutex(name).RLock(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		readers = append(readers, r)
+	}
+	return readers
+}
+
+// pendingWriter is a write Lock of its own Client ("writer"), waiting in
+// a goroutine that the test's cleanup stops.
+type pendingWriter struct {
+	ch  chan lockResult
+	got *lockResult
+}
+
+type lockResult struct {
+	l   *dlock.Lease
+	err error
+}
+
+// queueWriter starts name's write Lock: at the test's end it is cancelled
+// if still waiting, and its lease unlocked if granted.
+func queueWriter(t *testing.T, srv *redistest.Server, name string) *pendingWriter {
+	t.Helper()
+	w, err := dlock.New(srv.Client(t), dlock.WithOwnerInfo("writer"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &pendingWriter{ch: make(chan lockResult, 1)}
+	go func() {
+		l, err := w.RWMutex(name).Lock(ctx)
+		p.ch <- lockResult{l, err}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if p.got == nil {
+			r := <-p.ch
+			p.got = &r
+		}
+		if p.got.err == nil {
+			_ = p.got.l.Unlock(context.Background())
+		}
+	})
+	return p
+}
+
+// wait returns the writer's lease, failing the test when it is not granted
+// within 30 s.
+func (p *pendingWriter) wait(t *testing.T) *dlock.Lease {
+	t.Helper()
 	select {
-	case got := <-wch:
-		writer = &got
+	case got := <-p.ch:
+		p.got = &got
 	case <-time.After(30 * time.Second):
 		t.Fatal("the writer did not get the lock after both readers were released")
 	}
-	if writer.err != nil {
-		t.Fatalf("the writer's Lock: %v", writer.err)
+	if p.got.err != nil {
+		t.Fatalf("the writer's Lock: %v", p.got.err)
 	}
-	if info := rwState(); len(info.Holders) != 1 || info.Holders[0].Owner != writer.l.Owner() {
-		t.Errorf("after releasing both readers: %+v, want the writer holding", info)
+	return p.got.l
+}
+
+// rwInfo is what Inspect reports of name's read-write lock.
+func rwInfo(t *testing.T, c *dlock.Client, name string) dlock.LockInfo {
+	t.Helper()
+	infos, err := c.Inspect(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, info := range infos {
+		if info.Kind == dlock.KindRWMutex {
+			return info
+		}
+	}
+	return dlock.LockInfo{}
+}
+
+// checkReaderReleased checks that released's lease ended as lost and that
+// kept's did not.
+func checkReaderReleased(t *testing.T, released, kept *dlock.Lease) {
+	t.Helper()
+	select {
+	case <-released.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the released reader's lease is still not done")
+	}
+	if err := released.Err(); !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("the released reader's Err = %v, want ErrLockLost", err)
+	}
+	if err := kept.Err(); err != nil {
+		t.Errorf("the other reader's Err = %v, want nil", err)
 	}
 }
 

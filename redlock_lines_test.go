@@ -36,29 +36,13 @@ func TestRedlockLongestWaitingLineIsNext(t *testing.T) {
 	now := time.Since(redlockEpoch)
 	ea.since.Store(int64(now - 2*time.Second))
 	eb.since.Store(int64(now - time.Second))
-	attempt := func(m *RedlockMutex, e *redlockEar) acquireResult {
-		t.Helper()
-		owner, err := ownerid.New("")
-		if err != nil {
-			t.Fatal(err)
-		}
-		res := m.attempt(ctx, "Lock", owner, e)
-		if res.hold != nil {
-			l, err := m.lease(ctx, owner, res)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = l.Unlock(context.Background()) })
-		}
-		return res
-	}
 	// A line's first attempt lists nothing: an uncontended Lock costs what
 	// a TryLock does.
 	for _, l := range []struct {
 		m *RedlockMutex
 		e *redlockEar
 	}{{mb, eb}, {ma, ea}} {
-		if res := attempt(l.m, l.e); res.hold != nil || !errors.Is(res.err, ErrNotObtained) || res.next {
+		if res := lineAttempt(t, l.m, l.e); res.hold != nil || !errors.Is(res.err, ErrNotObtained) || res.next {
 			t.Fatalf("first attempt: granted %v, err %v, next %v; want held by another, not next", res.hold != nil, res.err, res.next)
 		}
 	}
@@ -67,46 +51,27 @@ func TestRedlockLongestWaitingLineIsNext(t *testing.T) {
 			t.Errorf("%s: a first attempt listed its line", s.Addr())
 		}
 	}
-	if res := attempt(mb, eb); res.hold != nil || !errors.Is(res.err, ErrNotObtained) || !res.next {
+	if res := lineAttempt(t, mb, eb); res.hold != nil || !errors.Is(res.err, ErrNotObtained) || !res.next {
 		t.Fatalf("b alone: granted %v, err %v, next %v; want held by another, b next", res.hold != nil, res.err, res.next)
 	}
-	if res := attempt(ma, ea); res.hold != nil || !res.next {
+	if res := lineAttempt(t, ma, ea); res.hold != nil || !res.next {
 		t.Fatalf("a, longer waiting: granted %v, next %v; want held, a next", res.hold != nil, res.next)
 	}
-	if res := attempt(mb, eb); res.hold != nil || res.next {
+	if res := lineAttempt(t, mb, eb); res.hold != nil || res.next {
 		t.Fatalf("b again: granted %v, next %v; want held, a next", res.hold != nil, res.next)
 	}
 	if _, err := holder.Mutex(name).TryLock(ctx); !errors.Is(err, ErrNotObtained) {
 		t.Fatalf("a TryLock while held: %v", err)
 	}
-	// An attempt returns once a quorum of nodes has answered, and those
-	// listed its line; a node whose request came late, or not at all on a
-	// loaded machine, may list less.
-	listed := 0
-	for _, s := range servers {
-		n, _ := s.Do(t, "HLEN", ma.linesKey).(int64)
-		if n > 2 {
-			t.Errorf("%s: %v lines, want at most a's and b's (a TryLock joins none)", s.Addr(), n)
-		}
-		if n == 0 {
-			continue
-		}
-		listed++
-		if pttl, _ := s.Do(t, "PTTL", ma.linesKey).(int64); pttl <= 0 || time.Duration(pttl)*time.Millisecond > redlockPX(&ma.cfg)/2+time.Millisecond {
-			t.Errorf("%s: the lines expire in %vms, want within half the TTL", s.Addr(), pttl)
-		}
-	}
-	if listed < quorum(len(servers)) {
-		t.Errorf("lines listed on %d nodes, want a quorum", listed)
-	}
+	checkLinesListed(t, servers, ma)
 
 	if err := held.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if res := attempt(ma, ea); res.hold == nil {
+	if res := lineAttempt(t, ma, ea); res.hold == nil {
 		t.Fatalf("a after the release: %v", res.err)
 	}
-	if res := attempt(mb, eb); res.hold != nil || !res.next {
+	if res := lineAttempt(t, mb, eb); res.hold != nil || !res.next {
 		t.Fatalf("b once a holds: granted %v, next %v; want held, b next", res.hold != nil, res.next)
 	}
 	// The quorum that granted a dropped its line (a listed it on a quorum).
@@ -118,5 +83,51 @@ func TestRedlockLongestWaitingLineIsNext(t *testing.T) {
 	}
 	if gone < quorum(len(servers)) {
 		t.Errorf("a's line is still listed on %d of %d nodes after a took the lock", len(servers)-gone, len(servers))
+	}
+}
+
+// lineAttempt makes one attempt of m's Lock with a fresh owner, heard by
+// e's line; a grant's lease is unlocked when the test ends.
+func lineAttempt(t *testing.T, m *RedlockMutex, e *redlockEar) acquireResult {
+	t.Helper()
+	ctx := context.Background()
+	owner, err := ownerid.New("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := m.attempt(ctx, "Lock", owner, e)
+	if res.hold != nil {
+		l, err := m.lease(ctx, owner, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Unlock(context.Background()) })
+	}
+	return res
+}
+
+// checkLinesListed checks the lines m's lock lists on each node: at most
+// two, expiring within half the TTL, on a quorum of nodes at least. An
+// attempt returns once a quorum of nodes has answered, and those listed
+// its line; a node whose request came late, or not at all on a loaded
+// machine, may list less.
+func checkLinesListed(t *testing.T, servers []*redistest.Server, m *RedlockMutex) {
+	t.Helper()
+	listed := 0
+	for _, s := range servers {
+		n, _ := s.Do(t, "HLEN", m.linesKey).(int64)
+		if n > 2 {
+			t.Errorf("%s: %v lines, want at most a's and b's (a TryLock joins none)", s.Addr(), n)
+		}
+		if n == 0 {
+			continue
+		}
+		listed++
+		if pttl, _ := s.Do(t, "PTTL", m.linesKey).(int64); pttl <= 0 || time.Duration(pttl)*time.Millisecond > redlockPX(&m.cfg)/2+time.Millisecond {
+			t.Errorf("%s: the lines expire in %vms, want within half the TTL", s.Addr(), pttl)
+		}
+	}
+	if listed < quorum(len(servers)) {
+		t.Errorf("lines listed on %d nodes, want a quorum", listed)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/keyslot"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
@@ -31,38 +32,8 @@ func TestShardedSubscriptionClosesWhileTheMasterStops(t *testing.T) {
 	ch := "{" + t.Name() + "}"
 	master := cl.MasterForSlot(t, keyslot.Of(ch))
 
-	// The dial hook stops the master after the first connection to it once
-	// armed, and after CLIENT KILL has returned: stopped earlier, the master
-	// would hold back that reply.
-	var (
-		mu     sync.Mutex
-		armed  bool
-		killed = make(chan struct{})
-		paused = make(chan struct{})
-	)
-	const timeout = 10 * time.Second // longer than go-redis's defaults: waiting for it cannot pass for prompt
-	dialer := &net.Dialer{Timeout: timeout}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs: cl.Addrs(),
-		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			mu.Lock()
-			fire := armed && addr == master.Addr()
-			if fire {
-				armed = false
-			}
-			mu.Unlock()
-			conn, err := dialer.DialContext(ctx, network, addr)
-			if fire {
-				<-killed
-				master.Pause()
-				close(paused)
-			}
-			return conn, err
-		},
-		DialTimeout:  timeout,
-		ReadTimeout:  timeout,
-		WriteTimeout: timeout,
-	})
+	stall := &stallingDial{master: master, killed: make(chan struct{}), paused: make(chan struct{})}
+	cc := stall.client(cl)
 	t.Cleanup(func() { _ = cc.Close() })
 	d := New(cc)
 	t.Cleanup(func() { _ = d.Close() })
@@ -80,40 +51,18 @@ func TestShardedSubscriptionClosesWhileTheMasterStops(t *testing.T) {
 	}
 
 	defer master.Resume() // the cleanups would resume it too, after closing the clients
-	mu.Lock()
-	armed = true
-	mu.Unlock()
+	stall.arm()
 	func() {
-		defer close(killed) // also when Do fails t
+		defer close(stall.killed) // also when Do fails t
 		master.Do(t, "CLIENT", "KILL", "TYPE", "pubsub")
 	}()
 	select {
-	case <-paused:
+	case <-stall.paused:
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the subscription did not dial %s again within 10 s", master.Addr())
 	}
 
-	// Meanwhile a caller's Subscribe (a channel of the same slot) and
-	// Unsubscribe return at their deadline, not when go-redis gives up on
-	// the reconnection, which holds the PubSub's lock.
-	for _, call := range []struct {
-		name string
-		do   func(context.Context) error
-	}{
-		{"Subscribe", func(ctx context.Context) error { return sub.Subscribe(ctx, ch+"2") }},
-		{"Unsubscribe", func(ctx context.Context) error { return sub.Unsubscribe(ctx, ch) }},
-	} {
-		const deadline = 200 * time.Millisecond
-		cctx, ccancel := context.WithTimeout(context.Background(), deadline)
-		start := time.Now()
-		err := call.do(cctx)
-		elapsed := time.Since(start)
-		ccancel()
-		if elapsed >= time.Second {
-			t.Errorf("%s with a %v deadline took %v (%v) with the master stopped mid-reconnection; want it back at its deadline",
-				call.name, deadline, elapsed, err)
-		}
-	}
+	checkCallsReturnAtDeadline(t, sub, ch)
 
 	start := time.Now()
 	if err := sub.Close(); err != nil {
@@ -136,6 +85,85 @@ func TestShardedSubscriptionClosesWhileTheMasterStops(t *testing.T) {
 	}
 	if n := h.late.Load(); n != 0 {
 		t.Errorf("the Handler was called %d times after Close returned", n)
+	}
+}
+
+// stallingDial is a Cluster client's dialer that, once armed, stops master
+// after the next connection to it, once killed is closed: after CLIENT
+// KILL has returned, since a master stopped earlier would hold back that
+// reply. It closes paused then.
+type stallingDial struct {
+	master         *redistest.Server
+	killed, paused chan struct{}
+
+	mu    sync.Mutex
+	armed bool
+}
+
+// client returns a client of cl that dials through d, with timeouts longer
+// than go-redis's defaults: waiting for them cannot pass for prompt.
+func (d *stallingDial) client(cl *redistest.Cluster) *redis.ClusterClient {
+	const timeout = 10 * time.Second
+	dialer := &net.Dialer{Timeout: timeout}
+	return redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: cl.Addrs(),
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			fire := d.take(addr)
+			conn, err := dialer.DialContext(ctx, network, addr)
+			if fire {
+				<-d.killed
+				d.master.Pause()
+				close(d.paused)
+			}
+			return conn, err
+		},
+		DialTimeout:  timeout,
+		ReadTimeout:  timeout,
+		WriteTimeout: timeout,
+	})
+}
+
+func (d *stallingDial) arm() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.armed = true
+}
+
+// take reports whether a dial of addr is the one to stop the master after,
+// disarming d.
+func (d *stallingDial) take(addr string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	fire := d.armed && addr == d.master.Addr()
+	if fire {
+		d.armed = false
+	}
+	return fire
+}
+
+// checkCallsReturnAtDeadline checks that, while the master is stopped
+// mid-reconnection, a caller's Subscribe (a channel of ch's slot) and
+// Unsubscribe return at their deadline, not when go-redis gives up on the
+// reconnection, which holds the PubSub's lock.
+func checkCallsReturnAtDeadline(t *testing.T, sub driver.Subscription, ch string) {
+	t.Helper()
+	for _, call := range []struct {
+		name string
+		do   func(context.Context) error
+	}{
+		{"Subscribe", func(ctx context.Context) error { return sub.Subscribe(ctx, ch+"2") }},
+		{"Unsubscribe", func(ctx context.Context) error { return sub.Unsubscribe(ctx, ch) }},
+	} {
+		const deadline = 200 * time.Millisecond
+		cctx, ccancel := context.WithTimeout(context.Background(), deadline)
+		start := time.Now()
+		err := call.do(cctx)
+		elapsed := time.Since(start)
+		ccancel()
+		if elapsed >= time.Second {
+			t.Errorf("%s with a %v deadline took %v (%v) with the master stopped mid-reconnection; want it back at its deadline",
+				call.name, deadline, elapsed, err)
+		}
 	}
 }
 

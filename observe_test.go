@@ -136,36 +136,7 @@ func TestObserverSeesAcquiresReleasesRenewalsAndLosses(t *testing.T) {
 		t.Errorf("released = %+v %v, want one after ~250ms held", s.released, s.relErrs)
 	}
 
-	// A lock handed over by another client's release: a hand-off. The
-	// waiter learns of its grant from the message, or, when the attempt it
-	// makes once subscribed meets the release, from that attempt's reply:
-	// then the hand-off latency is unknown (zero). So the hand-off is tried
-	// until a message brings one.
-	var handedOver []dlock.AcquireOutcome
-	for try := 0; try < 5 && (len(handedOver) == 0 || handedOver[len(handedOver)-1].Handoff == 0); try++ {
-		held := mustLock(t, other, name)
-		got := make(chan error, 1)
-		go func() {
-			l, err := c.Mutex(name).Lock(ctx)
-			if err == nil {
-				err = l.Unlock(ctx)
-			}
-			got <- err
-		}()
-		waitQueued(t, srv, name, 1)
-		waitFor(t, 10*time.Second, func() bool { // the waiter hears grants now
-			n := srv.Client(t).PubSubNumSub(ctx, lockKey(name)).Val()[lockKey(name)]
-			return n > 0
-		}, "the waiter's subscription")
-		if err := held.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-got; err != nil {
-			t.Fatal(err)
-		}
-		s = rec.snapshot()
-		handedOver = append(handedOver, s.outcomes[len(s.outcomes)-1])
-	}
+	handedOver := observeHandOffs(t, srv, c, other, rec, name)
 	for _, o := range handedOver {
 		if o.Err != nil || o.Attempts < 1 || o.Handoff < 0 || o.Handoff > 5*time.Second {
 			t.Errorf("handed-over lock outcome = %+v", o)
@@ -197,6 +168,42 @@ func TestObserverSeesAcquiresReleasesRenewalsAndLosses(t *testing.T) {
 	if len(s.lost) != 1 || s.lost[0].Name != name || s.lost[0].Token != l.Token() {
 		t.Errorf("lost = %+v", s.lost)
 	}
+}
+
+// observeHandOffs hands name over from other to c until rec hears of a
+// hand-off with a latency, five times at most, and returns the outcomes
+// rec heard. The waiter learns of its grant from the message, or, when the
+// attempt it makes once subscribed meets the release, from that attempt's
+// reply: then the hand-off latency is unknown (zero).
+func observeHandOffs(t *testing.T, srv *redistest.Server, c, other *dlock.Client, rec *recorder, name string) []dlock.AcquireOutcome {
+	t.Helper()
+	ctx := testCtx(t)
+	var handedOver []dlock.AcquireOutcome
+	for try := 0; try < 5 && (len(handedOver) == 0 || handedOver[len(handedOver)-1].Handoff == 0); try++ {
+		held := mustLock(t, other, name)
+		got := make(chan error, 1)
+		go func() {
+			l, err := c.Mutex(name).Lock(ctx)
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			got <- err
+		}()
+		waitQueued(t, srv, name, 1)
+		waitFor(t, 10*time.Second, func() bool { // the waiter hears grants now
+			n := srv.Client(t).PubSubNumSub(ctx, lockKey(name)).Val()[lockKey(name)]
+			return n > 0
+		}, "the waiter's subscription")
+		if err := held.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		s := rec.snapshot()
+		handedOver = append(handedOver, s.outcomes[len(s.outcomes)-1])
+	}
+	return handedOver
 }
 
 func TestObserverSeesEveryKind(t *testing.T) {

@@ -105,6 +105,21 @@ func testLockDeadlineDuringHandoff(t *testing.T, name string, wake, successor bo
 	if res.at.IsZero() {
 		res = <-got
 	}
+	checkGaveUpAtDeadline(ctx, t, res, deadline, late)
+	if err := <-unlocked; err != nil {
+		t.Errorf("Unlock that handed the lock over: %v", err)
+	}
+	if successor {
+		checkNextGranted(ctx, t, next)
+	}
+	checkAbandonedHandoffFreed(ctx, t, servers, name)
+}
+
+// checkGaveUpAtDeadline checks that a Lock whose deadline came while the
+// lock was being handed to it returned within late of the deadline, not
+// obtained; a lease it returned all the same is unlocked.
+func checkGaveUpAtDeadline(ctx context.Context, t *testing.T, res lockOutcome, deadline time.Time, late time.Duration) {
+	t.Helper()
 	if res.l != nil {
 		if err := res.l.Unlock(ctx); err != nil {
 			t.Errorf("Unlock of the lease the Lock returned: %v", err)
@@ -116,23 +131,23 @@ func testLockDeadlineDuringHandoff(t *testing.T, name string, wake, successor bo
 	if !errors.Is(res.err, dlock.ErrNotObtained) || !errors.Is(res.err, context.DeadlineExceeded) {
 		t.Errorf("Lock whose deadline came during a hand-off: got a lease %t, error %v; want ErrNotObtained and DeadlineExceeded", res.l != nil, res.err)
 	}
-	if err := <-unlocked; err != nil {
-		t.Errorf("Unlock that handed the lock over: %v", err)
-	}
-	if successor {
-		select {
-		case gotNext := <-next:
-			if gotNext.err != nil {
-				t.Fatalf("the Lock behind the one that gave up: %v", gotNext.err)
-			}
-			if err := gotNext.l.Unlock(ctx); err != nil {
-				t.Errorf("Unlock of the lock behind: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Fatal("the Lock behind the one that gave up did not get the lock within 15s")
+}
+
+// checkNextGranted checks that the Lock in line behind the one that gave
+// up gets the lock, and unlocks it.
+func checkNextGranted(ctx context.Context, t *testing.T, next <-chan leaseOrError) {
+	t.Helper()
+	select {
+	case got := <-next:
+		if got.err != nil {
+			t.Fatalf("the Lock behind the one that gave up: %v", got.err)
 		}
+		if err := got.l.Unlock(ctx); err != nil {
+			t.Errorf("Unlock of the lock behind: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the Lock behind the one that gave up did not get the lock within 15s")
 	}
-	checkAbandonedHandoffFreed(ctx, t, servers, name)
 }
 
 // lockOutcome is what a Lock returned, and when.

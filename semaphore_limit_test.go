@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand"
@@ -13,6 +14,8 @@ import (
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
+// TestSemaphoreSetPermits: a stored limit serves waiters when raised,
+// revokes nothing when lowered, and fails the requests it makes impossible.
 func TestSemaphoreSetPermits(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Shared(t)
@@ -24,7 +27,17 @@ func TestSemaphoreSetPermits(t *testing.T) {
 	p1 := mustAcquire(t, s, 1)
 	p2 := mustAcquire(t, s, 1)
 
-	// Raising the limit serves the waiter at once.
+	p3 := checkRaiseServesWaiter(ctx, t, srv, s, b, name)
+	p := checkLowerHoldsBack(ctx, t, srv, s, b, name, []*dlock.Permits{p1, p2, p3})
+	checkLowerFailsWaiter(ctx, t, srv, s, b, name)
+	_ = p.Release(ctx)
+}
+
+// checkRaiseServesWaiter: raising the limit of s, whose two permits are
+// held, serves b's waiter at once, and every process reads the stored
+// limit, whatever permits it passes. It returns the waiter's permits.
+func checkRaiseServesWaiter(ctx context.Context, t *testing.T, srv *redistest.Server, s *dlock.Semaphore, b *dlock.Client, name string) *dlock.Permits {
+	t.Helper()
 	got := acquireAsync(ctx, b.Semaphore(name, 2), 1)
 	waitSemQueued(t, srv, name, 1)
 	raised := time.Now()
@@ -38,7 +51,6 @@ func TestSemaphoreSetPermits(t *testing.T) {
 	if d := r.at.Sub(raised); d > 500*time.Millisecond {
 		t.Errorf("the waiter was served %v after the limit was raised", d)
 	}
-	p3 := r.p
 	// Every process agrees, whatever permits it passes.
 	if n, err := b.Semaphore(name, 10).Available(ctx); err != nil || n != 0 {
 		t.Errorf("Available() with the stored limit = %d, %v; want 0", n, err)
@@ -46,12 +58,19 @@ func TestSemaphoreSetPermits(t *testing.T) {
 	if d := srv.Client(t).PTTL(ctx, semKey(name)+":limit").Val(); d < 24*time.Hour {
 		t.Errorf("stored limit PTTL %v, want days", d)
 	}
+	return r.p
+}
 
-	// Lowering it revokes nothing, but holds new acquirers back.
+// checkLowerHoldsBack: lowering the limit of s to 1 revokes none of held,
+// but holds new acquirers of b back until usage drops below it; asking for
+// more than the limit fails at once. It returns the permits of the waiter
+// served last.
+func checkLowerHoldsBack(ctx context.Context, t *testing.T, srv *redistest.Server, s *dlock.Semaphore, b *dlock.Client, name string, held []*dlock.Permits) *dlock.Permits {
+	t.Helper()
 	if err := s.SetPermits(ctx, 1); err != nil {
 		t.Fatalf("SetPermits(1): %v", err)
 	}
-	for _, p := range []*dlock.Permits{p1, p2, p3} {
+	for _, p := range held {
 		if err := p.Err(); err != nil {
 			t.Fatalf("permits revoked by a lower limit: %v", err)
 		}
@@ -71,10 +90,10 @@ func TestSemaphoreSetPermits(t *testing.T) {
 	}
 	waiter := acquireAsync(ctx, b.Semaphore(name, 10), 1)
 	waitSemQueued(t, srv, name, 1)
-	if err := p1.Release(ctx); err != nil {
+	if err := held[0].Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := p2.Release(ctx); err != nil {
+	if err := held[1].Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -82,16 +101,20 @@ func TestSemaphoreSetPermits(t *testing.T) {
 		t.Fatalf("served while the lowered limit was still used up (err %v)", r.err)
 	case <-time.After(100 * time.Millisecond):
 	}
-	if err := p3.Release(ctx); err != nil {
+	if err := held[2].Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if r := <-waiter; r.err != nil {
+	r := <-waiter
+	if r.err != nil {
 		t.Fatalf("waiter after usage dropped: %v", r.err)
-	} else {
-		p1 = r.p
 	}
+	return r.p
+}
 
-	// A waiter asking for more than a newly lowered limit fails promptly.
+// checkLowerFailsWaiter: a waiter of b asking for more than a newly
+// lowered limit of s fails promptly, and leaves the queue.
+func checkLowerFailsWaiter(ctx context.Context, t *testing.T, srv *redistest.Server, s *dlock.Semaphore, b *dlock.Client, name string) {
+	t.Helper()
 	if err := s.SetPermits(ctx, 3); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +132,6 @@ func TestSemaphoreSetPermits(t *testing.T) {
 	if n := srv.Client(t).Exists(ctx, semKey(name)+":q").Val(); n != 0 {
 		t.Error("the failed waiter is still queued")
 	}
-	_ = p1.Release(ctx)
 }
 
 // TestSemaphoreLimitRespectedWhileItChanges: workers of several Clients

@@ -47,36 +47,9 @@ func TestResentKeptAcrossATryAgainResend(t *testing.T) {
 		}
 	}
 	proxy := redistest.StartProxy(t, src.Addr())
-	cc := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs:       cl.Addrs(),
-		ReadTimeout: time.Second,
-		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if addr == src.Addr() {
-				addr = proxy.Addr()
-			}
-			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
-		},
-	})
+	cc := clientThroughProxy(cl, src, proxy)
 	t.Cleanup(func() { _ = cc.Close() })
-	cancelled := make(chan struct{})
-	var armed atomic.Bool
-	cc.OnNewNode(func(rdb *redis.Client) {
-		addr := rdb.Options().Addr
-		rdb.AddHook(pipelineDone(func(cmds []redis.Cmder) {
-			if !armed.Load() || addr != src.Addr() {
-				return
-			}
-			for _, c := range cmds {
-				if isTryAgain(normalizeErr(c.Err())) && armed.CompareAndSwap(true, false) {
-					// The operator cancels the migration now.
-					src.Do(t, "CLUSTER", "SETSLOT", slot, "STABLE")
-					dst.Do(t, "CLUSTER", "SETSLOT", slot, "STABLE")
-					close(cancelled)
-				}
-			}
-		}))
-	})
+	cancel := cancelMigrationOnTryAgain(t, cc, src, dst, slot)
 	d := New(cc)
 	defer d.Close()
 	ctx := context.Background()
@@ -110,10 +83,10 @@ func TestResentKeptAcrossATryAgainResend(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	armed.Store(true)
+	cancel.armed.Store(true)
 	cl.StartMigration(t, slot, dst)
 	select {
-	case <-cancelled:
+	case <-cancel.done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("no TRYAGAIN")
 	}
@@ -131,6 +104,50 @@ func TestResentKeptAcrossATryAgainResend(t *testing.T) {
 	if !mine.Resent {
 		t.Errorf("the script ran twice (counter %s) but Resent is false", n)
 	}
+}
+
+// clientThroughProxy is a client of cl that reaches src through proxy,
+// with a read timeout of a second.
+func clientThroughProxy(cl *redistest.Cluster, src *redistest.Server, proxy *redistest.Proxy) *redis.ClusterClient {
+	return redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:       cl.Addrs(),
+		ReadTimeout: time.Second,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if addr == src.Addr() {
+				addr = proxy.Addr()
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		},
+	})
+}
+
+// migrationCancel cancels a slot's migration, as an operator would, when
+// cc's first reply from its source is TRYAGAIN once armed; done is closed
+// then.
+type migrationCancel struct {
+	armed atomic.Bool
+	done  chan struct{}
+}
+
+func cancelMigrationOnTryAgain(t *testing.T, cc *redis.ClusterClient, src, dst *redistest.Server, slot int) *migrationCancel {
+	m := &migrationCancel{done: make(chan struct{})}
+	cc.OnNewNode(func(rdb *redis.Client) {
+		addr := rdb.Options().Addr
+		rdb.AddHook(pipelineDone(func(cmds []redis.Cmder) {
+			if !m.armed.Load() || addr != src.Addr() {
+				return
+			}
+			for _, c := range cmds {
+				if isTryAgain(normalizeErr(c.Err())) && m.armed.CompareAndSwap(true, false) {
+					src.Do(t, "CLUSTER", "SETSLOT", slot, "STABLE")
+					dst.Do(t, "CLUSTER", "SETSLOT", slot, "STABLE")
+					close(m.done)
+				}
+			}
+		}))
+	})
+	return m
 }
 
 // pipelineDone is a go-redis hook that calls itself with each pipeline's

@@ -53,62 +53,22 @@ func TestForceUnlockHandsTheLockToTheFirstWaiter(t *testing.T) {
 	}
 }
 
+// TestForceUnlockEveryKind: ForceUnlock releases the holders of every kind
+// under one name, each of which learns of its loss, and hands each lock to
+// its waiters in order; a latch of the name is left alone.
 func TestForceUnlockEveryKind(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Shared(t)
 	name := uniqueName(t)
 	ctx := testCtx(t)
-	short := dlock.WithTTL(600 * time.Millisecond)
-	holder := newClient(t, srv, dlock.WithOwnerInfo("holder"), short)
+	holder := newClient(t, srv, dlock.WithOwnerInfo("holder"), dlock.WithTTL(600*time.Millisecond))
 	waiter := newClient(t, srv, dlock.WithOwnerInfo("waiter"))
 	op := newClient(t, srv)
 
-	// Reentrant: one owner with two holds, one waiter.
-	rctx := dlock.WithOwner(ctx, "job")
-	var former []*dlock.Lease
-	for i := 0; i < 2; i++ {
-		l, err := holder.ReentrantMutex(name).Lock(rctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		former = append(former, l)
-	}
-	reWaiter := goLock(t, func(ctx context.Context) (*dlock.Lease, error) {
-		return waiter.ReentrantMutex(name).Lock(dlock.WithOwner(ctx, "other-job"))
-	})
-	waitWaiters(t, op, name, dlock.KindReentrant, 1)
-
-	// RWMutex: two readers, a writer waiting.
-	for i := 0; i < 2; i++ {
-		r, err := holder.RWMutex(name).RLock(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		former = append(former, r)
-	}
-	rwWaiter := goLock(t, waiter.RWMutex(name).Lock)
-	waitWaiters(t, op, name, dlock.KindRWMutex, 1)
-
-	// Semaphore of 3: 2 + 1 held; waiters for 2, 2 and 1, served strictly
-	// in order: the release must grant the first one only, neither drop the
-	// large requests (a limit too low) nor grant the others (too high).
-	var permits []*dlock.Permits
-	for _, n := range []int{2, 1} {
-		p, err := holder.Semaphore(name, 3).Acquire(ctx, n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		permits = append(permits, p)
-	}
-	var semWaiters []*async[*dlock.Permits]
-	for i, n := range []int{2, 2, 1} {
-		w := newClient(t, srv, dlock.WithOwnerInfo(fmt.Sprintf("sem-waiter-%d", i+1)))
-		semWaiters = append(semWaiters, goAcquire(t, func(ctx context.Context) (*dlock.Permits, error) {
-			return w.Semaphore(name, 3).Acquire(ctx, n)
-		}, releasePermits))
-		waitWaiters(t, op, name, dlock.KindSemaphore, i+1)
-	}
-
+	former, reWaiter := holdReentrantAndWait(t, holder, waiter, op, name)
+	readers, rwWaiter := holdReadersAndWait(t, holder, waiter, op, name)
+	former = append(former, readers...)
+	permits, semWaiters := holdPermitsAndWait(t, srv, holder, op, name)
 	// A latch holds nothing and is left alone.
 	if _, err := op.Latch(name).TrySetCount(ctx, 5); err != nil {
 		t.Fatal(err)
@@ -147,6 +107,69 @@ func TestForceUnlockEveryKind(t *testing.T) {
 	if n, err := op.Latch(name).Count(ctx); n != 5 || err != nil {
 		t.Errorf("latch count = %d, %v after ForceUnlock; want 5", n, err)
 	}
+}
+
+// holdReentrantAndWait gives one owner of holder two holds of name's
+// ReentrantMutex, and queues an owner of waiter behind it.
+func holdReentrantAndWait(t *testing.T, holder, waiter, op *dlock.Client, name string) ([]*dlock.Lease, *async[*dlock.Lease]) {
+	t.Helper()
+	rctx := dlock.WithOwner(testCtx(t), "job")
+	var holds []*dlock.Lease
+	for i := 0; i < 2; i++ {
+		l, err := holder.ReentrantMutex(name).Lock(rctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		holds = append(holds, l)
+	}
+	w := goLock(t, func(ctx context.Context) (*dlock.Lease, error) {
+		return waiter.ReentrantMutex(name).Lock(dlock.WithOwner(ctx, "other-job"))
+	})
+	waitWaiters(t, op, name, dlock.KindReentrant, 1)
+	return holds, w
+}
+
+// holdReadersAndWait read-locks name's RWMutex twice through holder, and
+// queues a writer of waiter behind them.
+func holdReadersAndWait(t *testing.T, holder, waiter, op *dlock.Client, name string) ([]*dlock.Lease, *async[*dlock.Lease]) {
+	t.Helper()
+	var readers []*dlock.Lease
+	for i := 0; i < 2; i++ {
+		r, err := holder.RWMutex(name).RLock(testCtx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		readers = append(readers, r)
+	}
+	w := goLock(t, waiter.RWMutex(name).Lock)
+	waitWaiters(t, op, name, dlock.KindRWMutex, 1)
+	return readers, w
+}
+
+// holdPermitsAndWait takes 2 + 1 of the 3 permits of name's Semaphore
+// through holder, and queues waiters for 2, 2 and 1 on Clients of their
+// own, served strictly in order: a release must grant the first one only,
+// neither drop the large requests (a limit too low) nor grant the others
+// (too high).
+func holdPermitsAndWait(t *testing.T, srv *redistest.Server, holder, op *dlock.Client, name string) ([]*dlock.Permits, []*async[*dlock.Permits]) {
+	t.Helper()
+	var permits []*dlock.Permits
+	for _, n := range []int{2, 1} {
+		p, err := holder.Semaphore(name, 3).Acquire(testCtx(t), n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		permits = append(permits, p)
+	}
+	var waiters []*async[*dlock.Permits]
+	for i, n := range []int{2, 2, 1} {
+		w := newClient(t, srv, dlock.WithOwnerInfo(fmt.Sprintf("sem-waiter-%d", i+1)))
+		waiters = append(waiters, goAcquire(t, func(ctx context.Context) (*dlock.Permits, error) {
+			return w.Semaphore(name, 3).Acquire(ctx, n)
+		}, releasePermits))
+		waitWaiters(t, op, name, dlock.KindSemaphore, i+1)
+	}
+	return permits, waiters
 }
 
 func TestForceUnlockWithNothingHeld(t *testing.T) {

@@ -85,95 +85,105 @@ func TestForeignQueueKeyRWMutexUnlockFreesLock(t *testing.T) {
 func TestQueueKeyDeletedByHandGetsAnExpiryBack(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Shared(t)
+	for _, kind := range queueKinds {
+		for _, deleted := range []string{":w", ":q"} {
+			t.Run(kind.name+"/"+deleted, func(t *testing.T) { testQueueKeyGetsExpiryBack(t, srv, kind, deleted) })
+		}
+	}
+}
+
+// queueKind is a kind that queues its waiters: base is the key its :q and
+// :w hang from; take locks name (or acquires a permit of one) and returns
+// its release.
+type queueKind struct {
+	name string
+	base func(name string) string
+	take func(ctx context.Context, c *dlock.Client, name string) (func() error, error)
+}
+
+var queueKinds = []queueKind{
+	{"Mutex", lockKey, func(ctx context.Context, c *dlock.Client, name string) (func() error, error) {
+		return leaseRelease(c.Mutex(name).Lock(ctx))
+	}},
+	{"FairMutex", lockKey, func(ctx context.Context, c *dlock.Client, name string) (func() error, error) {
+		return leaseRelease(c.FairMutex(name).Lock(ctx))
+	}},
+	{"ReentrantMutex", reentrantKey, func(ctx context.Context, c *dlock.Client, name string) (func() error, error) {
+		return leaseRelease(c.ReentrantMutex(name).Lock(dlock.WithOwner(ctx, dlock.NewOwnerID())))
+	}},
+	{"RWMutex", rwKey, func(ctx context.Context, c *dlock.Client, name string) (func() error, error) {
+		return leaseRelease(c.RWMutex(name).Lock(ctx))
+	}},
+	{"Semaphore", semKey, func(ctx context.Context, c *dlock.Client, name string) (func() error, error) {
+		p, err := c.Semaphore(name, 1).Acquire(ctx, 1)
+		if err != nil {
+			return nil, err
+		}
+		return func() error { return p.Release(context.Background()) }, nil
+	}},
+}
+
+// leaseRelease returns l's Unlock, or err.
+func leaseRelease(l *dlock.Lease, err error) (func() error, error) {
+	if err != nil {
+		return nil, err
+	}
+	return func() error { return l.Unlock(context.Background()) }, nil
+}
+
+// testQueueKeyGetsExpiryBack deletes kind's queue key deleted (":q" or
+// ":w") while two wait for a held lock, and checks that a refresh
+// re-creates it with an expiry.
+func testQueueKeyGetsExpiryBack(t *testing.T, srv *redistest.Server, kind queueKind, deleted string) {
 	rdb := srv.Client(t)
 	ctx := testCtx(t)
-	leaseOf := func(l *dlock.Lease, err error) (func() error, error) {
-		if err != nil {
-			return nil, err
-		}
-		return func() error { return l.Unlock(ctx) }, nil
+	a := newClient(t, srv)
+	// The first waiter's place lives 30s, refreshed every 10s; the
+	// second's 600ms, refreshed every 200ms.
+	long := newClient(t, srv, dlock.WithWaiterLease(30*time.Second))
+	short := newClient(t, srv, dlock.WithWaiterLease(600*time.Millisecond))
+	name := uniqueName(t) // a waiter that leaves after its :q entry was deleted may leave its :w entry until its lease ends
+	base := kind.base(name)
+	key := base + deleted
+	release, err := kind.take(ctx, a, name)
+	if err != nil {
+		t.Fatalf("A takes it: %v", err)
 	}
-	permitsOf := func(p *dlock.Permits, err error) (func() error, error) {
-		if err != nil {
-			return nil, err
-		}
-		return func() error { return p.Release(ctx) }, nil
-	}
-	owned := func(ctx context.Context, who string) context.Context { return dlock.WithOwner(ctx, who) }
-	kinds := []struct {
-		name string
-		base func(name string) string // the key its :q and :w hang from
-		take func(ctx context.Context, c *dlock.Client, name string) (func() error, error)
-	}{
-		{"Mutex", lockKey, func(ctx context.Context, c *dlock.Client, name string) (func() error, error) {
-			return leaseOf(c.Mutex(name).Lock(ctx))
-		}},
-		{"FairMutex", lockKey, func(ctx context.Context, c *dlock.Client, name string) (func() error, error) {
-			return leaseOf(c.FairMutex(name).Lock(ctx))
-		}},
-		{"ReentrantMutex", reentrantKey, func(ctx context.Context, c *dlock.Client, name string) (func() error, error) {
-			return leaseOf(c.ReentrantMutex(name).Lock(owned(ctx, dlock.NewOwnerID())))
-		}},
-		{"RWMutex", rwKey, func(ctx context.Context, c *dlock.Client, name string) (func() error, error) {
-			return leaseOf(c.RWMutex(name).Lock(ctx))
-		}},
-		{"Semaphore", semKey, func(ctx context.Context, c *dlock.Client, name string) (func() error, error) {
-			return permitsOf(c.Semaphore(name, 1).Acquire(ctx, 1))
-		}},
-	}
-	for _, kind := range kinds {
-		for _, deleted := range []string{":w", ":q"} {
-			t.Run(kind.name+"/"+deleted, func(t *testing.T) {
-				a := newClient(t, srv)
-				// The first waiter's place lives 30s, refreshed every
-				// 10s; the second's 600ms, refreshed every 200ms.
-				long := newClient(t, srv, dlock.WithWaiterLease(30*time.Second))
-				short := newClient(t, srv, dlock.WithWaiterLease(600*time.Millisecond))
-				name := t.Name()
-				base := kind.base(name)
-				key := base + deleted
-				release, err := kind.take(ctx, a, name)
-				if err != nil {
-					t.Fatalf("A takes it: %v", err)
-				}
-				t.Cleanup(func() { _ = release() })
+	t.Cleanup(func() { _ = release() })
 
-				wctx, cancel := context.WithCancel(ctx)
-				done := make(chan error, 2)
-				wait := func(c *dlock.Client) {
-					release, err := kind.take(wctx, c, name)
-					if err == nil {
-						_ = release()
-						err = errors.New("a waiter got it while A held it")
-					}
-					done <- err
-				}
-				defer func() {
-					cancel()
-					for i := 0; i < 2; i++ {
-						if err := <-done; !errors.Is(err, context.Canceled) {
-							t.Errorf("a wait: got %v, want context.Canceled", err)
-						}
-					}
-				}()
-				go wait(long)
-				waitFor(t, 5*time.Second, func() bool {
-					return rdb.PTTL(ctx, base+":w").Val() > 10*time.Second
-				}, "the long lease queued")
-				go wait(short)
-				waitFor(t, 5*time.Second, func() bool {
-					return rdb.HLen(ctx, base+":w").Val() == 2
-				}, "the short lease queued")
-				if err := rdb.Del(ctx, key).Err(); err != nil {
-					t.Fatal(err)
-				}
-				waitFor(t, 5*time.Second, func() bool {
-					return rdb.Exists(ctx, key).Val() == 1
-				}, "a refresh to re-create "+key)
-				if pttl := rdb.PTTL(ctx, key).Val(); pttl <= 0 {
-					t.Errorf("%s came back without an expiry (PTTL %v)", key, pttl)
-				}
-			})
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 2)
+	wait := func(c *dlock.Client) {
+		release, err := kind.take(wctx, c, name)
+		if err == nil {
+			_ = release()
+			err = errors.New("a waiter got it while A held it")
 		}
+		done <- err
+	}
+	defer func() {
+		cancel()
+		for i := 0; i < 2; i++ {
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Errorf("a wait: got %v, want context.Canceled", err)
+			}
+		}
+	}()
+	go wait(long)
+	waitFor(t, 5*time.Second, func() bool {
+		return rdb.PTTL(ctx, base+":w").Val() > 10*time.Second
+	}, "the long lease queued")
+	go wait(short)
+	waitFor(t, 5*time.Second, func() bool {
+		return rdb.HLen(ctx, base+":w").Val() == 2
+	}, "the short lease queued")
+	if err := rdb.Del(ctx, key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, func() bool {
+		return rdb.Exists(ctx, key).Val() == 1
+	}, "a refresh to re-create "+key)
+	if pttl := rdb.PTTL(ctx, key).Val(); pttl <= 0 {
+		t.Errorf("%s came back without an expiry (PTTL %v)", key, pttl)
 	}
 }

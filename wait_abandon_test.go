@@ -180,8 +180,7 @@ func (c *heldWriteConn) Write(b []byte) (int, error) {
 
 // The same when the acquire left on its way was a Mutex head's, whose place
 // passed to the next goroutine of its Client: that goroutine's clean-up,
-// when its own wait ends, must wait for the head's attempt too (found by a
-// review: it went at once).
+// when its own wait ends, must wait for the head's attempt too.
 func TestHandedOverPlaceIsCleanedUpAfterTheHeadsAttemptLands(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Shared(t)

@@ -30,9 +30,9 @@ func (s splitClient) Subscribe(ctx context.Context, channels ...string) *redis.P
 // client takes the lock. The waiter's commands then work again: its next
 // attempt finds that holder and queues the same owner again. When the old
 // grant's message finally arrives, the waiter must not take it for a new
-// one: it did, counted its validity from after that attempt, and returned
-// a live lease while the other client held the lock (found by a storm
-// audit, for every primitive that waits in a queue).
+// one, which would count its validity from after that attempt and return
+// a live lease while the other client holds the lock. Every kind that
+// waits in a queue is checked.
 func TestGrantHeardAfterALaterAttemptIsIgnored(t *testing.T) {
 	srv := redistest.Shared(t)
 	for _, k := range laggingKinds {

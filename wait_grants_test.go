@@ -19,8 +19,9 @@ import (
 // learnt it (TestGrantHeardAfterALaterAttemptIsIgnored covers one call).
 // Two paths wait again for the same owner: a Mutex head that gives up
 // passes its place to the next local waiter, and a Lock whose grant
-// expired before it could claim it waits again. Found by an audit of late
-// messages: each returned a live lease beside another client's.
+// expired before it could claim it waits again. Either, forgetting it,
+// would take a late grant for a new one and return a live lease beside
+// another client's.
 
 // lateGrantClient returns a Client whose commands go through cmd (with a
 // short read timeout, so that commands cut off fail fast) and whose pub/sub

@@ -13,10 +13,9 @@ import (
 )
 
 // A waiter whose subscription is slow to be confirmed must keep refreshing
-// its place in the queue meanwhile. It waited up to a second for the
-// confirmation before polling again, so with a shorter waiter lease its
-// place expired, and a release meanwhile went to a waiter that came after
-// it. Found by the FairMutex order audit, from reading the code.
+// its place in the queue meanwhile: waiting for the confirmation alone, its
+// place would expire under a short waiter lease, and a release meanwhile
+// would go to a waiter that came after it.
 func TestSlowSubscriptionKeepsTheWaitersPlace(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Shared(t)

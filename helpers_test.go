@@ -49,6 +49,20 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
+// lockThenUnlock locks m in a goroutine and unlocks it at once; the
+// channel gets the first error, or nil.
+func lockThenUnlock(ctx context.Context, m *dlock.Mutex) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		l, err := m.Lock(ctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	return got
+}
+
 // commandCounter is a go-redis hook that counts what a client sends,
 // including dials, to prove that rejected input sends nothing.
 type commandCounter struct{ n atomic.Int64 }

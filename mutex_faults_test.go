@@ -33,14 +33,7 @@ func TestDeadWaiterDoesNotStallTheQueue(t *testing.T) {
 	killDead()
 
 	live := newClient(t, srv, opts...)
-	got := make(chan error, 1)
-	go func() {
-		l, err := live.Mutex(name).Lock(ctx)
-		if err == nil {
-			err = l.Unlock(ctx)
-		}
-		got <- err
-	}()
+	got := lockThenUnlock(ctx, live.Mutex(name))
 	waitQueued(t, srv, name, 2)
 	start := time.Now()
 	if err := lease.Unlock(ctx); err != nil {
@@ -185,14 +178,7 @@ func TestLostSubscriptionCostsLatencyNotAHang(t *testing.T) {
 	name := t.Name()
 	ctx := testCtx(t)
 	lease := mustLock(t, a, name)
-	got := make(chan error, 1)
-	go func() {
-		l, err := b.Mutex(name).Lock(ctx)
-		if err == nil {
-			err = l.Unlock(ctx)
-		}
-		got <- err
-	}()
+	got := lockThenUnlock(ctx, b.Mutex(name))
 	waitQueued(t, srv, name, 1)
 	// Cut every pub/sub connection and release at once: the grant's message
 	// may be lost, the waiter must still get the lock.
@@ -240,14 +226,7 @@ func TestKilledWaiterProcessLeavesTheQueue(t *testing.T) {
 	waitQueued(t, srv, name, 1)
 	waiter.kill()
 
-	got := make(chan error, 1)
-	go func() {
-		l, err := c.Mutex(name).Lock(ctx)
-		if err == nil {
-			err = l.Unlock(ctx)
-		}
-		got <- err
-	}()
+	got := lockThenUnlock(ctx, c.Mutex(name))
 	waitQueued(t, srv, name, 2)
 	start := time.Now()
 	if err := lease.Unlock(ctx); err != nil {

@@ -329,14 +329,7 @@ func TestSpinWait(t *testing.T) {
 	name := t.Name()
 	ctx := testCtx(t)
 	lease := mustLock(t, a, name)
-	got := make(chan error, 1)
-	go func() {
-		l, err := b.Mutex(name).Lock(ctx)
-		if err == nil {
-			err = l.Unlock(ctx)
-		}
-		got <- err
-	}()
+	got := lockThenUnlock(ctx, b.Mutex(name))
 	waitQueued(t, srv, name, 1)
 	if err := lease.Unlock(ctx); err != nil {
 		t.Fatal(err)

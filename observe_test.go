@@ -181,14 +181,7 @@ func observeHandOffs(t *testing.T, srv *redistest.Server, c, other *dlock.Client
 	var handedOver []dlock.AcquireOutcome
 	for try := 0; try < 5 && (len(handedOver) == 0 || handedOver[len(handedOver)-1].Handoff == 0); try++ {
 		held := mustLock(t, other, name)
-		got := make(chan error, 1)
-		go func() {
-			l, err := c.Mutex(name).Lock(ctx)
-			if err == nil {
-				err = l.Unlock(ctx)
-			}
-			got <- err
-		}()
+		got := lockThenUnlock(ctx, c.Mutex(name))
 		waitQueued(t, srv, name, 1)
 		waitFor(t, 10*time.Second, func() bool { // the waiter hears grants now
 			n := srv.Client(t).PubSubNumSub(ctx, lockKey(name)).Val()[lockKey(name)]
@@ -340,14 +333,7 @@ func TestObserverSeesHandOffsWithinAClient(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan error, 1)
-		go func() {
-			l, err := c.Mutex(name).Lock(ctx)
-			if err == nil {
-				err = l.Unlock(ctx)
-			}
-			got <- err
-		}()
+		got := lockThenUnlock(ctx, c.Mutex(name))
 		waitQueued(t, srv, name, 1)
 		if err := held.Unlock(ctx); err != nil {
 			t.Fatal(err)
@@ -366,14 +352,7 @@ func TestObserverSeesHandOffsWithinAClient(t *testing.T) {
 	// lingers, and the measured wait's first attempt is made with it in
 	// place: its grant comes from the release.
 	held := mustLock(t, other, name)
-	got := make(chan error, 1)
-	go func() {
-		l, err := c.Mutex(name).Lock(ctx)
-		if err == nil {
-			err = l.Unlock(ctx)
-		}
-		got <- err
-	}()
+	got := lockThenUnlock(ctx, c.Mutex(name))
 	waitQueued(t, srv, name, 1)
 	if err := held.Unlock(ctx); err != nil {
 		t.Fatal(err)

@@ -47,14 +47,7 @@ func TestWaiterPollsWhenItsSubscriptionIsNeverConfirmed(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	got := make(chan error, 1)
-	go func() {
-		l, err := c.Mutex(name).Lock(ctx)
-		if err == nil {
-			err = l.Unlock(ctx)
-		}
-		got <- err
-	}()
+	got := lockThenUnlock(ctx, c.Mutex(name))
 	waitWaiters(t, c, name, dlock.KindMutex, 1)
 	if err := held.Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -88,14 +81,7 @@ func TestUnconfirmedSubscriptionIsUnsubscribedAfterTheWait(t *testing.T) {
 	first, ps := clientWithHeldSubscription(t, srv, holder, name, opts...)
 
 	held := mustLock(t, holder, name)
-	got := make(chan error, 1)
-	go func() {
-		l, err := first.Mutex(name).Lock(ctx)
-		if err == nil {
-			err = l.Unlock(ctx)
-		}
-		got <- err
-	}()
+	got := lockThenUnlock(ctx, first.Mutex(name))
 	waitFor(t, 5*time.Second, func() bool { return rdb.PubSubNumSub(ctx, lockKey(name)).Val()[lockKey(name)] == 1 }, "the SUBSCRIBE reached the server")
 	if err := held.Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -158,14 +144,7 @@ func TestWakeupBeforeTheSubscriptionIsAskedAgain(t *testing.T) {
 	held := mustLock(t, newClient(t, srv, opts...), name)
 
 	ctx := testCtx(t)
-	got := make(chan error, 1)
-	go func() {
-		l, err := c.Mutex(name).Lock(ctx)
-		if err == nil {
-			err = l.Unlock(ctx)
-		}
-		got <- err
-	}()
+	got := lockThenUnlock(ctx, c.Mutex(name))
 	waitWaiters(t, c, name, dlock.KindMutex, 1)
 	<-gd.started
 	if err := held.Unlock(ctx); err != nil { // its grant goes unheard
